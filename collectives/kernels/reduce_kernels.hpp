@@ -1,0 +1,47 @@
+// Host reduction kernels: every dtype x op, vectorised, with optional streaming (non-temporal)
+// stores for outputs that will not be read soon. The element arithmetic lives in
+// element_ops.hpp so that the CUDA kernels share it.
+//
+// Contract used by the executor (collectives/executor.cpp):
+//  - dst may alias a or b exactly (in place); other overlap is not allowed.
+//  - No alignment is required of any pointer; counts may be anything including 0.
+//  - float16 / bfloat16: each a op b is computed in float32 and rounded to nearest even.
+//  - Integer sum and prod wrap (two's complement); avg divides the sum by `divisor`
+//    truncating toward zero for integers. Floats divide (x / divisor) in the element type
+//    (float32 for halves).
+//  - Results are a pure function of the inputs: same inputs give the same bits on every call,
+//    every thread and every ISA variant (no FMA contraction, no reassociation).
+#pragma once
+
+#include <cstddef>
+
+#include "include/accord/accord.h"
+
+namespace accord::kernels {
+
+struct ReduceArgs {
+  void* dst0 = nullptr;            // required
+  void* dst1 = nullptr;            // optional second copy of the result (e.g. the next rank's FIFO slot)
+  const void* a = nullptr;         // first operand (left side: result = a op b)
+  const void* b = nullptr;         // second operand; nullptr = no reduction, copy a (then apply divisor)
+  size_t count = 0;                // elements
+  int divisor = 0;                 // > 1: divide the result by this (avg post-op); 0 or 1: none
+  bool dst0_streaming = false;     // write dst0 with non-temporal stores (large outputs)
+};
+
+// Resolved once per (dtype, op) and ISA; calling it does no dispatch.
+using ReduceFn = void (*)(const ReduceArgs& args);
+
+// Returns nullptr for an unknown dtype or op.
+ReduceFn get_reduce_fn(accord_datatype_t dtype, accord_red_op_t op);
+
+// Convenience: one-off call (dispatches every time).
+void reduce(accord_datatype_t dtype, accord_red_op_t op, const ReduceArgs& args);
+
+// memcpy, with non-temporal stores when streaming is true (and the size makes it worthwhile).
+void copy(void* dst, const void* src, size_t bytes, bool streaming);
+
+// Name of the ISA variant chosen at run time ("avx512", "avx2", "sse2"), for logs and benchmarks.
+const char* isa_name();
+
+}  // namespace accord::kernels

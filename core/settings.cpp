@@ -1,0 +1,195 @@
+// The environment variable table and its parser (see settings.hpp).
+#include "core/settings.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/log.hpp"
+
+namespace accord {
+namespace {
+
+enum class Kind { kInt, kSize, kBool, kString };
+
+struct Entry {
+  SettingInfo info;
+  Kind kind;
+  int64_t Settings::*int_field;
+  bool Settings::*bool_field;
+  std::string Settings::*string_field;
+  bool secret;
+};
+
+#define INT_ENTRY(name, field, def, help) \
+  Entry{{name, "int", def, help}, Kind::kInt, &Settings::field, nullptr, nullptr, false}
+#define SIZE_ENTRY(name, field, def, help) \
+  Entry{{name, "size", def, help}, Kind::kSize, &Settings::field, nullptr, nullptr, false}
+#define BOOL_ENTRY(name, field, def, help) \
+  Entry{{name, "bool", def, help}, Kind::kBool, nullptr, &Settings::field, nullptr, false}
+#define STR_ENTRY(name, field, def, help) \
+  Entry{{name, "string", def, help}, Kind::kString, nullptr, nullptr, &Settings::field, false}
+
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> kEntries = {
+      Entry{{"ACCORD_LOG", "string", "warn", "log level, globally and per category: info,topo:debug"},
+            Kind::kString, nullptr, nullptr, nullptr, false},
+      Entry{{"ACCORD_LOG_FILE", "string", "", "write log lines to this file (%h host, %p pid)"},
+            Kind::kString, nullptr, nullptr, nullptr, false},
+      INT_ENTRY("ACCORD_TIMEOUT_MS", timeout_ms, "300000",
+                "deadline for any wait inside a collective; then ACCORD_ERR_TIMEOUT"),
+      INT_ENTRY("ACCORD_INIT_TIMEOUT_MS", init_timeout_ms, "60000",
+                "deadline for every rank to arrive at communicator init"),
+      BOOL_ENTRY("ACCORD_CHECK", check, "0",
+                 "compare count, dtype, op and root across ranks before each collective"),
+      STR_ENTRY("ACCORD_ALGO", algo, "", "force an algorithm: ring, direct (empty: the tuner picks)"),
+      SIZE_ENTRY("ACCORD_CHUNK_BYTES", chunk_bytes, "0",
+                 "pipeline chunk size (0: the tuner picks); K/M/G suffixes"),
+      STR_ENTRY("ACCORD_TUNE_FILE", tune_file, "", "tuner constants saved by a calibration run"),
+      SIZE_ENTRY("ACCORD_NT_THRESHOLD", nt_threshold_bytes, "0",
+                 "message size from which outputs are written with streaming stores (0: built-in)"),
+      SIZE_ENTRY("ACCORD_SHM_SLOT_BYTES", shm_slot_bytes, "0", "bytes per shared-memory FIFO slot"),
+      INT_ENTRY("ACCORD_SHM_NSLOTS", shm_nslots, "0", "slots per shared-memory FIFO"),
+      INT_ENTRY("ACCORD_SPIN_US", spin_us, "-1",
+                "microseconds to spin before sleeping (-1: long when cores suffice, short when "
+                "oversubscribed)"),
+      BOOL_ENTRY("ACCORD_SHM_DISABLE", shm_disable, "0", "never use the shared-memory transport"),
+      STR_ENTRY("ACCORD_BOOTSTRAP_ADDR", bootstrap_addr, "",
+                "address (ip or ip:port) the bootstrap listener binds; default loopback, or "
+                "MASTER_ADDR"),
+      STR_ENTRY("ACCORD_BOOTSTRAP_DIR", bootstrap_dir, "/tmp",
+                "directory for the rendezvous file of launches that give no MASTER_ADDR"),
+      STR_ENTRY("ACCORD_SOCKET_IFNAME", socket_ifname, "", "network interface for TCP traffic"),
+      INT_ENTRY("ACCORD_SOCKET_NSOCKS", socket_nsocks, "0", "sockets per TCP peer pair (0: auto)"),
+      STR_ENTRY("ACCORD_HOST_ID", host_id, "", "override the host identity (hostname + boot id)"),
+      Entry{{"ACCORD_SECRET", "string", "", "job secret for the bootstrap (default: random per job)"},
+            Kind::kString, nullptr, nullptr, &Settings::secret, true},
+      STR_ENTRY("ACCORD_TOPO_FILE", topo_file, "", "load the topology from this file instead of probing"),
+      STR_ENTRY("ACCORD_TOPO_DUMP_FILE", topo_dump_file, "", "write the detected topology here"),
+      STR_ENTRY("ACCORD_SIM_TOPO", sim_topo, "",
+                "present simulated GPUs of the machine in this topology file"),
+      BOOL_ENTRY("ACCORD_P2P_DISABLE", p2p_disable, "0", "never use GPU peer-to-peer; stage through host"),
+  };
+  return kEntries;
+}
+
+bool parse_bool(const char* s, bool* out) {
+  if (!strcasecmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on")) {
+    *out = true;
+    return true;
+  }
+  if (!strcasecmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no") || !strcasecmp(s, "off") ||
+      !*s) {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+bool parse_int(const char* s, int64_t* out) {
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+bool parse_size(const char* text, int64_t* out) {
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text, &end, 10);
+  if (errno != 0 || end == text || v < 0) return false;
+  int64_t mult = 1;
+  if (*end == 'K' || *end == 'k') mult = 1LL << 10, ++end;
+  else if (*end == 'M' || *end == 'm') mult = 1LL << 20, ++end;
+  else if (*end == 'G' || *end == 'g') mult = 1LL << 30, ++end;
+  if (*end == 'B' || *end == 'b') ++end;
+  if (*end != '\0') return false;
+  if (v > INT64_MAX / mult) return false;
+  *out = v * mult;
+  return true;
+}
+
+const std::vector<SettingInfo>& setting_table() {
+  static const std::vector<SettingInfo> kTable = [] {
+    std::vector<SettingInfo> t;
+    for (const Entry& e : entries()) t.push_back(e.info);
+    return t;
+  }();
+  return kTable;
+}
+
+Status load_settings(Settings* out) {
+  Settings s;
+  for (const Entry& e : entries()) {
+    const char* v = std::getenv(e.info.name);
+    if (v == nullptr) continue;
+    switch (e.kind) {
+      case Kind::kInt:
+        if (!parse_int(v, &(s.*e.int_field)))
+          return error(ACCORD_ERR_INVALID_ARGUMENT, "%s='%s' is not an integer; unset it or give e.g. %s=%s",
+                       e.info.name, v, e.info.name, e.info.default_value);
+        break;
+      case Kind::kSize:
+        if (!parse_size(v, &(s.*e.int_field)))
+          return error(ACCORD_ERR_INVALID_ARGUMENT,
+                       "%s='%s' is not a size; give bytes with an optional K, M or G suffix (e.g. 512K)",
+                       e.info.name, v);
+        break;
+      case Kind::kBool:
+        if (!parse_bool(v, &(s.*e.bool_field)))
+          return error(ACCORD_ERR_INVALID_ARGUMENT, "%s='%s' is not a boolean; use 0 or 1", e.info.name, v);
+        break;
+      case Kind::kString:
+        if (e.string_field != nullptr) s.*e.string_field = v;
+        break;
+    }
+  }
+  if (s.bootstrap_dir.empty()) s.bootstrap_dir = "/tmp";
+  if (s.timeout_ms <= 0)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_TIMEOUT_MS=%lld must be positive",
+                 static_cast<long long>(s.timeout_ms));
+  if (s.init_timeout_ms <= 0)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_INIT_TIMEOUT_MS=%lld must be positive",
+                 static_cast<long long>(s.init_timeout_ms));
+  *out = std::move(s);
+  return Status::success();
+}
+
+void log_settings(const Settings& s) {
+  if (!log_enabled(LogLevel::kInfo, LogCat::kEnv)) return;
+  for (const Entry& e : entries()) {
+    std::string value;
+    switch (e.kind) {
+      case Kind::kInt:
+      case Kind::kSize: value = std::to_string(s.*e.int_field); break;
+      case Kind::kBool: value = (s.*e.bool_field) ? "1" : "0"; break;
+      case Kind::kString: {
+        if (e.string_field == nullptr) {
+          const char* v = std::getenv(e.info.name);
+          value = v ? v : "";
+        } else {
+          value = s.*e.string_field;
+        }
+        if (e.secret && !value.empty()) value.assign("(set, not shown)", 16);
+        break;
+      }
+    }
+    bool from_env = std::getenv(e.info.name) != nullptr;
+    log_message(LogLevel::kInfo, LogCat::kEnv, "%s=%s%s", e.info.name, value.c_str(),
+                from_env ? " (from environment)" : "");
+  }
+}
+
+std::string settings_help() {
+  std::string out = "Environment variables read by Accord:\n";
+  for (const SettingInfo& i : setting_table()) {
+    out += format("  %-24s %-6s default '%s'\n      %s\n", i.name, i.type, i.default_value, i.help);
+  }
+  return out;
+}
+
+}  // namespace accord

@@ -1,0 +1,65 @@
+// Every ACCORD_* environment variable, declared once in a table (settings.cpp: name, type,
+// default, one line of help), read once into a Settings value when a communicator is created,
+// printed at ACCORD_LOG=info and listed by `accord-topo --help-env`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+
+namespace accord {
+
+struct Settings {
+  // Reliability
+  int64_t timeout_ms = 300000;       // ACCORD_TIMEOUT_MS
+  int64_t init_timeout_ms = 60000;   // ACCORD_INIT_TIMEOUT_MS
+  bool check = false;                // ACCORD_CHECK
+  // Algorithms and tuning
+  std::string algo;                  // ACCORD_ALGO (empty = tuner decides)
+  int64_t chunk_bytes = 0;           // ACCORD_CHUNK_BYTES (0 = tuner decides)
+  std::string tune_file;             // ACCORD_TUNE_FILE
+  int64_t nt_threshold_bytes = 0;    // ACCORD_NT_THRESHOLD (0 = built-in)
+  // Shared memory transport
+  int64_t shm_slot_bytes = 0;        // ACCORD_SHM_SLOT_BYTES (0 = built-in)
+  int64_t shm_nslots = 0;            // ACCORD_SHM_NSLOTS (0 = built-in)
+  int64_t spin_us = -1;              // ACCORD_SPIN_US (-1 = by oversubscription)
+  bool shm_disable = false;          // ACCORD_SHM_DISABLE
+  // Bootstrap and network
+  std::string bootstrap_addr;        // ACCORD_BOOTSTRAP_ADDR
+  std::string bootstrap_dir;         // ACCORD_BOOTSTRAP_DIR
+  std::string socket_ifname;         // ACCORD_SOCKET_IFNAME
+  int64_t socket_nsocks = 0;         // ACCORD_SOCKET_NSOCKS
+  std::string host_id;               // ACCORD_HOST_ID
+  std::string secret;                // ACCORD_SECRET (never logged)
+  // Topology and devices
+  std::string topo_file;             // ACCORD_TOPO_FILE
+  std::string topo_dump_file;        // ACCORD_TOPO_DUMP_FILE
+  std::string sim_topo;              // ACCORD_SIM_TOPO
+  bool p2p_disable = false;          // ACCORD_P2P_DISABLE
+};
+
+struct SettingInfo {
+  const char* name;
+  const char* type;
+  const char* default_value;
+  const char* help;
+};
+
+// The table, in display order.
+const std::vector<SettingInfo>& setting_table();
+
+// Parses the environment. Bad values are an error naming the variable and what it accepts.
+Status load_settings(Settings* out);
+
+// Logs every variable and its value at info level (secrets masked).
+void log_settings(const Settings& s);
+
+// Text for --help-env.
+std::string settings_help();
+
+// Parse "64K", "1M", "2G", "123" (binary multiples). Returns false on garbage.
+bool parse_size(const char* text, int64_t* out);
+
+}  // namespace accord

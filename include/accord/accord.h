@@ -1,0 +1,172 @@
+/*
+ * Accord: collective communication for data-parallel training.
+ *
+ * The C API. Compiles as C99 and C++. Close to NCCL's shape: a communicator per rank, created
+ * from a unique id that rank 0 makes and the caller broadcasts (or from the launcher's
+ * environment), and collectives that take (sendbuf, recvbuf, count, dtype, op, comm, stream).
+ *
+ * Every function returns an accord_status_t. On failure, accord_last_error(comm) returns a
+ * message that says what failed, where (rank, peer, operation) and what to do.
+ *
+ * Memory: with stream == NULL the buffers are host memory and the call is synchronous (it
+ * returns when recvbuf holds the result on this rank).
+ *
+ * Thread safety: different communicators may be used from different threads at once. One
+ * communicator must be used by one thread at a time.
+ */
+#ifndef ACCORD_ACCORD_H_
+#define ACCORD_ACCORD_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define ACCORD_API __attribute__((visibility("default")))
+#else
+#define ACCORD_API
+#endif
+
+/** Library version as MAJOR*10000 + MINOR*100 + PATCH. */
+#define ACCORD_VERSION_CODE(major, minor, patch) ((major)*10000 + (minor)*100 + (patch))
+
+/** Result of every call. Values below 9 match NCCL's ncclResult_t. */
+typedef enum {
+  ACCORD_SUCCESS = 0,                /**< The call did what it was asked. */
+  ACCORD_ERR_CUDA = 1,               /**< A CUDA call failed; the message has CUDA's text and the device. */
+  ACCORD_ERR_SYSTEM = 2,             /**< An operating system call failed (socket, shm, mmap...). */
+  ACCORD_ERR_INTERNAL = 3,           /**< A bug in Accord; please report the message. */
+  ACCORD_ERR_INVALID_ARGUMENT = 4,   /**< An argument is wrong (NULL buffer, unknown dtype...). */
+  ACCORD_ERR_INVALID_USAGE = 5,      /**< The call is not allowed now (destroyed communicator...). */
+  ACCORD_ERR_REMOTE = 6,             /**< Another rank failed or died; the message names it. */
+  ACCORD_IN_PROGRESS = 7,            /**< Asynchronous work is still running (not an error). */
+  ACCORD_ERR_TIMEOUT = 8,            /**< A wait passed its deadline; the message names whom it waited for. */
+  ACCORD_ERR_ABORTED = 9,            /**< The communicator was aborted. */
+  ACCORD_ERR_MISMATCH = 10,          /**< Ranks called a collective with different arguments. */
+  ACCORD_ERR_UNSUPPORTED = 11,       /**< Valid, but not supported by this build or machine. */
+  ACCORD_NUM_STATUS = 12
+} accord_status_t;
+
+/** Element types. Values match NCCL's ncclDataType_t. */
+typedef enum {
+  ACCORD_INT8 = 0,
+  ACCORD_UINT8 = 1,
+  ACCORD_INT32 = 2,
+  ACCORD_UINT32 = 3,
+  ACCORD_INT64 = 4,
+  ACCORD_UINT64 = 5,
+  ACCORD_FLOAT16 = 6,  /**< IEEE 754 binary16; reduced in float32, rounded to nearest even. */
+  ACCORD_FLOAT32 = 7,
+  ACCORD_FLOAT64 = 8,
+  ACCORD_BFLOAT16 = 9, /**< bfloat16; reduced in float32, rounded to nearest even. */
+  ACCORD_NUM_DTYPES = 10
+} accord_datatype_t;
+
+/** Reduction operations. Values match NCCL's ncclRedOp_t. */
+typedef enum {
+  ACCORD_SUM = 0,
+  ACCORD_PROD = 1,
+  ACCORD_MAX = 2,
+  ACCORD_MIN = 3,
+  /** Sum divided by the number of ranks. Integer averages truncate toward zero (C division);
+   *  integer sums wrap around on overflow (two's complement), as unsigned arithmetic does. */
+  ACCORD_AVG = 4,
+  ACCORD_NUM_OPS = 5
+} accord_red_op_t;
+
+/** Opaque communicator handle: one per rank. */
+typedef struct accord_comm* accord_comm_t;
+
+/** CUDA stream (cudaStream_t) or NULL for synchronous host buffers. */
+typedef void* accord_stream_t;
+
+/** Bytes in a unique id (same as NCCL's). */
+#define ACCORD_UNIQUE_ID_BYTES 128
+
+/** Identifies one job: the bootstrap address and the job's secret. Treat it as a secret: anyone
+ *  holding it may join the job. Create on one rank, send to all others out of band. */
+typedef struct {
+  char internal[ACCORD_UNIQUE_ID_BYTES];
+} accord_unique_id_t;
+
+/** Fixed text for a status code ("invalid argument"); never NULL. */
+ACCORD_API const char* accord_status_string(accord_status_t status);
+
+/** The last error message of this communicator, or, with comm == NULL, the last error of any
+ *  call made by this thread (init failures have no communicator). Empty string if none.
+ *  The pointer is valid until the next call on the same communicator or thread. */
+ACCORD_API const char* accord_last_error(accord_comm_t comm);
+
+/** Version as ACCORD_VERSION_CODE(major, minor, patch). */
+ACCORD_API accord_status_t accord_get_version(int* version);
+
+/** Creates a unique id and starts the bootstrap listener in this process (bound to
+ *  ACCORD_BOOTSTRAP_ADDR, loopback by default). Call once per job, on one process. */
+ACCORD_API accord_status_t accord_get_unique_id(accord_unique_id_t* id);
+
+/** Joins a job as `rank` of `nranks`. Collective: every rank must call it with the same id and
+ *  nranks. Fails with ACCORD_ERR_TIMEOUT naming the missing ranks if not all arrive within
+ *  ACCORD_INIT_TIMEOUT_MS (default 60 s). */
+ACCORD_API accord_status_t accord_comm_init_rank(accord_comm_t* comm, int nranks,
+                                                 accord_unique_id_t id, int rank);
+
+/** Joins a job described by the launcher's environment, first match wins:
+ *  RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun style; rank 0 listens on MASTER_PORT),
+ *  OMPI_COMM_WORLD_RANK/SIZE (mpirun), PMI_RANK/PMI_SIZE, SLURM_PROCID/SLURM_NTASKS.
+ *  Without MASTER_ADDR the ranks meet through a rendezvous file in ACCORD_BOOTSTRAP_DIR
+ *  (default /tmp) named after the launcher's job id (single host only). */
+ACCORD_API accord_status_t accord_comm_init_from_env(accord_comm_t* comm);
+
+/** Frees the communicator. Waits for nothing: call it after the last collective on every
+ *  rank. Using the handle afterwards returns ACCORD_ERR_INVALID_USAGE. */
+ACCORD_API accord_status_t accord_comm_destroy(accord_comm_t comm);
+
+/** This communicator's rank. */
+ACCORD_API accord_status_t accord_comm_rank(accord_comm_t comm, int* rank);
+
+/** Number of ranks in this communicator. */
+ACCORD_API accord_status_t accord_comm_count(accord_comm_t comm, int* nranks);
+
+/** recvbuf[i] = op over ranks of sendbuf[i], for i < count, on every rank. In place when
+ *  sendbuf == recvbuf. Every rank gets bitwise identical results. */
+ACCORD_API accord_status_t accord_all_reduce(const void* sendbuf, void* recvbuf, size_t count,
+                                             accord_datatype_t dtype, accord_red_op_t op,
+                                             accord_comm_t comm, accord_stream_t stream);
+
+/** recvbuf (recvcount elements) = op over ranks of sendbuf[rank*recvcount .. +recvcount].
+ *  sendbuf holds nranks*recvcount elements. In place when recvbuf == sendbuf + rank*recvcount. */
+ACCORD_API accord_status_t accord_reduce_scatter(const void* sendbuf, void* recvbuf,
+                                                 size_t recvcount, accord_datatype_t dtype,
+                                                 accord_red_op_t op, accord_comm_t comm,
+                                                 accord_stream_t stream);
+
+/** recvbuf[r*sendcount .. +sendcount] = rank r's sendbuf, for every r. In place when
+ *  sendbuf == recvbuf + rank*sendcount. */
+ACCORD_API accord_status_t accord_all_gather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                             accord_datatype_t dtype, accord_comm_t comm,
+                                             accord_stream_t stream);
+
+/** recvbuf = root's sendbuf on every rank (sendbuf is read on root only). */
+ACCORD_API accord_status_t accord_broadcast(const void* sendbuf, void* recvbuf, size_t count,
+                                            accord_datatype_t dtype, int root, accord_comm_t comm,
+                                            accord_stream_t stream);
+
+/** Root's recvbuf = op over ranks of sendbuf (recvbuf is written on root only). */
+ACCORD_API accord_status_t accord_reduce(const void* sendbuf, void* recvbuf, size_t count,
+                                         accord_datatype_t dtype, accord_red_op_t op, int root,
+                                         accord_comm_t comm, accord_stream_t stream);
+
+/** Returns once every rank has called it. */
+ACCORD_API accord_status_t accord_barrier(accord_comm_t comm, accord_stream_t stream);
+
+/** Size in bytes of one element of dtype, or 0 if dtype is unknown. */
+ACCORD_API size_t accord_dtype_size(accord_datatype_t dtype);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ACCORD_ACCORD_H_ */
