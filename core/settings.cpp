@@ -166,7 +166,7 @@ void log_settings(const Settings& s) {
     switch (e.kind) {
       case Kind::kInt:
       case Kind::kSize: value = std::to_string(s.*e.int_field); break;
-      case Kind::kBool: value = (s.*e.bool_field) ? "1" : "0"; break;
+      case Kind::kBool: value.assign(1, (s.*e.bool_field) ? '1' : '0'); break;
       case Kind::kString: {
         if (e.string_field == nullptr) {
           const char* v = std::getenv(e.info.name);

@@ -1,0 +1,209 @@
+// C API entry points. Each one validates its handle, turns internal Status values into
+// accord_status_t plus a message for accord_last_error, and catches everything: no exception
+// crosses the C ABI.
+#include "include/accord/accord.h"
+
+#include <deque>
+#include <mutex>
+#include <new>
+
+#include "api/handles.hpp"
+#include "api/launch.hpp"
+#include "core/log.hpp"
+
+namespace accord {
+namespace {
+
+std::mutex g_handles_mutex;
+std::deque<accord_comm*> g_retired;  // reachable, so leak checkers do not flag them
+thread_local std::string t_last_error;
+
+template <typename F>
+accord_status_t guarded(accord_comm* h, F&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return report(h, error(ACCORD_ERR_SYSTEM, "out of memory"));
+  } catch (const std::exception& e) {
+    return report(h, error(ACCORD_ERR_INTERNAL, "unexpected exception: %s", e.what()));
+  } catch (...) {
+    return report(h, error(ACCORD_ERR_INTERNAL, "unexpected exception"));
+  }
+}
+
+accord_status_t run_collective(accord_comm_t comm, const CollArgs& args, accord_stream_t stream, const char* fn) {
+  return guarded(comm, [&]() -> accord_status_t {
+    accord_status_t code;
+    if (!live(comm, fn, &code)) return code;
+    if (stream != nullptr)
+      return report(comm, error(ACCORD_ERR_UNSUPPORTED, "rank %d: %s: a stream was given, but this build runs "
+                                "collectives on host buffers only; pass stream = NULL with host memory",
+                                comm->impl->rank(), fn));
+    return report(comm, comm->impl->run(args));
+  });
+}
+
+}  // namespace
+
+accord_comm* new_handle(std::unique_ptr<Communicator> impl) {
+  accord_comm* h = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_handles_mutex);
+    if (g_retired.size() > 4096) {
+      h = g_retired.front();
+      g_retired.pop_front();
+    }
+  }
+  if (h == nullptr) h = new accord_comm();
+  h->impl = std::move(impl);
+  h->last_error.clear();
+  h->magic = kLiveMagic;
+  return h;
+}
+
+void retire_handle(accord_comm* h) {
+  h->magic = 0;
+  h->impl.reset();
+  std::lock_guard<std::mutex> lock(g_handles_mutex);
+  g_retired.push_back(h);
+}
+
+accord_status_t report(accord_comm* h, const Status& s) {
+  if (s.ok()) return ACCORD_SUCCESS;
+  t_last_error = s.message();
+  if (h != nullptr && h->magic == kLiveMagic) h->last_error = s.message();
+  return s.code();
+}
+
+bool live(accord_comm* h, const char* function, accord_status_t* code) {
+  if (h == nullptr) {
+    *code = report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT, "%s: comm is NULL; create one with "
+                                  "accord_comm_init_rank or accord_comm_init_from_env", function));
+    return false;
+  }
+  if (h->magic != kLiveMagic) {
+    *code = report(nullptr, error(ACCORD_ERR_INVALID_USAGE, "%s: this communicator was destroyed (or is not an "
+                                  "accord_comm_t); create a new one", function));
+    return false;
+  }
+  return true;
+}
+
+}  // namespace accord
+
+using namespace accord;
+
+extern "C" {
+
+const char* accord_last_error(accord_comm_t comm) {
+  if (comm != nullptr && comm->magic == kLiveMagic) return comm->last_error.c_str();
+  return t_last_error.c_str();
+}
+
+accord_status_t accord_get_unique_id(accord_unique_id_t* id) {
+  return guarded(nullptr, [&]() -> accord_status_t {
+    if (id == nullptr) return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_get_unique_id: id is NULL"));
+    return report(nullptr, make_unique_id(id));
+  });
+}
+
+accord_status_t accord_comm_init_rank(accord_comm_t* comm, int nranks, accord_unique_id_t id, int rank) {
+  return guarded(nullptr, [&]() -> accord_status_t {
+    if (comm == nullptr)
+      return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_init_rank: comm is NULL"));
+    *comm = nullptr;
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+      return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_init_rank: rank %d is out of range for "
+                                   "nranks %d; ranks are 0..nranks-1", rank, nranks));
+    InitSpec spec;
+    spec.rank = rank;
+    spec.nranks = nranks;
+    Status s = load_settings(&spec.settings);
+    if (s.ok()) s = decode_unique_id(id.internal, &spec.endpoint);
+    std::unique_ptr<Communicator> c;
+    if (s.ok()) s = Communicator::create(spec, &c);
+    if (!s.ok()) return report(nullptr, s);
+    *comm = new_handle(std::move(c));
+    return ACCORD_SUCCESS;
+  });
+}
+
+accord_status_t accord_comm_init_from_env(accord_comm_t* comm) {
+  return guarded(nullptr, [&]() -> accord_status_t {
+    if (comm == nullptr)
+      return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_init_from_env: comm is NULL"));
+    *comm = nullptr;
+    InitSpec spec;
+    LaunchCleanup cleanup;
+    Status s = load_settings(&spec.settings);
+    if (s.ok()) s = spec_from_environment(&spec, &cleanup);
+    std::unique_ptr<Communicator> c;
+    if (s.ok()) s = Communicator::create(spec, &c);
+    cleanup.run();
+    if (!s.ok()) return report(nullptr, s);
+    *comm = new_handle(std::move(c));
+    return ACCORD_SUCCESS;
+  });
+}
+
+accord_status_t accord_comm_destroy(accord_comm_t comm) {
+  return guarded(nullptr, [&]() -> accord_status_t {
+    accord_status_t code;
+    if (!live(comm, "accord_comm_destroy", &code)) return code;
+    retire_handle(comm);
+    return ACCORD_SUCCESS;
+  });
+}
+
+accord_status_t accord_comm_rank(accord_comm_t comm, int* rank) {
+  accord_status_t code;
+  if (!live(comm, "accord_comm_rank", &code)) return code;
+  if (rank == nullptr) return report(comm, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_rank: rank is NULL"));
+  *rank = comm->impl->rank();
+  return ACCORD_SUCCESS;
+}
+
+accord_status_t accord_comm_count(accord_comm_t comm, int* nranks) {
+  accord_status_t code;
+  if (!live(comm, "accord_comm_count", &code)) return code;
+  if (nranks == nullptr) return report(comm, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_count: nranks is NULL"));
+  *nranks = comm->impl->nranks();
+  return ACCORD_SUCCESS;
+}
+
+accord_status_t accord_all_reduce(const void* sendbuf, void* recvbuf, size_t count, accord_datatype_t dtype,
+                                  accord_red_op_t op, accord_comm_t comm, accord_stream_t stream) {
+  CollArgs a{Collective::kAllReduce, sendbuf, recvbuf, count, dtype, op, 0};
+  return run_collective(comm, a, stream, "all_reduce");
+}
+
+accord_status_t accord_reduce_scatter(const void* sendbuf, void* recvbuf, size_t recvcount, accord_datatype_t dtype,
+                                      accord_red_op_t op, accord_comm_t comm, accord_stream_t stream) {
+  CollArgs a{Collective::kReduceScatter, sendbuf, recvbuf, recvcount, dtype, op, 0};
+  return run_collective(comm, a, stream, "reduce_scatter");
+}
+
+accord_status_t accord_all_gather(const void* sendbuf, void* recvbuf, size_t sendcount, accord_datatype_t dtype,
+                                  accord_comm_t comm, accord_stream_t stream) {
+  CollArgs a{Collective::kAllGather, sendbuf, recvbuf, sendcount, dtype, ACCORD_SUM, 0};
+  return run_collective(comm, a, stream, "all_gather");
+}
+
+accord_status_t accord_broadcast(const void* sendbuf, void* recvbuf, size_t count, accord_datatype_t dtype, int root,
+                                 accord_comm_t comm, accord_stream_t stream) {
+  CollArgs a{Collective::kBroadcast, sendbuf, recvbuf, count, dtype, ACCORD_SUM, root};
+  return run_collective(comm, a, stream, "broadcast");
+}
+
+accord_status_t accord_reduce(const void* sendbuf, void* recvbuf, size_t count, accord_datatype_t dtype,
+                              accord_red_op_t op, int root, accord_comm_t comm, accord_stream_t stream) {
+  CollArgs a{Collective::kReduce, sendbuf, recvbuf, count, dtype, op, root};
+  return run_collective(comm, a, stream, "reduce");
+}
+
+accord_status_t accord_barrier(accord_comm_t comm, accord_stream_t stream) {
+  CollArgs a{Collective::kBarrier, nullptr, nullptr, 0, ACCORD_UINT8, ACCORD_SUM, 0};
+  return run_collective(comm, a, stream, "barrier");
+}
+
+}  // extern "C"

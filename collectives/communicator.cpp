@@ -1,0 +1,298 @@
+// Communicator creation and the collective entry point (see communicator.hpp).
+#include "collectives/communicator.hpp"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+
+#include "core/log.hpp"
+
+namespace accord {
+namespace {
+
+constexpr size_t kDefaultSlotBytes = 128 << 10;
+constexpr size_t kDefaultSlots = 8;
+constexpr size_t kDefaultDirectMaxBytes = 32 << 10;
+constexpr size_t kDefaultStreamingBytes = 8 << 20;
+
+std::string host_identity(const Settings& s) {
+  if (!s.host_id.empty()) return s.host_id;
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  return std::string(host) + "/" + boot;
+}
+
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  long fd = syscall(SYS_pidfd_open, pid, 0);
+  return fd < 0 ? -1 : static_cast<int>(fd);
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
+bool parse_algo(const std::string& s, Algo* out) {
+  if (s == "ring") return *out = Algo::kRing, true;
+  if (s == "direct") return *out = Algo::kDirect, true;
+  if (s == "chain") return *out = Algo::kChain, true;
+  return false;
+}
+
+bool reduces(Collective c) {
+  return c == Collective::kAllReduce || c == Collective::kReduceScatter || c == Collective::kReduce;
+}
+
+}  // namespace
+
+Status Communicator::create(const InitSpec& spec, std::unique_ptr<Communicator>* out) {
+  std::unique_ptr<Communicator> c(new Communicator());
+  ACCORD_TRY(c->init(spec));
+  *out = std::move(c);
+  return Status::success();
+}
+
+Status Communicator::init(const InitSpec& spec) {
+  rank_ = spec.rank;
+  nranks_ = spec.nranks;
+  settings_ = spec.settings;
+  RankScope scope(rank_, nranks_);
+  log_settings(settings_);
+  if (!settings_.algo.empty()) {
+    Algo a;
+    if (!parse_algo(settings_.algo, &a))
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_ALGO='%s' is not an algorithm; use ring, direct or chain",
+                   settings_.algo.c_str());
+  }
+  FifoShape shape;
+  shape.slot_bytes = settings_.shm_slot_bytes > 0 ? static_cast<size_t>(settings_.shm_slot_bytes) : kDefaultSlotBytes;
+  shape.slot_bytes = std::max<size_t>(64, shape.slot_bytes & ~size_t{63});
+  shape.nslots = settings_.shm_nslots > 0 ? static_cast<size_t>(settings_.shm_nslots) : kDefaultSlots;
+  if (shape.nslots < 4)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_SHM_NSLOTS=%zu is too small; use 4 or more (Note [FIFO depth])",
+                 shape.nslots);
+  chunk_bytes_ = shape.slot_bytes;
+  if (settings_.chunk_bytes > 0) chunk_bytes_ = std::min(chunk_bytes_, static_cast<size_t>(settings_.chunk_bytes));
+  direct_max_bytes_ = std::min(kDefaultDirectMaxBytes, shape.slot_bytes);
+  nt_threshold_ = settings_.nt_threshold_bytes > 0 ? static_cast<size_t>(settings_.nt_threshold_bytes)
+                                                   : kDefaultStreamingBytes;
+  links_.send.assign(static_cast<size_t>(nranks_), nullptr);
+  links_.recv.assign(static_cast<size_t>(nranks_), nullptr);
+  links_.pidfd.assign(static_cast<size_t>(nranks_), -1);
+  local_ranks_ = {rank_};
+  if (nranks_ == 1) return Status::success();
+
+  const Deadline deadline = Deadline::after_ms(settings_.init_timeout_ms);
+  std::unique_ptr<StoreClient> store;
+  ACCORD_TRY(StoreClient::connect(spec.endpoint, rank_, nranks_, deadline, &store));
+  const std::string me = host_identity(settings_) + "\n" + std::to_string(getpid());
+  std::vector<std::string> infos;
+  ACCORD_TRY(store->all_gather("info", rank_, nranks_, me, &infos, deadline));
+  const std::string my_host = me.substr(0, me.find('\n'));
+  local_ranks_.clear();
+  for (int r = 0; r < nranks_; ++r) {
+    const std::string& info = infos[static_cast<size_t>(r)];
+    const size_t nl = info.find('\n');
+    if (info.substr(0, nl) != my_host)
+      return error(ACCORD_ERR_UNSUPPORTED, "rank %d: rank %d runs on another host (%s); this build of Accord "
+                   "connects ranks on one host only (shared memory). Run all ranks on one machine.",
+                   rank_, r, info.substr(0, nl).c_str());
+    local_ranks_.push_back(r);
+    const pid_t pid = static_cast<pid_t>(std::atol(info.c_str() + nl + 1));
+    if (r != rank_ && pid != getpid()) links_.pidfd[static_cast<size_t>(r)] = open_pidfd(pid);
+  }
+  if (settings_.shm_disable)
+    return error(ACCORD_ERR_UNSUPPORTED, "rank %d: ACCORD_SHM_DISABLE=1 leaves no transport between ranks on one "
+                 "host in this build; unset it", rank_);
+  ShmOptions options;
+  options.shape = shape;
+  options.policy = make_wait_policy(settings_.spin_us, static_cast<int>(local_ranks_.size()));
+  ACCORD_TRY(ShmTransport::setup(store.get(), rank_, nranks_, local_ranks_, options, deadline, &shm_));
+  for (int r : local_ranks_) {
+    if (r == rank_) continue;
+    links_.send[static_cast<size_t>(r)] = shm_->sender(r);
+    links_.recv[static_cast<size_t>(r)] = shm_->receiver(r);
+  }
+  LOG_INFO(kInit, "rank %d of %d ready: %zu local ranks over shm, chunk %zu KiB, wait spin %lld us%s", rank_, nranks_,
+           local_ranks_.size(), chunk_bytes_ >> 10, static_cast<long long>(options.policy.spin_ns / 1000),
+           options.policy.yields ? " then yield (oversubscribed)" : "");
+  return Status::success();
+}
+
+Communicator::~Communicator() {
+  for (int fd : links_.pidfd)
+    if (fd >= 0) ::close(fd);
+}
+
+Status Communicator::check_args(const CollArgs& a, size_t* in_bytes, size_t* out_bytes) const {
+  const char* name = collective_name(a.coll);
+  const size_t esize = accord_dtype_size(a.dtype);
+  if (a.coll != Collective::kBarrier && esize == 0)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown dtype %d; use an accord_datatype_t value "
+                 "(ACCORD_INT8 .. ACCORD_BFLOAT16)", rank_, name, static_cast<int>(a.dtype));
+  if (reduces(a.coll) && (static_cast<int>(a.op) < 0 || a.op >= ACCORD_NUM_OPS))
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown reduction op %d; use ACCORD_SUM, ACCORD_PROD, "
+                 "ACCORD_MAX, ACCORD_MIN or ACCORD_AVG", rank_, name, static_cast<int>(a.op));
+  if ((a.coll == Collective::kBroadcast || a.coll == Collective::kReduce) && (a.root < 0 || a.root >= nranks_))
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: root %d is out of range; it must be in 0..%d", rank_, name,
+                 a.root, nranks_ - 1);
+  if (a.coll == Collective::kBarrier) return *in_bytes = *out_bytes = 0, Status::success();
+  const size_t n = static_cast<size_t>(nranks_);
+  const bool scaled = a.coll == Collective::kReduceScatter || a.coll == Collective::kAllGather;
+  if (a.count > SIZE_MAX / esize / (scaled ? n : 1))
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: count %zu is too large for this dtype", rank_, name, a.count);
+  const size_t bytes = a.count * esize;
+  *in_bytes = a.coll == Collective::kReduceScatter ? bytes * n : bytes;
+  *out_bytes = a.coll == Collective::kAllGather ? bytes * n : bytes;
+  const bool is_root = a.root == rank_;
+  const bool need_send = a.coll != Collective::kBroadcast || is_root;
+  const bool need_recv = a.coll != Collective::kReduce || is_root;
+  if (a.count > 0 && need_send && a.send == nullptr)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: sendbuf is NULL with count %zu; pass a buffer of %zu bytes",
+                 rank_, name, a.count, *in_bytes);
+  if (a.count > 0 && need_recv && a.recv == nullptr)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: recvbuf is NULL with count %zu; pass a buffer of %zu bytes",
+                 rank_, name, a.count, *out_bytes);
+  if (need_send && need_recv && a.count > 0) {
+    const void* in_place_send = a.recv;
+    if (a.coll == Collective::kReduceScatter) in_place_send = static_cast<const uint8_t*>(a.recv) - rank_ * bytes;
+    if (a.coll == Collective::kAllGather) in_place_send = static_cast<const uint8_t*>(a.recv) + rank_ * bytes;
+    if (a.send != in_place_send && overlaps(a.send, *in_bytes, a.recv, *out_bytes))
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: sendbuf and recvbuf overlap without being in place; use "
+                   "separate buffers, or the in-place layout described in accord.h", rank_, name);
+  }
+  return Status::success();
+}
+
+Algo Communicator::choose_algo(const CollArgs& a, size_t bytes) {
+  Algo forced;
+  const bool has_forced = parse_algo(settings_.algo, &forced);
+  Algo pick;
+  const char* why = "";
+  switch (a.coll) {
+    case Collective::kAllReduce:
+      if (has_forced && (forced == Algo::kRing || forced == Algo::kDirect)) {
+        pick = forced;
+        why = "forced by ACCORD_ALGO";
+      } else if (bytes <= direct_max_bytes_ && nranks_ <= 8) {
+        pick = Algo::kDirect;
+        why = "small message: one step of latency beats the ring's 2(n-1)";
+      } else {
+        pick = Algo::kRing;
+        why = "large message: the ring moves the fewest bytes per rank";
+      }
+      break;
+    case Collective::kReduceScatter:
+    case Collective::kAllGather:
+      pick = Algo::kRing;
+      why = "the only algorithm for this collective";
+      break;
+    case Collective::kBroadcast:
+    case Collective::kReduce:
+      pick = Algo::kChain;
+      why = "pipelined chain";
+      break;
+    case Collective::kBarrier:
+    default:
+      pick = Algo::kDirect;
+      why = "dissemination";
+      break;
+  }
+  if (log_enabled(LogLevel::kInfo, LogCat::kTune)) {
+    int bucket = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);
+    auto key = std::make_pair(static_cast<int>(a.coll), bucket);
+    auto it = logged_choices_.find(key);
+    if (it == logged_choices_.end() || it->second != pick) {
+      logged_choices_[key] = pick;
+      log_message(LogLevel::kInfo, LogCat::kTune, "%s of %zu bytes (%d ranks): %s, chunk %zu KiB (%s)",
+                  collective_name(a.coll), bytes, nranks_, algo_name(pick), chunk_bytes_ >> 10, why);
+    }
+  }
+  return pick;
+}
+
+const Schedule* Communicator::schedule_for(const ScheduleRequest& req) {
+  auto key = std::make_tuple(static_cast<int>(req.coll) * 16 + static_cast<int>(req.algo), req.root, req.count,
+                             req.elem_bytes, req.chunk_bytes, 0, req.in_place);
+  auto it = schedules_.find(key);
+  if (it != schedules_.end()) return &it->second;
+  if (schedules_.size() >= 64) schedules_.clear();
+  Schedule s;
+  if (!build_schedule(req, &s)) return nullptr;
+  return &schedules_.emplace(key, std::move(s)).first->second;
+}
+
+Status Communicator::run(const CollArgs& a) {
+  RankScope scope(rank_, nranks_);
+  const char* name = collective_name(a.coll);
+  if (!sticky_.ok())
+    return Status(sticky_.code(), format("rank %d: %s refused: this communicator failed earlier and cannot be used "
+                                         "again (destroy it and create a new one). The earlier error: %s",
+                                         rank_, name, sticky_.message().c_str()));
+  size_t in_bytes = 0, out_bytes = 0;
+  ACCORD_TRY(check_args(a, &in_bytes, &out_bytes));
+  if (a.count == 0 && a.coll != Collective::kBarrier) return Status::success();
+  const size_t esize = a.coll == Collective::kBarrier ? 1 : accord_dtype_size(a.dtype);
+  const size_t bytes = a.count * esize;
+
+  ScheduleRequest req;
+  req.coll = a.coll;
+  req.algo = choose_algo(a, bytes);
+  req.rank = rank_;
+  req.nranks = nranks_;
+  req.count = a.count;
+  req.elem_bytes = esize;
+  req.chunk_bytes = chunk_bytes_;
+  req.root = a.root;
+  switch (a.coll) {
+    case Collective::kReduceScatter:
+      req.in_place = a.recv == static_cast<const uint8_t*>(a.send) + rank_ * bytes;
+      break;
+    case Collective::kAllGather:
+      req.in_place = a.send == static_cast<const uint8_t*>(a.recv) + rank_ * bytes;
+      break;
+    default:
+      req.in_place = a.send == a.recv;
+  }
+  const Schedule* schedule = schedule_for(req);
+  if (schedule == nullptr)
+    return error(ACCORD_ERR_INTERNAL, "rank %d: %s: no schedule for algorithm %s", rank_, name, algo_name(req.algo));
+
+  ExecArgs x;
+  x.input = a.send;
+  x.output = a.recv;
+  x.elem_bytes = esize;
+  if (reduces(a.coll)) {
+    x.reduce = kernels::get_reduce_fn(a.dtype, a.op);
+    if (x.reduce == nullptr)
+      return error(ACCORD_ERR_UNSUPPORTED, "rank %d: %s: no kernel for this dtype and op", rank_, name);
+    x.divisor = a.op == ACCORD_AVG ? nranks_ : 0;
+  }
+  x.streaming = out_bytes >= nt_threshold_;
+  if (scratch_.size() < schedule->scratch_bytes) scratch_.resize(schedule->scratch_bytes);
+  x.scratch = scratch_.data();
+  x.wait.deadline = Deadline::after_ms(settings_.timeout_ms);
+  x.wait.abort_flag = &abort_;
+  x.wait.self_rank = rank_;
+  x.wait.operation = name;
+  x.wait.seq = ++seq_;
+  Status s = execute(*schedule, x, links_);
+  if (!s.ok()) {
+    sticky_ = s;
+    LOG_WARN(kColl, "%s", s.message().c_str());
+  }
+  return s;
+}
+
+}  // namespace accord

@@ -1,0 +1,79 @@
+// The communicator: one rank's view of a job. It owns the transports to every peer, checks
+// the arguments of each collective, picks an algorithm, builds (or reuses) the schedule and
+// runs it. After a failure inside a collective (timeout, dead peer) the channels' sequence
+// numbers no longer agree between ranks, so the communicator keeps that error and returns it
+// from every later call: destroy it and create a new one.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "collectives/executor.hpp"
+#include "collectives/schedule.hpp"
+#include "core/settings.hpp"
+#include "core/status.hpp"
+#include "transport/bootstrap/store.hpp"
+#include "transport/shm/shm_transport.hpp"
+
+namespace accord {
+
+struct InitSpec {
+  int rank = 0;
+  int nranks = 1;
+  StoreEndpoint endpoint;
+  Settings settings;
+};
+
+// One collective call, as the API received it.
+struct CollArgs {
+  Collective coll = Collective::kAllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;  // as the API defines it for this collective
+  accord_datatype_t dtype = ACCORD_FLOAT32;
+  accord_red_op_t op = ACCORD_SUM;
+  int root = 0;
+};
+
+class Communicator {
+ public:
+  static Status create(const InitSpec& spec, std::unique_ptr<Communicator>* out);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+
+  Status run(const CollArgs& args);
+
+  // Abort: wakes every wait of this communicator with ACCORD_ERR_ABORTED. Safe from any thread.
+  void abort() { abort_.store(true, std::memory_order_release); }
+
+ private:
+  Communicator() = default;
+  Status init(const InitSpec& spec);
+  Status check_args(const CollArgs& a, size_t* in_bytes, size_t* out_bytes) const;
+  Algo choose_algo(const CollArgs& a, size_t bytes);
+  const Schedule* schedule_for(const ScheduleRequest& req);
+
+  int rank_ = 0;
+  int nranks_ = 1;
+  Settings settings_;
+  std::unique_ptr<ShmTransport> shm_;
+  PeerLinks links_;
+  std::vector<int> local_ranks_;
+  std::atomic<bool> abort_{false};
+  Status sticky_;  // first failure inside a collective
+  uint64_t seq_ = 0;
+  std::vector<uint8_t> scratch_;
+  size_t chunk_bytes_ = 0;
+  size_t direct_max_bytes_ = 0;
+  size_t nt_threshold_ = 0;
+  std::map<std::tuple<int, int, size_t, size_t, size_t, int, bool>, Schedule> schedules_;
+  std::map<std::pair<int, int>, Algo> logged_choices_;  // (collective, log2 size) -> algo, for info logs
+};
+
+}  // namespace accord

@@ -1,0 +1,165 @@
+// Schedule interpreter (see executor.hpp).
+#include "collectives/executor.hpp"
+
+namespace accord {
+namespace {
+
+class Runner {
+ public:
+  Runner(const ExecArgs& args, const PeerLinks& links) : a_(args), links_(links) {}
+
+  Status run(const Schedule& schedule) {
+    for (const Step& s : schedule.steps) ACCORD_TRY(step(s));
+    return Status::success();
+  }
+
+ private:
+  const uint8_t* src(const Step& s) const {
+    const void* base = s.src == Buf::kInput ? a_.input : a_.output;
+    return static_cast<const uint8_t*>(base) + s.src_off;
+  }
+  uint8_t* dst(const Step& s) const {
+    void* base = s.dst == Buf::kOutput ? a_.output : const_cast<void*>(a_.input);
+    return static_cast<uint8_t*>(base) + s.dst_off;
+  }
+  WaitContext ctx(int peer) const {
+    WaitContext c = a_.wait;
+    c.peer_rank = peer;
+    c.peer_pidfd = links_.pidfd[static_cast<size_t>(peer)];
+    return c;
+  }
+  size_t count(const Step& s) const { return s.bytes / a_.elem_bytes; }
+  int divisor(const Step& s) const { return s.postop ? a_.divisor : 0; }
+
+  Status receive(int peer, size_t want, const void** data) {
+    size_t got = 0;
+    ACCORD_TRY(links_.recv[static_cast<size_t>(peer)]->wait(data, &got, ctx(peer)));
+    if (got != want)
+      return error(ACCORD_ERR_MISMATCH,
+                   "rank %d: %s (seq %llu) expected a message of %zu bytes from rank %d but got %zu; the ranks "
+                   "called it with different counts, dtypes or collectives (run with ACCORD_CHECK=1 to name the "
+                   "difference)",
+                   a_.wait.self_rank, a_.wait.operation, static_cast<unsigned long long>(a_.wait.seq), want, peer,
+                   got);
+    return Status::success();
+  }
+
+  Status acquire(int peer, size_t bytes, void** slot) {
+    return links_.send[static_cast<size_t>(peer)]->acquire(bytes, slot, ctx(peer));
+  }
+
+  Status step(const Step& s) {
+    const void* msg = nullptr;
+    void* slot = nullptr;
+    kernels::ReduceArgs k;
+    k.count = count(s);
+    switch (s.kind) {
+      case StepKind::kSend:
+        ACCORD_TRY(acquire(s.send_peer, s.bytes, &slot));
+        kernels::copy(slot, src(s), s.bytes, false);
+        links_.send[static_cast<size_t>(s.send_peer)]->post(s.bytes);
+        return Status::success();
+      case StepKind::kRecv:
+        ACCORD_TRY(receive(s.recv_peer, s.bytes, &msg));
+        kernels::copy(dst(s), msg, s.bytes, a_.streaming);
+        links_.recv[static_cast<size_t>(s.recv_peer)]->release();
+        return Status::success();
+      case StepKind::kCopy:
+        if (dst(s) != src(s)) kernels::copy(dst(s), src(s), s.bytes, a_.streaming);
+        return Status::success();
+      case StepKind::kRecvReduce:
+        ACCORD_TRY(receive(s.recv_peer, s.bytes, &msg));
+        k.dst0 = dst(s);
+        k.dst0_streaming = a_.streaming;
+        k.a = msg;
+        k.b = src(s);
+        k.divisor = divisor(s);
+        a_.reduce(k);
+        links_.recv[static_cast<size_t>(s.recv_peer)]->release();
+        return Status::success();
+      case StepKind::kRecvReduceSend:
+      case StepKind::kRecvReduceCopySend:
+      case StepKind::kRecvCopySend: {
+        ACCORD_TRY(receive(s.recv_peer, s.bytes, &msg));
+        ACCORD_TRY(acquire(s.send_peer, s.bytes, &slot));
+        if (s.kind == StepKind::kRecvReduceSend) {
+          k.dst0 = slot;
+        } else {
+          k.dst0 = dst(s);
+          k.dst1 = slot;
+          k.dst0_streaming = a_.streaming;
+        }
+        k.a = msg;
+        k.b = s.kind == StepKind::kRecvCopySend ? nullptr : src(s);
+        k.divisor = divisor(s);
+        if (k.b == nullptr && k.divisor <= 1) {
+          kernels::copy(k.dst0, msg, s.bytes, a_.streaming);
+          kernels::copy(slot, msg, s.bytes, false);
+        } else {
+          a_.reduce(k);
+        }
+        links_.send[static_cast<size_t>(s.send_peer)]->post(s.bytes);
+        links_.recv[static_cast<size_t>(s.recv_peer)]->release();
+        return Status::success();
+      }
+      case StepKind::kReduceAll:
+        return reduce_all(s);
+    }
+    return error(ACCORD_ERR_INTERNAL, "unknown schedule step %d", static_cast<int>(s.kind));
+  }
+
+  // dst = in_0 op in_1 op ... op in_{n-1}, in rank order, so every rank gets the same bits.
+  Status reduce_all(const Step& s) {
+    const int n = static_cast<int>(links_.recv.size());
+    const int me = a_.wait.self_rank;
+    auto operand = [&](int r, const void** p) -> Status {
+      if (r == me) {
+        *p = src(s);
+        return Status::success();
+      }
+      return receive(r, s.bytes, p);
+    };
+    auto done_with = [&](int r) {
+      if (r != me) links_.recv[static_cast<size_t>(r)]->release();
+    };
+    kernels::ReduceArgs k;
+    k.count = count(s);
+    const void* x = nullptr;
+    const void* y = nullptr;
+    ACCORD_TRY(operand(0, &x));
+    if (n == 1) {
+      if (dst(s) != x) kernels::copy(dst(s), x, s.bytes, false);
+      return Status::success();
+    }
+    ACCORD_TRY(operand(1, &y));
+    k.a = x;
+    k.b = y;
+    k.dst0 = n == 2 ? static_cast<void*>(dst(s)) : a_.scratch;
+    k.divisor = n == 2 ? divisor(s) : 0;
+    a_.reduce(k);
+    done_with(0);
+    done_with(1);
+    for (int r = 2; r < n; ++r) {
+      ACCORD_TRY(operand(r, &y));
+      const bool last = r == n - 1;
+      k.a = a_.scratch;
+      k.b = y;
+      k.dst0 = last ? static_cast<void*>(dst(s)) : a_.scratch;
+      k.divisor = last ? divisor(s) : 0;
+      a_.reduce(k);
+      done_with(r);
+    }
+    return Status::success();
+  }
+
+  const ExecArgs& a_;
+  const PeerLinks& links_;
+};
+
+}  // namespace
+
+Status execute(const Schedule& schedule, const ExecArgs& args, const PeerLinks& links) {
+  return Runner(args, links).run(schedule);
+}
+
+}  // namespace accord

@@ -1,0 +1,41 @@
+// Runs one rank's Schedule on channels. Fused steps read a received slot in place and write
+// their result straight into the next rank's slot (and the output), so a ring step costs one
+// pass over the data: no staging copies.
+//
+// Deadlock freedom (Note [FIFO depth]): every step receives before it sends except a
+// schedule's plain sends, so a rank never has more than one message sent but not received
+// by it in flight, plus one it holds; all FIFOs can only be full at once if slots <= 2.
+// The shared-memory transport therefore uses at least 4 slots.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <vector>
+
+#include "collectives/kernels/reduce_kernels.hpp"
+#include "collectives/schedule.hpp"
+#include "core/status.hpp"
+#include "transport/channel.hpp"
+
+namespace accord {
+
+struct ExecArgs {
+  const void* input = nullptr;
+  void* output = nullptr;
+  kernels::ReduceFn reduce = nullptr;  // may be null for collectives without reduction
+  size_t elem_bytes = 1;
+  int divisor = 0;          // nranks for avg, else 0
+  bool streaming = false;   // write the output with non-temporal stores
+  void* scratch = nullptr;  // at least schedule.scratch_bytes
+  WaitContext wait;         // deadline, abort flag, self rank, operation, seq
+};
+
+struct PeerLinks {
+  std::vector<SendChannel*> send;  // indexed by peer rank
+  std::vector<RecvChannel*> recv;
+  std::vector<int> pidfd;          // liveness, -1 if none
+};
+
+Status execute(const Schedule& schedule, const ExecArgs& args, const PeerLinks& links);
+
+}  // namespace accord

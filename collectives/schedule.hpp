@@ -1,0 +1,97 @@
+// A collective as a schedule: the list of steps one rank performs, in order. Algorithms are
+// pure functions from (rank, nranks, count, element size, chunk size, root) to a Schedule;
+// the executor runs it on channels. Schedules are tested with no transport at all
+// (tests/core/schedule_test.cpp simulates every rank and checks that each output element
+// receives each rank's contribution exactly once).
+//
+// Buffers: kInput is the caller's sendbuf, kOutput its recvbuf. For collectives whose input
+// and output differ in size (reduce-scatter, all-gather) offsets are in each buffer's own
+// bytes.
+//
+// Note [Chunk alignment]: every offset and length in a schedule is a whole number of
+// elements; pieces are cut at multiples of chunk_elems (chunk_bytes / element size, at least
+// 1), so no element is ever split between two messages and kernels never see a partial one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace accord {
+
+enum class Buf : uint8_t { kInput, kOutput };
+
+enum class StepKind : uint8_t {
+  kSend,                // send src[src_off, +bytes) to send_peer
+  kRecv,                // dst[dst_off, +bytes) = message from recv_peer
+  kRecvReduce,          // dst = message op src
+  kRecvReduceSend,      // send (message op src) to send_peer
+  kRecvReduceCopySend,  // dst = message op src, and send it to send_peer
+  kRecvCopySend,        // dst = message, and forward it to send_peer
+  kCopy,                // dst = src (local)
+  kReduceAll,           // dst = in_0 op in_1 op ... op in_{n-1}, in rank order: own src at
+                        // this rank's place, every other operand a message from that rank
+};
+
+const char* step_kind_name(StepKind k);
+
+struct Step {
+  StepKind kind;
+  Buf src = Buf::kInput;
+  Buf dst = Buf::kOutput;
+  bool postop = false;  // final reduction of these elements: apply avg's divide
+  int send_peer = -1;
+  int recv_peer = -1;
+  size_t src_off = 0;
+  size_t dst_off = 0;
+  size_t bytes = 0;
+};
+
+enum class Collective : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kBarrier };
+const char* collective_name(Collective c);
+
+enum class Algo : uint8_t { kRing, kDirect, kChain };
+const char* algo_name(Algo a);
+
+struct ScheduleRequest {
+  Collective coll = Collective::kAllReduce;
+  Algo algo = Algo::kRing;
+  int rank = 0;
+  int nranks = 1;
+  size_t count = 0;       // elements: per rank for RS (recvcount) and AG (sendcount)
+  size_t elem_bytes = 4;
+  size_t chunk_bytes = 0;  // at most one channel slot
+  int root = 0;
+  bool in_place = false;
+};
+
+struct Schedule {
+  std::vector<Step> steps;
+  size_t scratch_bytes = 0;  // executor scratch needed (kReduceAll with 3+ ranks)
+};
+
+// Returns false (and leaves out empty) when the algorithm cannot serve the request.
+bool build_schedule(const ScheduleRequest& req, Schedule* out);
+
+// One rank's share of `count` elements split into n parts: the first count % n parts get
+// one more element. Used by every algorithm so that all ranks agree on segment bounds.
+inline size_t segment_count(size_t count, int n, int i) {
+  return count / static_cast<size_t>(n) + (static_cast<size_t>(i) < count % static_cast<size_t>(n) ? 1 : 0);
+}
+inline size_t segment_offset(size_t count, int n, int i) {
+  size_t base = count / static_cast<size_t>(n), extra = count % static_cast<size_t>(n);
+  size_t ui = static_cast<size_t>(i);
+  return ui * base + (ui < extra ? ui : extra);
+}
+
+// Algorithm builders (one file each).
+void ring_all_reduce(const ScheduleRequest& req, Schedule* out);
+void ring_reduce_scatter(const ScheduleRequest& req, Schedule* out);
+void ring_all_gather(const ScheduleRequest& req, Schedule* out);
+void direct_all_reduce(const ScheduleRequest& req, Schedule* out);
+void chain_broadcast(const ScheduleRequest& req, Schedule* out);
+void chain_reduce(const ScheduleRequest& req, Schedule* out);
+void direct_barrier(const ScheduleRequest& req, Schedule* out);
+
+}  // namespace accord

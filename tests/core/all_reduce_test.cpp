@@ -1,0 +1,115 @@
+// All-reduce end to end through the public C API: ranks as threads and as forked processes,
+// every dtype x op, sizes that break things, in place and out of place, unaligned buffers,
+// exact expected values (so every rank is also bitwise identical to every other).
+#include <accord/accord.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/support/harness.hpp"
+
+namespace accord::testing {
+namespace {
+
+constexpr accord_datatype_t kDtypes[] = {ACCORD_INT8,  ACCORD_UINT8,   ACCORD_INT32,   ACCORD_UINT32,   ACCORD_INT64,
+                                         ACCORD_UINT64, ACCORD_FLOAT16, ACCORD_FLOAT32, ACCORD_FLOAT64, ACCORD_BFLOAT16};
+constexpr accord_red_op_t kOps[] = {ACCORD_SUM, ACCORD_PROD, ACCORD_MAX, ACCORD_MIN, ACCORD_AVG};
+constexpr size_t kChunkElemsF32 = (128 << 10) / 4;  // default shm slot / sizeof(float)
+
+// One all-reduce, checked exactly. `offset` shifts both buffers off their natural alignment.
+std::string check(accord_comm_t comm, int rank, int nranks, accord_datatype_t dt, accord_red_op_t op, size_t count,
+                  bool in_place, size_t offset, size_t seed = 0) {
+  const size_t es = accord_dtype_size(dt);
+  std::vector<char> in(count * es + offset + 64), out(count * es + offset + 64, 0x5a), want(count * es + 1);
+  char* send = in.data() + offset;
+  char* recv = in_place ? send : out.data() + offset;
+  fill_input(send, count, dt, op, rank, nranks, seed);
+  fill_expected(want.data(), count, dt, op, nranks, seed);
+  accord_status_t s = accord_all_reduce(send, recv, count, dt, op, comm, nullptr);
+  std::string where = std::string(dtype_name(dt)) + " " + op_name(op) + " count " + std::to_string(count) +
+                      (in_place ? " in place" : " out of place") + " offset " + std::to_string(offset);
+  if (s != ACCORD_SUCCESS) return where + ": " + accord_status_string(s) + ": " + accord_last_error(comm);
+  size_t bad = count_mismatches(recv, want.data(), count, dt);
+  if (bad != 0) return where + ": " + std::to_string(bad) + " wrong elements";
+  // Nothing written past the end.
+  if (!in_place && static_cast<unsigned char>(out[offset + count * es]) != 0x5a) return where + ": wrote past the end";
+  return "";
+}
+
+std::string sweep(accord_comm_t comm, int rank, int nranks) {
+  const size_t n = static_cast<size_t>(nranks);
+  std::vector<size_t> sizes = {0, 1, 2, 7, n - 1 > 0 ? n - 1 : 3, n + 1, 1031};
+  for (accord_datatype_t dt : kDtypes)
+    for (accord_red_op_t op : kOps)
+      for (size_t count : sizes)
+        for (bool in_place : {false, true}) {
+          std::string e = check(comm, rank, nranks, dt, op, count, in_place, in_place ? 0 : 3);
+          if (!e.empty()) return e;
+        }
+  // Around one chunk and several chunks, unaligned, float32 and a 2-byte type.
+  for (size_t count : {kChunkElemsF32 - 1, kChunkElemsF32, kChunkElemsF32 + 1, 3 * kChunkElemsF32 * n + 5}) {
+    for (bool in_place : {false, true}) {
+      std::string e = check(comm, rank, nranks, ACCORD_FLOAT32, ACCORD_SUM, count, in_place, 4);
+      if (e.empty()) e = check(comm, rank, nranks, ACCORD_BFLOAT16, ACCORD_AVG, count, in_place, 1);
+      if (!e.empty()) return e;
+    }
+  }
+  return "";
+}
+
+class AllReduceThreads : public ::testing::TestWithParam<int> {};
+
+TEST_P(AllReduceThreads, EveryDtypeOpAndSizeExact) {
+  auto failures = run_threads(GetParam(), sweep);
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, AllReduceThreads, ::testing::Values(1, 2, 3, 4, 5));
+
+class AllReduceProcesses : public ::testing::TestWithParam<int> {};
+
+TEST_P(AllReduceProcesses, EveryDtypeOpAndSizeExact) {
+  auto failures = run_processes(GetParam(), sweep);
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, AllReduceProcesses, ::testing::Values(2, 3, 4));
+
+TEST(AllReduce, LargePrimeCountAndAlgorithmsAgreeOnExactInputs) {
+  for (const char* algo : {"ring", "direct"}) {
+    setenv("ACCORD_ALGO", algo, 1);
+    auto failures = run_threads(3, [](accord_comm_t comm, int rank, int nranks) {
+      return check(comm, rank, nranks, ACCORD_FLOAT32, ACCORD_SUM, 1000003, false, 0, 7);
+    });
+    for (const auto& f : failures) ADD_FAILURE() << algo << ": " << f;
+  }
+  unsetenv("ACCORD_ALGO");
+}
+
+TEST(AllReduce, TwoHundredFiftySixMiBOfFloat32InProcesses) {
+  auto failures = run_processes(2, [](accord_comm_t comm, int rank, int nranks) {
+    const size_t count = (256u << 20) / 4;
+    std::string e = check(comm, rank, nranks, ACCORD_FLOAT32, ACCORD_SUM, count, false, 0);
+    if (e.empty()) e = check(comm, rank, nranks, ACCORD_FLOAT32, ACCORD_AVG, count, true, 0, 3);
+    return e;
+  });
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+TEST(AllReduce, RepeatedCallsStayInStep) {
+  auto failures = run_processes(4, [](accord_comm_t comm, int rank, int nranks) {
+    for (int i = 0; i < 300; ++i) {
+      size_t count = static_cast<size_t>(i % 7 == 0 ? 70000 : i % 13 + 1);
+      std::string e = check(comm, rank, nranks, ACCORD_INT32, ACCORD_SUM, count, i % 2 == 0, 0, static_cast<size_t>(i));
+      if (!e.empty()) return "iteration " + std::to_string(i) + ": " + e;
+    }
+    return std::string();
+  });
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+}  // namespace
+}  // namespace accord::testing

@@ -1,0 +1,190 @@
+// Ranks as threads or forked processes, and exact test data (see harness.hpp).
+#include "tests/support/harness.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+namespace accord::testing {
+namespace {
+
+std::string run_one(const accord_unique_id_t& id, int rank, int nranks, const RankBody& body) {
+  accord_comm_t comm = nullptr;
+  accord_status_t s = accord_comm_init_rank(&comm, nranks, id, rank);
+  if (s != ACCORD_SUCCESS) return std::string("init failed: ") + accord_last_error(nullptr);
+  std::string msg = body(comm, rank, nranks);
+  if (accord_comm_destroy(comm) != ACCORD_SUCCESS && msg.empty()) msg = "destroy failed";
+  return msg;
+}
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+void store(void* buf, size_t i, accord_datatype_t d, double v) {
+  char* p = static_cast<char*>(buf);
+  switch (d) {
+    case ACCORD_INT8: reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case ACCORD_UINT8: reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case ACCORD_INT32: reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case ACCORD_UINT32: reinterpret_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(v); break;
+    case ACCORD_INT64: reinterpret_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case ACCORD_UINT64: reinterpret_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(v); break;
+    case ACCORD_FLOAT16: {
+      _Float16 h = static_cast<_Float16>(static_cast<float>(v));
+      std::memcpy(p + 2 * i, &h, 2);
+      break;
+    }
+    case ACCORD_BFLOAT16: {
+      uint16_t b = to_bf16(static_cast<float>(v));
+      std::memcpy(p + 2 * i, &b, 2);
+      break;
+    }
+    case ACCORD_FLOAT32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case ACCORD_FLOAT64: reinterpret_cast<double*>(p)[i] = v; break;
+    default: break;
+  }
+}
+
+bool is_signed(accord_datatype_t d) {
+  return d != ACCORD_UINT8 && d != ACCORD_UINT32 && d != ACCORD_UINT64;
+}
+bool is_float(accord_datatype_t d) {
+  return d == ACCORD_FLOAT16 || d == ACCORD_BFLOAT16 || d == ACCORD_FLOAT32 || d == ACCORD_FLOAT64;
+}
+
+// Small integers: sums of up to ~20 ranks fit int8; products use {-1, 1, 2} (or {1, 2}).
+double value_for(accord_datatype_t d, accord_red_op_t op, int rank, size_t i, size_t seed) {
+  size_t h = (static_cast<size_t>(rank) + 1) * 2654435761u + i * 40503u + seed * 97u;
+  h ^= h >> 13;
+  if (op == ACCORD_PROD) {
+    int k = static_cast<int>(h % 3);
+    if (!is_signed(d)) return k == 0 ? 2 : 1;
+    return k == 0 ? 2 : (k == 1 ? 1 : -1);
+  }
+  int v = static_cast<int>(h % 11);
+  return is_signed(d) ? v - 5 : v;
+}
+
+}  // namespace
+
+std::vector<std::string> run_threads(int nranks, const RankBody& body) {
+  accord_unique_id_t id;
+  if (accord_get_unique_id(&id) != ACCORD_SUCCESS) return {std::string("unique id: ") + accord_last_error(nullptr)};
+  std::vector<std::string> results(static_cast<size_t>(nranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < nranks; ++r)
+    threads.emplace_back([&, r] { results[static_cast<size_t>(r)] = run_one(id, r, nranks, body); });
+  for (auto& t : threads) t.join();
+  std::vector<std::string> failures;
+  for (int r = 0; r < nranks; ++r)
+    if (!results[static_cast<size_t>(r)].empty())
+      failures.push_back("rank " + std::to_string(r) + ": " + results[static_cast<size_t>(r)]);
+  return failures;
+}
+
+std::vector<std::string> run_processes(int nranks, const RankBody& body, int timeout_s) {
+  accord_unique_id_t id;
+  if (accord_get_unique_id(&id) != ACCORD_SUCCESS) return {std::string("unique id: ") + accord_last_error(nullptr)};
+  std::vector<pid_t> pids;
+  std::vector<int> pipes;
+  for (int r = 0; r < nranks; ++r) {
+    int fds[2];
+    if (pipe(fds) != 0) return {"pipe failed"};
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      std::string msg = run_one(id, r, nranks, body);
+      if (!msg.empty()) (void)!write(fds[1], msg.data(), msg.size());
+      close(fds[1]);
+      _exit(msg.empty() ? 0 : 1);
+    }
+    close(fds[1]);
+    pids.push_back(pid);
+    pipes.push_back(fds[0]);
+  }
+  std::vector<std::string> failures;
+  auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < nranks; ++r) {
+    std::string msg;
+    char buf[4096];
+    for (;;) {
+      pollfd p{pipes[static_cast<size_t>(r)], POLLIN, 0};
+      int left_ms = timeout_s * 1000 - static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                          std::chrono::steady_clock::now() - start).count());
+      if (left_ms <= 0 || poll(&p, 1, left_ms) <= 0) {
+        msg += " [hung: killed after " + std::to_string(timeout_s) + " s]";
+        for (pid_t pid : pids) kill(pid, SIGKILL);
+        break;
+      }
+      ssize_t n = read(pipes[static_cast<size_t>(r)], buf, sizeof buf);
+      if (n <= 0) break;
+      msg.append(buf, static_cast<size_t>(n));
+    }
+    close(pipes[static_cast<size_t>(r)]);
+    int status = 0;
+    waitpid(pids[static_cast<size_t>(r)], &status, 0);
+    if (WIFSIGNALED(status)) msg += " [killed by signal " + std::to_string(WTERMSIG(status)) + "]";
+    else if (WEXITSTATUS(status) != 0 && msg.empty()) msg = "exit code " + std::to_string(WEXITSTATUS(status));
+    if (!msg.empty()) failures.push_back("rank " + std::to_string(r) + ": " + msg);
+  }
+  return failures;
+}
+
+void fill_input(void* buf, size_t count, accord_datatype_t dtype, accord_red_op_t op, int rank, int nranks,
+                size_t seed) {
+  (void)nranks;
+  for (size_t i = 0; i < count; ++i) store(buf, i, dtype, value_for(dtype, op, rank, i, seed));
+}
+
+void fill_expected(void* buf, size_t count, accord_datatype_t dtype, accord_red_op_t op, int nranks, size_t seed) {
+  for (size_t i = 0; i < count; ++i) {
+    double acc = value_for(dtype, op, 0, i, seed);
+    for (int r = 1; r < nranks; ++r) {
+      double v = value_for(dtype, op, r, i, seed);
+      switch (op) {
+        case ACCORD_SUM:
+        case ACCORD_AVG: acc += v; break;
+        case ACCORD_PROD: acc *= v; break;
+        case ACCORD_MAX: acc = std::max(acc, v); break;
+        case ACCORD_MIN: acc = std::min(acc, v); break;
+        default: break;
+      }
+    }
+    if (op == ACCORD_AVG) {
+      if (dtype == ACCORD_FLOAT64) acc = acc / nranks;
+      else if (is_float(dtype)) acc = static_cast<double>(static_cast<float>(acc) / static_cast<float>(nranks));
+      else acc = std::trunc(acc / nranks);  // C division truncates toward zero
+    }
+    store(buf, i, dtype, acc);
+  }
+}
+
+size_t count_mismatches(const void* got, const void* want, size_t count, accord_datatype_t dtype) {
+  size_t es = accord_dtype_size(dtype), bad = 0;
+  for (size_t i = 0; i < count; ++i)
+    bad += std::memcmp(static_cast<const char*>(got) + i * es, static_cast<const char*>(want) + i * es, es) != 0;
+  return bad;
+}
+
+const char* dtype_name(accord_datatype_t d) {
+  static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64",
+                                "float16", "float32", "float64", "bfloat16"};
+  return d >= 0 && d < ACCORD_NUM_DTYPES ? names[d] : "?";
+}
+
+const char* op_name(accord_red_op_t op) {
+  static const char* names[] = {"sum", "prod", "max", "min", "avg"};
+  return op >= 0 && op < ACCORD_NUM_OPS ? names[op] : "?";
+}
+
+}  // namespace accord::testing

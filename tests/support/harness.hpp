@@ -1,0 +1,37 @@
+// Test harness: run N ranks as threads of this process or as forked processes, each with
+// its own communicator, and collect what each rank reports.
+#pragma once
+
+#include <accord/accord.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace accord::testing {
+
+// Body of one rank. Returns an empty string on success, else what went wrong.
+using RankBody = std::function<std::string(accord_comm_t comm, int rank, int nranks)>;
+
+// Creates a unique id, runs nranks threads that each init a communicator and run body.
+// Returns one message per failing rank ("rank 2: ...").
+std::vector<std::string> run_threads(int nranks, const RankBody& body);
+
+// Same with nranks forked processes (the unique id is made before fork). A process that
+// crashes or hangs past timeout_s is reported too.
+std::vector<std::string> run_processes(int nranks, const RankBody& body, int timeout_s = 120);
+
+// Deterministic inputs whose reductions are exact in every dtype and any order:
+// small integers (see value_for). Writes count elements of dtype for rank.
+void fill_input(void* buf, size_t count, accord_datatype_t dtype, accord_red_op_t op, int rank, int nranks,
+                size_t seed = 0);
+// Expected result of reducing fill_input over nranks, for element i.
+void fill_expected(void* buf, size_t count, accord_datatype_t dtype, accord_red_op_t op, int nranks,
+                   size_t seed = 0);
+// Number of elements that differ bit for bit.
+size_t count_mismatches(const void* got, const void* want, size_t count, accord_datatype_t dtype);
+
+const char* dtype_name(accord_datatype_t d);
+const char* op_name(accord_red_op_t op);
+
+}  // namespace accord::testing

@@ -1,0 +1,37 @@
+// A channel moves messages from one rank to one peer, in order. Transports implement it; the
+// executor (collectives/executor.cpp) drives it and knows nothing of how bytes move.
+//
+// Zero-copy protocol: the sender asks for a slot, writes the message straight into it (a
+// reduction kernel may write its result there), then posts it. The receiver waits for the
+// next message, reads it in place (and may reduce it into the next rank's slot), then
+// releases it. One slot holds at most max_bytes().
+#pragma once
+
+#include <cstddef>
+
+#include "core/status.hpp"
+#include "transport/wait.hpp"
+
+namespace accord {
+
+class SendChannel {
+ public:
+  virtual ~SendChannel() = default;
+  // Waits for a free slot able to hold `bytes` (<= max_bytes()).
+  virtual Status acquire(size_t bytes, void** slot, const WaitContext& ctx) = 0;
+  // Publishes the slot last acquired, holding `bytes`.
+  virtual void post(size_t bytes) = 0;
+  virtual size_t max_bytes() const = 0;
+  virtual const char* name() const = 0;  // "shm", for logs and --show-plan
+};
+
+class RecvChannel {
+ public:
+  virtual ~RecvChannel() = default;
+  // Waits for the next message.
+  virtual Status wait(const void** data, size_t* bytes, const WaitContext& ctx) = 0;
+  // Gives the slot of the message last waited for back to the sender.
+  virtual void release() = 0;
+};
+
+}  // namespace accord

@@ -1,0 +1,146 @@
+// Shared-memory segment setup and teardown (see shm_transport.hpp).
+#include "transport/shm/shm_transport.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/crypto.hpp"
+#include "core/log.hpp"
+
+namespace accord {
+namespace {
+
+constexpr char kPrefix[] = "accord-";
+
+Status map_segment(const std::string& name, size_t bytes, bool create, void** addr) {
+  int flags = O_RDWR | O_CLOEXEC | (create ? (O_CREAT | O_EXCL) : 0);
+  int fd = shm_open(name.c_str(), flags, 0600);
+  if (fd < 0)
+    return system_error(errno, "shm_open(%s, %s)%s", name.c_str(), create ? "create" : "open",
+                        errno == EACCES ? "; /dev/shm must be writable by this user" : "");
+  if (create) {
+    int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (rc != 0) {
+      ::close(fd);
+      shm_unlink(name.c_str());
+      return system_error(rc, "reserving %zu MiB in /dev/shm for segment %s%s", bytes >> 20, name.c_str(),
+                          rc == ENOSPC ? " (too little space in /dev/shm: in Docker, raise --shm-size; or "
+                                         "lower ACCORD_SHM_SLOT_BYTES / ACCORD_SHM_NSLOTS)"
+                                       : "");
+    }
+  } else {
+    struct stat st;
+    if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
+      ::close(fd);
+      return error(ACCORD_ERR_SYSTEM, "shared memory segment %s is smaller than expected (%zu bytes); do all "
+                   "ranks run the same Accord version and ACCORD_SHM_* settings?", name.c_str(), bytes);
+    }
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    if (create) shm_unlink(name.c_str());
+    return system_error(e, "mmap of shared memory segment %s (%zu bytes)", name.c_str(), bytes);
+  }
+  *addr = p;
+  return Status::success();
+}
+
+}  // namespace
+
+std::vector<std::string> list_shm_segments() {
+  std::vector<std::string> out;
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (std::strncmp(e->d_name, kPrefix, sizeof kPrefix - 1) == 0) out.emplace_back(e->d_name);
+  }
+  closedir(d);
+  return out;
+}
+
+void sweep_stale_shm_segments() {
+  for (const std::string& name : list_shm_segments()) {
+    long pid = std::strtol(name.c_str() + sizeof kPrefix - 1, nullptr, 10);
+    struct stat st;
+    std::string path = "/dev/shm/" + name;
+    if (pid <= 0 || stat(path.c_str(), &st) != 0 || st.st_uid != getuid()) continue;
+    if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      if (shm_unlink(("/" + name).c_str()) == 0)
+        LOG_INFO(kShm, "removed shared memory segment %s left by process %ld, which is gone", name.c_str(), pid);
+    }
+  }
+}
+
+Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::vector<int>& local_ranks,
+                           const ShmOptions& options, Deadline deadline, std::unique_ptr<ShmTransport>* out) {
+  std::unique_ptr<ShmTransport> t(new ShmTransport());
+  t->options_ = options;
+  t->senders_.resize(static_cast<size_t>(nranks));
+  t->receivers_.resize(static_cast<size_t>(nranks));
+  const size_t fifo_bytes = options.shape.total_bytes();
+  const size_t seg_bytes = fifo_bytes * static_cast<size_t>(nranks);
+
+  sweep_stale_shm_segments();
+  uint8_t rnd[16];
+  ACCORD_TRY(random_bytes(rnd, sizeof rnd));
+  std::string mine = "/" + std::string(kPrefix) + std::to_string(getpid()) + "-" + to_hex(rnd, sizeof rnd);
+  void* my_addr = nullptr;
+  ACCORD_TRY(map_segment(mine, seg_bytes, true, &my_addr).prefix(format("rank %d: ", rank)));
+  t->mappings_.push_back({my_addr, seg_bytes});
+  std::vector<std::string> known = {mine};
+  // On any failure below, remove every name we know: the creators may be gone.
+  auto fail = [&](Status s) {
+    for (const std::string& n : known) shm_unlink(n.c_str());
+    return s;
+  };
+
+  Status s = store->set("shm/" + std::to_string(rank), mine);
+  if (!s.ok()) return fail(std::move(s));
+  for (int peer : local_ranks) {
+    if (peer == rank) continue;
+    std::string name;
+    s = store->get("shm/" + std::to_string(peer), &name, deadline, "rank " + std::to_string(peer));
+    if (!s.ok()) return fail(std::move(s));
+    known.push_back(name);
+    void* addr = nullptr;
+    s = map_segment(name, seg_bytes, false, &addr);
+    if (!s.ok()) return fail(std::move(s.prefix(format("rank %d, peer %d: ", rank, peer))));
+    t->mappings_.push_back({addr, seg_bytes});
+    uint8_t* peer_fifo = static_cast<uint8_t*>(addr) + fifo_bytes * static_cast<size_t>(rank);
+    uint8_t* my_fifo = static_cast<uint8_t*>(my_addr) + fifo_bytes * static_cast<size_t>(peer);
+    t->senders_[static_cast<size_t>(peer)] =
+        std::make_unique<FifoSender>(peer_fifo, options.shape, &t->options_.policy);
+    t->receivers_[static_cast<size_t>(peer)] =
+        std::make_unique<FifoReceiver>(my_fifo, options.shape, &t->options_.policy);
+  }
+  s = store->set("shm_mapped/" + std::to_string(rank), "1");
+  if (!s.ok()) return fail(std::move(s));
+  for (int peer : local_ranks) {
+    if (peer == rank) continue;
+    std::string v;
+    s = store->get("shm_mapped/" + std::to_string(peer), &v, deadline, "rank " + std::to_string(peer));
+    if (!s.ok()) return fail(std::move(s));
+  }
+  shm_unlink(mine.c_str());
+  LOG_INFO(kShm, "rank %d: shared memory ready with %zu local peers (%zu slots x %zu KiB per peer)", rank,
+           local_ranks.size() - 1, options.shape.nslots, options.shape.slot_bytes >> 10);
+  *out = std::move(t);
+  return Status::success();
+}
+
+ShmTransport::~ShmTransport() {
+  senders_.clear();
+  receivers_.clear();
+  for (const Mapping& m : mappings_) munmap(m.addr, m.bytes);
+}
+
+}  // namespace accord

@@ -1,0 +1,56 @@
+// Shared-memory transport between ranks on one host.
+//
+// Each rank creates one POSIX shared-memory segment holding a receive FIFO for every local
+// peer (receiver-side buffers: a sender writes into the memory its receiver will read). Names
+// are "/accord-<pid>-<128 random bits>", created O_EXCL with mode 0600, and unlinked as soon
+// as every local peer has mapped the segment, so after init nothing is left in /dev/shm even
+// if a rank is later killed. If a rank dies during the few milliseconds between create and
+// unlink, the next Accord process on the host removes segments whose creator pid is gone.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/clock.hpp"
+#include "core/status.hpp"
+#include "transport/bootstrap/store.hpp"
+#include "transport/shm/fifo.hpp"
+
+namespace accord {
+
+struct ShmOptions {
+  FifoShape shape;
+  WaitPolicy policy;
+};
+
+class ShmTransport {
+ public:
+  // Collective over the ranks in `local_ranks` (which includes `rank`).
+  static Status setup(StoreClient* store, int rank, int nranks, const std::vector<int>& local_ranks,
+                      const ShmOptions& options, Deadline deadline, std::unique_ptr<ShmTransport>* out);
+  ~ShmTransport();
+
+  SendChannel* sender(int peer) const { return senders_[static_cast<size_t>(peer)].get(); }
+  RecvChannel* receiver(int peer) const { return receivers_[static_cast<size_t>(peer)].get(); }
+  const FifoShape& shape() const { return options_.shape; }
+
+ private:
+  ShmTransport() = default;
+  struct Mapping {
+    void* addr = nullptr;
+    size_t bytes = 0;
+  };
+  ShmOptions options_;
+  std::vector<Mapping> mappings_;
+  std::vector<std::unique_ptr<SendChannel>> senders_;
+  std::vector<std::unique_ptr<RecvChannel>> receivers_;
+};
+
+// Removes /dev/shm/accord-<pid>-* segments of this user whose creating process is gone.
+void sweep_stale_shm_segments();
+
+// Lists our segments currently in /dev/shm (tests check it is empty after a job).
+std::vector<std::string> list_shm_segments();
+
+}  // namespace accord

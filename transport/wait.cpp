@@ -1,0 +1,68 @@
+// Futex calls and the checks made between sleeps (see wait.hpp, Note [Waiting]).
+#include "transport/wait.hpp"
+
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+
+namespace accord {
+
+WaitPolicy make_wait_policy(int64_t spin_us_setting, int local_ranks) {
+  cpu_set_t set;
+  int cores = 1;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (online > 0 && online < cores) cores = static_cast<int>(online);
+  WaitPolicy p;
+  bool oversubscribed = local_ranks > cores;
+  if (spin_us_setting >= 0) {
+    p.spin_ns = spin_us_setting * 1000;
+    p.yields = oversubscribed ? 4 : 0;
+  } else if (oversubscribed) {
+    // Another rank needs this core to make the progress we are waiting for: spin only for
+    // about a cache-line round trip, then hand the core over.
+    p.spin_ns = 2000;
+    p.yields = 8;
+  } else {
+    p.spin_ns = 200000;
+    p.yields = 0;
+  }
+  return p;
+}
+
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms) {
+  timespec ts{timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+Status check_wait(const WaitContext& ctx, const char* waiting_for) {
+  if (ctx.abort_flag != nullptr && ctx.abort_flag->load(std::memory_order_acquire))
+    return error(ACCORD_ERR_ABORTED, "rank %d: %s (seq %llu) was aborted while waiting for %s of rank %d",
+                 ctx.self_rank, ctx.operation, static_cast<unsigned long long>(ctx.seq), waiting_for,
+                 ctx.peer_rank);
+  if (ctx.peer_pidfd >= 0) {
+    pollfd p{ctx.peer_pidfd, POLLIN, 0};
+    if (poll(&p, 1, 0) > 0 && (p.revents & POLLIN))
+      return error(ACCORD_ERR_REMOTE, "rank %d: peer rank %d died during %s (seq %llu) while this rank waited "
+                   "for its %s; look at rank %d's output for why it exited",
+                   ctx.self_rank, ctx.peer_rank, ctx.operation, static_cast<unsigned long long>(ctx.seq),
+                   waiting_for, ctx.peer_rank);
+  }
+  if (ctx.deadline.expired())
+    return error(ACCORD_ERR_TIMEOUT, "rank %d: %s (seq %llu) timed out after %lld ms waiting for %s of rank %d; "
+                 "is rank %d stopped, stuck, or calling a different collective? (ACCORD_TIMEOUT_MS)",
+                 ctx.self_rank, ctx.operation, static_cast<unsigned long long>(ctx.seq),
+                 static_cast<long long>(ctx.deadline.budget_ms()), waiting_for, ctx.peer_rank, ctx.peer_rank);
+  return Status::success();
+}
+
+}  // namespace accord

@@ -1,0 +1,99 @@
+// Waiting for a flag in shared memory without burning the machine and without hanging.
+//
+// Policy (Note [Waiting]): spin with a pause instruction for spin_ns (long when every local
+// rank has a core, short when oversubscribed), then yield the CPU a few times, then sleep on
+// a futex in slices of at most 20 ms. Between slices the waiter checks its deadline, the
+// communicator's abort flag and whether the peer process is still alive (a pidfd becomes
+// readable when the process dies), so a dead peer is noticed within one slice and a stopped
+// one turns into ACCORD_ERR_TIMEOUT at the deadline.
+//
+// The sleeping side sets `sleeping` before its final check and the waking side reads it after
+// publishing, each with a full fence in between, so a wake is never lost and the fast path
+// (peer awake) costs the waker one cached load and no system call.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "core/clock.hpp"
+#include "core/status.hpp"
+
+namespace accord {
+
+struct WaitPolicy {
+  int64_t spin_ns = 100000;  // before yielding
+  int yields = 0;            // sched_yield() calls before sleeping
+};
+
+// Picks the policy from ACCORD_SPIN_US and whether local ranks outnumber cores.
+WaitPolicy make_wait_policy(int64_t spin_us_setting, int local_ranks);
+
+// What a wait needs to fail well.
+struct WaitContext {
+  Deadline deadline;
+  const std::atomic<bool>* abort_flag = nullptr;
+  int self_rank = -1;
+  int peer_rank = -1;
+  int peer_pidfd = -1;          // -1: no liveness check
+  const char* operation = "";   // "all_reduce", for messages
+  uint64_t seq = 0;             // collective sequence number, for messages
+};
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms);
+void futex_wake_all(std::atomic<uint32_t>* word);
+
+// Checks abort, peer death and the deadline. Returns success if the wait may go on.
+Status check_wait(const WaitContext& ctx, const char* waiting_for);
+
+// Waits until word != value_when_not_ready, i.e. until the peer changes it.
+// `sleeping` is the flag the peer reads after it changes `word`.
+template <typename Ready>
+Status wait_for(Ready ready, std::atomic<uint32_t>* word, std::atomic<uint32_t>* sleeping,
+                const WaitPolicy& policy, const WaitContext& ctx, const char* waiting_for) {
+  if (ready()) return Status::success();
+  int64_t start = now_ns();
+  for (uint32_t i = 1;; ++i) {
+    if (ready()) return Status::success();
+    cpu_relax();
+    if ((i & 255) == 0) {
+      int64_t t = now_ns();
+      if (t - start >= policy.spin_ns) break;
+      if (ctx.deadline.expired_at(t) || (ctx.abort_flag && ctx.abort_flag->load(std::memory_order_relaxed)))
+        ACCORD_TRY(check_wait(ctx, waiting_for));
+    }
+  }
+  for (int y = 0; y < policy.yields; ++y) {
+    if (ready()) return Status::success();
+    sched_yield();
+  }
+  for (;;) {
+    uint32_t v = word->load(std::memory_order_acquire);
+    sleeping->store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (ready()) {
+      sleeping->store(0, std::memory_order_relaxed);
+      return Status::success();
+    }
+    futex_wait(word, v, 20);
+    sleeping->store(0, std::memory_order_relaxed);
+    if (ready()) return Status::success();
+    ACCORD_TRY(check_wait(ctx, waiting_for));
+  }
+}
+
+// Called by the side that changed `word`.
+inline void wake_if_sleeping(std::atomic<uint32_t>* word, std::atomic<uint32_t>* sleeping) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleeping->load(std::memory_order_relaxed) != 0) futex_wake_all(word);
+}
+
+}  // namespace accord
