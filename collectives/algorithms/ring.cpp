@@ -1,6 +1,7 @@
 // Ring all-reduce, reduce-scatter and all-gather.
 //
-// Cost for n ranks and S bytes (all-reduce): 2(n-1) steps per chunk; each rank sends and
+// Cost for n ranks and S bytes (all-reduce): per chunk, one send and 2(n-1) steps that each
+// wait for a message (2(n-1) hops of latency); each rank sends and
 // receives 2(n-1)/n * S bytes; every byte is reduced once by one rank and copied to the
 // others, so all ranks end bitwise identical. Reduce-scatter and all-gather are the two
 // halves: n-1 steps, (n-1)/n * S bytes each way (S = the whole gathered size).

@@ -1,0 +1,280 @@
+// Schedules checked with no transport: every rank's schedule runs in a simulator where each
+// element carries the count of each rank's contribution. A correct all-reduce leaves every
+// output element with exactly one contribution from every rank; a schedule that reads a
+// buffer before it was written, double-counts or forgets shows up as a wrong count. FIFOs
+// hold at most 4 messages, as the shared-memory transport's minimum (Note [FIFO depth]), so
+// a schedule that could deadlock there fails here. Bytes moved are compared with the cost
+// stated at the top of each algorithm's file.
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collectives/schedule.hpp"
+
+namespace accord {
+namespace {
+
+using Counts = std::vector<uint8_t>;  // contributions per rank, for one element
+using Buffer = std::vector<Counts>;
+
+struct Sim {
+  int n;
+  size_t es;
+  std::vector<Schedule> sched;
+  std::vector<Buffer> in, out;
+  std::vector<bool> in_place;
+  std::map<std::pair<int, int>, std::deque<Buffer>> fifo;  // (from, to)
+  std::vector<size_t> pc;
+  std::vector<size_t> bytes_sent;
+  std::string error;
+
+  // In place, input and output are one buffer.
+  Buffer& buf(int r, Buf b) {
+    const size_t i = static_cast<size_t>(r);
+    return b == Buf::kInput || in_place[i] ? in[i] : out[i];
+  }
+
+  Buffer slice(int r, Buf b, size_t off, size_t bytes) {
+    Buffer& B = buf(r, b);
+    if ((off + bytes) / es > B.size()) {
+      error = "out of bounds read";
+      return {};
+    }
+    return Buffer(B.begin() + static_cast<long>(off / es), B.begin() + static_cast<long>((off + bytes) / es));
+  }
+  void write(int r, Buf b, size_t off, const Buffer& v) {
+    Buffer& B = buf(r, b);
+    if (off / es + v.size() > B.size()) {
+      error = "out of bounds write";
+      return;
+    }
+    for (size_t i = 0; i < v.size(); ++i) B[off / es + i] = v[i];
+  }
+  static Buffer combine(const Buffer& a, const Buffer& b) {
+    Buffer c = a;
+    for (size_t i = 0; i < c.size(); ++i)
+      for (size_t k = 0; k < c[i].size(); ++k) c[i][k] = static_cast<uint8_t>(c[i][k] + b[i][k]);
+    return c;
+  }
+
+  bool can_send(int from, int to) { return fifo[{from, to}].size() < 4; }
+  bool can_recv(int from, int to) { return !fifo[{from, to}].empty(); }
+
+  // Executes rank r's next step if its messages are there; returns whether it progressed.
+  bool step(int r) {
+    const Step& s = sched[static_cast<size_t>(r)].steps[pc[static_cast<size_t>(r)]];
+    auto recv = [&](int from) {
+      Buffer m = fifo[{from, r}].front();
+      fifo[{from, r}].pop_front();
+      if (m.size() * es != s.bytes) error = "message size mismatch";
+      return m;
+    };
+    auto send = [&](int to, const Buffer& m) {
+      fifo[{r, to}].push_back(m);
+      bytes_sent[static_cast<size_t>(r)] += m.size() * es;
+    };
+    switch (s.kind) {
+      case StepKind::kSend:
+        if (!can_send(r, s.send_peer)) return false;
+        send(s.send_peer, slice(r, s.src, s.src_off, s.bytes));
+        break;
+      case StepKind::kRecv:
+        if (!can_recv(s.recv_peer, r)) return false;
+        write(r, s.dst, s.dst_off, recv(s.recv_peer));
+        break;
+      case StepKind::kCopy:
+        write(r, s.dst, s.dst_off, slice(r, s.src, s.src_off, s.bytes));
+        break;
+      case StepKind::kRecvReduce:
+        if (!can_recv(s.recv_peer, r)) return false;
+        write(r, s.dst, s.dst_off, combine(recv(s.recv_peer), slice(r, s.src, s.src_off, s.bytes)));
+        break;
+      case StepKind::kRecvReduceSend:
+      case StepKind::kRecvReduceCopySend:
+      case StepKind::kRecvCopySend: {
+        if (!can_recv(s.recv_peer, r) || !can_send(r, s.send_peer)) return false;
+        Buffer m = recv(s.recv_peer);
+        if (s.kind != StepKind::kRecvCopySend) m = combine(m, slice(r, s.src, s.src_off, s.bytes));
+        if (s.kind != StepKind::kRecvReduceSend) write(r, s.dst, s.dst_off, m);
+        send(s.send_peer, m);
+        break;
+      }
+      case StepKind::kReduceAll: {
+        for (int p = 0; p < n; ++p)
+          if (p != r && !can_recv(p, r)) return false;
+        Buffer acc = slice(r, s.src, s.src_off, s.bytes);
+        for (int p = 0; p < n; ++p)
+          if (p != r) acc = combine(acc, recv(p));
+        write(r, s.dst, s.dst_off, acc);
+        break;
+      }
+    }
+    ++pc[static_cast<size_t>(r)];
+    return true;
+  }
+
+  // Runs all ranks to completion. Returns false on deadlock or error.
+  bool run() {
+    for (;;) {
+      bool progressed = false, all_done = true;
+      for (int r = 0; r < n; ++r) {
+        if (pc[static_cast<size_t>(r)] >= sched[static_cast<size_t>(r)].steps.size()) continue;
+        all_done = false;
+        progressed |= step(r);
+        if (!error.empty()) return false;
+      }
+      if (all_done) return true;
+      if (!progressed) {
+        error = "deadlock";
+        return false;
+      }
+    }
+  }
+};
+
+struct Case {
+  Collective coll;
+  Algo algo;
+};
+
+// Builds and simulates one case; returns an empty string when correct.
+std::string simulate(Case c, int n, size_t count, size_t chunk_elems, bool in_place, int root) {
+  const size_t es = 4;
+  Sim sim;
+  sim.n = n;
+  sim.es = es;
+  sim.pc.assign(static_cast<size_t>(n), 0);
+  sim.bytes_sent.assign(static_cast<size_t>(n), 0);
+  const size_t nn = static_cast<size_t>(n);
+  size_t in_elems = c.coll == Collective::kReduceScatter ? count * nn : count;
+  size_t out_elems = c.coll == Collective::kAllGather ? count * nn : count;
+  for (int r = 0; r < n; ++r) {
+    ScheduleRequest req;
+    req.coll = c.coll;
+    req.algo = c.algo;
+    req.rank = r;
+    req.nranks = n;
+    req.count = count;
+    req.elem_bytes = es;
+    req.chunk_bytes = chunk_elems * es;
+    req.root = root;
+    // In place only where the layouts make it the same buffer (RS/AG handled as separate).
+    req.in_place = in_place && (c.coll == Collective::kAllReduce || ((c.coll == Collective::kBroadcast ||
+                                                                       c.coll == Collective::kReduce) && r == root));
+    Schedule s;
+    if (!build_schedule(req, &s)) return "no schedule";
+    sim.sched.push_back(s);
+    sim.in_place.push_back(req.in_place);
+    Buffer in(in_elems, Counts(nn, 0));
+    for (auto& e : in) e[static_cast<size_t>(r)] = 1;
+    sim.in.push_back(in);
+    sim.out.push_back(Buffer(req.in_place ? 0 : out_elems, Counts(nn, 0)));
+  }
+  if (!sim.run()) return sim.error;
+  size_t total_sent = 0;
+  for (size_t b : sim.bytes_sent) total_sent += b;
+  const size_t S = count * es;
+  size_t want_sent = 0;
+  Counts all(nn, 1);
+  for (int r = 0; r < n; ++r) {
+    Buffer& out = sim.in_place[static_cast<size_t>(r)] ? sim.in[static_cast<size_t>(r)] : sim.out[static_cast<size_t>(r)];
+    for (size_t i = 0; i < out_elems; ++i) {
+      Counts want(nn, 0);
+      switch (c.coll) {
+        case Collective::kAllReduce:
+        case Collective::kReduceScatter: want = all; break;
+        case Collective::kAllGather: want[i / count] = 1; break;
+        case Collective::kBroadcast: want[static_cast<size_t>(root)] = 1; break;
+        case Collective::kReduce:
+          if (r != root) continue;
+          want = all;
+          break;
+        default: break;
+      }
+      if (out[i] != want)
+        return "rank " + std::to_string(r) + " element " + std::to_string(i) + " has the wrong contributions";
+    }
+  }
+  switch (c.coll) {
+    case Collective::kAllReduce: want_sent = c.algo == Algo::kRing ? 2 * (nn - 1) * S : nn * (nn - 1) * S; break;
+    case Collective::kReduceScatter:
+    case Collective::kAllGather: want_sent = (nn - 1) * nn * S; break;
+    case Collective::kBroadcast:
+    case Collective::kReduce: want_sent = (nn - 1) * S; break;
+    default: break;
+  }
+  if (total_sent != want_sent)
+    return "moved " + std::to_string(total_sent) + " bytes, the cost model says " + std::to_string(want_sent);
+  return "";
+}
+
+TEST(Schedule, EveryCollectiveAndAlgorithmDeliversEachContributionExactlyOnce) {
+  const Case cases[] = {{Collective::kAllReduce, Algo::kRing},     {Collective::kAllReduce, Algo::kDirect},
+                        {Collective::kReduceScatter, Algo::kRing}, {Collective::kAllGather, Algo::kRing},
+                        {Collective::kBroadcast, Algo::kChain},    {Collective::kReduce, Algo::kChain}};
+  int checked = 0;
+  for (const Case& c : cases)
+    for (int n = 1; n <= 6; ++n)
+      for (size_t count : {0, 1, 2, 5, 7, 13, 64, 101})
+        for (size_t chunk : {1, 3, 16, 1000})
+          for (bool in_place : {false, true})
+            for (int root : {0, n - 1}) {
+              std::string e = simulate(c, n, count, chunk, in_place, root);
+              EXPECT_EQ(e, "") << collective_name(c.coll) << "/" << algo_name(c.algo) << " n=" << n
+                               << " count=" << count << " chunk=" << chunk << " in_place=" << in_place
+                               << " root=" << root;
+              ++checked;
+            }
+  EXPECT_GT(checked, 2000);
+}
+
+TEST(Schedule, RingStepCountMatchesCost) {
+  // Per chunk loop: one plain send, then 2(n-1) steps that each wait for a message (the
+  // 2(n-1) hops of latency in ring.cpp's cost).
+  for (int n = 2; n <= 8; ++n) {
+    ScheduleRequest req;
+    req.nranks = n;
+    req.count = static_cast<size_t>(n) * 10;
+    req.elem_bytes = 4;
+    req.chunk_bytes = 40;  // one loop
+    Schedule s;
+    ASSERT_TRUE(build_schedule(req, &s));
+    EXPECT_EQ(s.steps.size(), static_cast<size_t>(2 * (n - 1) + 1)) << "n=" << n;
+    size_t receiving = 0;
+    for (const Step& st : s.steps) receiving += st.recv_peer >= 0;
+    EXPECT_EQ(receiving, static_cast<size_t>(2 * (n - 1))) << "n=" << n;
+  }
+}
+
+TEST(Schedule, BarrierRoundsAreLogarithmic) {
+  for (int n = 1; n <= 9; ++n) {
+    ScheduleRequest req;
+    req.coll = Collective::kBarrier;
+    req.algo = Algo::kDirect;
+    req.nranks = n;
+    Schedule s;
+    ASSERT_TRUE(build_schedule(req, &s));
+    int rounds = 0;
+    for (int d = 1; d < n; d *= 2) ++rounds;
+    EXPECT_EQ(s.steps.size(), static_cast<size_t>(2 * rounds));
+  }
+}
+
+TEST(Schedule, UnsupportedCombinationsSayNo) {
+  ScheduleRequest req;
+  req.coll = Collective::kBroadcast;
+  req.algo = Algo::kRing;
+  req.nranks = 2;
+  Schedule s;
+  EXPECT_FALSE(build_schedule(req, &s));
+  req.coll = Collective::kAllReduce;
+  req.rank = 5;
+  req.algo = Algo::kRing;
+  EXPECT_FALSE(build_schedule(req, &s));
+}
+
+}  // namespace
+}  // namespace accord
