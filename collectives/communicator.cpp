@@ -50,6 +50,38 @@ bool parse_algo(const std::string& s, Algo* out) {
   return false;
 }
 
+const char* dtype_label(accord_datatype_t d) {
+  static const char* names[] = {"int8",    "uint8",   "int32",   "uint32", "int64",
+                                "uint64",  "float16", "float32", "float64", "bfloat16"};
+  return d >= 0 && d < ACCORD_NUM_DTYPES ? names[d] : "?";
+}
+
+const char* op_label(accord_red_op_t op) {
+  static const char* names[] = {"sum", "prod", "max", "min", "avg"};
+  return op >= 0 && op < ACCORD_NUM_OPS ? names[op] : "?";
+}
+
+// What ACCORD_CHECK compares between ranks.
+struct CallDescriptor {
+  int32_t coll;
+  int32_t dtype;
+  int32_t op;
+  int32_t root;
+  uint64_t count;
+};
+
+bool reduces(Collective c);
+
+std::string describe(const CallDescriptor& d) {
+  const Collective c = static_cast<Collective>(d.coll);
+  std::string s = format("%s with %llu %s", collective_name(c), static_cast<unsigned long long>(d.count),
+                         dtype_label(static_cast<accord_datatype_t>(d.dtype)));
+  if (c == Collective::kBarrier) s = "barrier";
+  if (reduces(c)) s += format(" (%s)", op_label(static_cast<accord_red_op_t>(d.op)));
+  if (c == Collective::kBroadcast || c == Collective::kReduce) s += format(" (root %d)", d.root);
+  return s;
+}
+
 bool reduces(Collective c) {
   return c == Collective::kAllReduce || c == Collective::kReduceScatter || c == Collective::kReduce;
 }
@@ -233,6 +265,44 @@ const Schedule* Communicator::schedule_for(const ScheduleRequest& req) {
   return &schedules_.emplace(key, std::move(s)).first->second;
 }
 
+Status Communicator::check_consistency(const CollArgs& a) {
+  CallDescriptor mine{static_cast<int32_t>(a.coll), static_cast<int32_t>(a.dtype),
+                      reduces(a.coll) ? static_cast<int32_t>(a.op) : 0,
+                      a.coll == Collective::kBroadcast || a.coll == Collective::kReduce ? a.root : 0,
+                      a.coll == Collective::kBarrier ? 0 : static_cast<uint64_t>(a.count)};
+  std::vector<CallDescriptor> all(static_cast<size_t>(nranks_));
+  ScheduleRequest req;
+  req.coll = Collective::kAllGather;
+  req.algo = Algo::kRing;
+  req.rank = rank_;
+  req.nranks = nranks_;
+  req.count = sizeof(CallDescriptor);
+  req.elem_bytes = 1;
+  req.chunk_bytes = chunk_bytes_;
+  const Schedule* schedule = schedule_for(req);
+  ExecArgs x;
+  x.input = &mine;
+  x.output = all.data();
+  x.wait.deadline = Deadline::after_ms(settings_.timeout_ms);
+  x.wait.abort_flag = &abort_;
+  x.wait.self_rank = rank_;
+  x.wait.operation = "ACCORD_CHECK argument exchange";
+  x.wait.seq = seq_ + 1;
+  Status s = execute(*schedule, x, links_);
+  if (!s.ok()) {
+    sticky_ = s;
+    return s;
+  }
+  for (int r = 0; r < nranks_; ++r) {
+    if (std::memcmp(&all[static_cast<size_t>(r)], &mine, sizeof mine) != 0)
+      return error(ACCORD_ERR_MISMATCH, "rank %d: ranks disagree on collective %llu: rank %d called %s, rank %d called "
+                   "%s; every rank must make the same calls in the same order", rank_,
+                   static_cast<unsigned long long>(seq_ + 1), r, describe(all[static_cast<size_t>(r)]).c_str(), rank_,
+                   describe(mine).c_str());
+  }
+  return Status::success();
+}
+
 Status Communicator::run(const CollArgs& a) {
   RankScope scope(rank_, nranks_);
   const char* name = collective_name(a.coll);
@@ -242,6 +312,7 @@ Status Communicator::run(const CollArgs& a) {
                                          rank_, name, sticky_.message().c_str()));
   size_t in_bytes = 0, out_bytes = 0;
   ACCORD_TRY(check_args(a, &in_bytes, &out_bytes));
+  if (settings_.check && nranks_ > 1) ACCORD_TRY(check_consistency(a));
   if (a.count == 0 && a.coll != Collective::kBarrier) return Status::success();
   const size_t esize = a.coll == Collective::kBarrier ? 1 : accord_dtype_size(a.dtype);
   const size_t bytes = a.count * esize;

@@ -56,6 +56,8 @@ class Communicator {
   Communicator() = default;
   Status init(const InitSpec& spec);
   Status check_args(const CollArgs& a, size_t* in_bytes, size_t* out_bytes) const;
+  // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
+  Status check_consistency(const CollArgs& a);
   Algo choose_algo(const CollArgs& a, size_t bytes);
   const Schedule* schedule_for(const ScheduleRequest& req);
 

@@ -53,7 +53,7 @@ Status check_wait(const WaitContext& ctx, const char* waiting_for) {
     pollfd p{ctx.peer_pidfd, POLLIN, 0};
     if (poll(&p, 1, 0) > 0 && (p.revents & POLLIN))
       return error(ACCORD_ERR_REMOTE, "rank %d: peer rank %d died during %s (seq %llu) while this rank waited "
-                   "for its %s; look at rank %d's output for why it exited",
+                   "for %s; look at rank %d's output for why it exited",
                    ctx.self_rank, ctx.peer_rank, ctx.operation, static_cast<unsigned long long>(ctx.seq),
                    waiting_for, ctx.peer_rank);
   }

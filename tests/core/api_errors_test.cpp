@@ -1,0 +1,246 @@
+// Bad input and faults through the C API: clear statuses and messages, communicators that stay
+// usable after argument errors, and bounded-time failures (never a hang) when a rank is
+// missing, dies, stalls or disagrees.
+#include <accord/accord.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/harness.hpp"
+
+namespace accord::testing {
+namespace {
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, old_.c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+TEST(ApiErrors, BadArgumentsAreStatusesAndTheCommunicatorStaysUsable) {
+  auto failures = run_threads(2, [](accord_comm_t comm, int rank, int nranks) -> std::string {
+    float buf[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    struct Bad {
+      std::function<accord_status_t()> call;
+      accord_status_t want;
+      const char* needle;
+    } cases[] = {
+        {[&] { return accord_all_reduce(nullptr, buf, 8, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr); },
+         ACCORD_ERR_INVALID_ARGUMENT, "sendbuf is NULL"},
+        {[&] { return accord_all_reduce(buf, nullptr, 8, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr); },
+         ACCORD_ERR_INVALID_ARGUMENT, "recvbuf is NULL"},
+        {[&] { return accord_all_reduce(buf, buf, 8, static_cast<accord_datatype_t>(42), ACCORD_SUM, comm, nullptr); },
+         ACCORD_ERR_INVALID_ARGUMENT, "unknown dtype 42"},
+        {[&] { return accord_all_reduce(buf, buf, 8, ACCORD_FLOAT32, static_cast<accord_red_op_t>(-1), comm, nullptr); },
+         ACCORD_ERR_INVALID_ARGUMENT, "unknown reduction op"},
+        {[&] { return accord_all_reduce(buf, buf + 1, 4, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr); },
+         ACCORD_ERR_INVALID_ARGUMENT, "overlap"},
+        {[&] { return accord_broadcast(buf, buf, 8, ACCORD_FLOAT32, 7, comm, nullptr); }, ACCORD_ERR_INVALID_ARGUMENT,
+         "root 7"},
+        {[&] {
+           return accord_all_reduce(buf, buf, 8, ACCORD_FLOAT32, ACCORD_SUM, comm, reinterpret_cast<void*>(1));
+         },
+         ACCORD_ERR_UNSUPPORTED, "stream"},
+    };
+    for (const Bad& b : cases) {
+      accord_status_t got = b.call();
+      if (got != b.want)
+        return std::string("expected ") + accord_status_string(b.want) + ", got " + accord_status_string(got);
+      std::string msg = accord_last_error(comm);
+      if (!contains(msg, b.needle)) return "message '" + msg + "' lacks '" + b.needle + "'";
+      if (!contains(msg, "rank " + std::to_string(rank))) return "message '" + msg + "' does not name the rank";
+    }
+    // Still usable.
+    float out[8];
+    if (accord_all_reduce(buf, out, 8, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr) != ACCORD_SUCCESS)
+      return std::string("all_reduce after bad calls failed: ") + accord_last_error(comm);
+    for (float v : out)
+      if (v != static_cast<float>(nranks)) return "wrong result after bad calls";
+    // Zero elements with NULL buffers is fine.
+    if (accord_all_reduce(nullptr, nullptr, 0, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr) != ACCORD_SUCCESS)
+      return "count 0 with NULL buffers failed";
+    return "";
+  });
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+TEST(ApiErrors, DestroyedAndNullCommunicators) {
+  float x = 1;
+  EXPECT_EQ(accord_all_reduce(&x, &x, 1, ACCORD_FLOAT32, ACCORD_SUM, nullptr, nullptr), ACCORD_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(accord_last_error(nullptr), "comm is NULL"));
+  accord_comm_t comm = nullptr;
+  unsetenv("RANK");
+  ASSERT_EQ(accord_comm_init_from_env(&comm), ACCORD_SUCCESS) << accord_last_error(nullptr);
+  int n = 0;
+  ASSERT_EQ(accord_comm_count(comm, &n), ACCORD_SUCCESS);
+  EXPECT_EQ(n, 1);
+  ASSERT_EQ(accord_comm_destroy(comm), ACCORD_SUCCESS);
+  EXPECT_EQ(accord_all_reduce(&x, &x, 1, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr), ACCORD_ERR_INVALID_USAGE);
+  EXPECT_TRUE(contains(accord_last_error(comm), "destroyed"));
+  EXPECT_EQ(accord_comm_destroy(comm), ACCORD_ERR_INVALID_USAGE);
+}
+
+TEST(ApiErrors, InitArgumentsAndCorruptIds) {
+  accord_comm_t comm = nullptr;
+  accord_unique_id_t id;
+  ASSERT_EQ(accord_get_unique_id(&id), ACCORD_SUCCESS);
+  EXPECT_EQ(accord_comm_init_rank(&comm, 2, id, 2), ACCORD_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(accord_last_error(nullptr), "rank 2 is out of range"));
+  EXPECT_EQ(accord_comm_init_rank(&comm, 0, id, 0), ACCORD_ERR_INVALID_ARGUMENT);
+  accord_unique_id_t garbage;
+  std::memset(&garbage, 0x41, sizeof garbage);
+  EXPECT_EQ(accord_comm_init_rank(&comm, 2, garbage, 0), ACCORD_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(accord_last_error(nullptr), "unique id"));
+  EXPECT_EQ(comm, nullptr);
+}
+
+TEST(ApiErrors, MismatchedNranksAtInitFailsOnEveryRank) {
+  ScopedEnv t("ACCORD_INIT_TIMEOUT_MS", "5000");
+  accord_unique_id_t id;
+  ASSERT_EQ(accord_get_unique_id(&id), ACCORD_SUCCESS);
+  accord_status_t st[2];
+  std::string msg[2];
+  std::thread a([&] {
+    accord_comm_t c = nullptr;
+    st[0] = accord_comm_init_rank(&c, 2, id, 0);
+    msg[0] = accord_last_error(nullptr);
+    if (c) accord_comm_destroy(c);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::thread b([&] {
+    accord_comm_t c = nullptr;
+    st[1] = accord_comm_init_rank(&c, 3, id, 1);
+    msg[1] = accord_last_error(nullptr);
+    if (c) accord_comm_destroy(c);
+  });
+  a.join();
+  b.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r], ACCORD_ERR_INVALID_USAGE) << msg[r];
+    EXPECT_TRUE(contains(msg[r], "nranks=3")) << msg[r];
+  }
+}
+
+TEST(ApiErrors, MissingRankAtInitTimesOutNamingIt) {
+  ScopedEnv t("ACCORD_INIT_TIMEOUT_MS", "800");
+  accord_unique_id_t id;
+  ASSERT_EQ(accord_get_unique_id(&id), ACCORD_SUCCESS);
+  std::vector<std::thread> threads;
+  accord_status_t st[2];
+  std::string msg[2];
+  auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      accord_comm_t c = nullptr;
+      st[r] = accord_comm_init_rank(&c, 3, id, r);
+      msg[r] = accord_last_error(nullptr);
+    });
+  for (auto& th : threads) th.join();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(secs, 5.0);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r], ACCORD_ERR_TIMEOUT) << msg[r];
+    EXPECT_TRUE(contains(msg[r], "rank 2")) << msg[r];
+    EXPECT_TRUE(contains(msg[r], "ACCORD_INIT_TIMEOUT_MS")) << msg[r];
+  }
+}
+
+TEST(ApiErrors, DeadPeerIsReportedWithinASecond) {
+  ScopedEnv t("ACCORD_TIMEOUT_MS", "60000");
+  auto failures = run_processes(3, [](accord_comm_t comm, int rank, int) -> std::string {
+    float buf[1024] = {};
+    if (accord_all_reduce(buf, buf, 1024, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr) != ACCORD_SUCCESS)
+      return "first all_reduce failed";
+    if (rank == 2) _exit(0);  // dies without a word
+    auto start = std::chrono::steady_clock::now();
+    accord_status_t s = accord_all_reduce(buf, buf, 1024, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::string msg = accord_last_error(comm);
+    if (s != ACCORD_ERR_REMOTE) return std::string("expected remote error, got ") + accord_status_string(s) + ": " + msg;
+    if (!contains(msg, "rank 2")) return "message does not name rank 2: " + msg;
+    if (secs > 1.0) return "took " + std::to_string(secs) + " s to notice";
+    // The communicator now refuses work, saying why.
+    s = accord_all_reduce(buf, buf, 1, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr);
+    if (s == ACCORD_SUCCESS || !contains(accord_last_error(comm), "failed earlier")) return "not sticky";
+    return "";
+  });
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+TEST(ApiErrors, StalledPeerTimesOut) {
+  ScopedEnv t("ACCORD_TIMEOUT_MS", "500");
+  auto failures = run_threads(2, [](accord_comm_t comm, int rank, int) -> std::string {
+    float buf[4] = {};
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // never calls in time
+      return "";
+    }
+    auto start = std::chrono::steady_clock::now();
+    accord_status_t s = accord_all_reduce(buf, buf, 4, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (s != ACCORD_ERR_TIMEOUT) return std::string("expected timeout, got ") + accord_status_string(s);
+    if (secs > 1.5) return "timeout took " + std::to_string(secs) + " s";
+    if (!contains(accord_last_error(comm), "rank 1")) return "message does not name rank 1";
+    return "";
+  });
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+TEST(ApiErrors, MismatchedCountsNeverWritePastTheBuffer) {
+  ScopedEnv t("ACCORD_TIMEOUT_MS", "1000");
+  for (const char* algo : {"ring", "direct"}) {
+    ScopedEnv a("ACCORD_ALGO", algo);
+    auto failures = run_threads(2, [](accord_comm_t comm, int rank, int) -> std::string {
+      const size_t count = rank == 0 ? 1000 : 3000;
+      std::vector<float> in(count, 1.0f), out(count + 16, -7.0f);
+      accord_status_t s = accord_all_reduce(in.data(), out.data(), count, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr);
+      for (size_t i = count; i < out.size(); ++i)
+        if (out[i] != -7.0f) return "wrote past the end of recvbuf";
+      if (s == ACCORD_SUCCESS) return "mismatched counts reported success";
+      return "";
+    });
+    for (const auto& f : failures) ADD_FAILURE() << algo << ": " << f;
+  }
+}
+
+TEST(ApiErrors, CheckModeNamesTheDifferenceOnEveryRankAndStaysUsable) {
+  ScopedEnv c("ACCORD_CHECK", "1");
+  auto failures = run_threads(3, [](accord_comm_t comm, int rank, int nranks) -> std::string {
+    std::vector<float> buf(1024, 1.0f);
+    const size_t count = rank == 2 ? 1000 : 1024;
+    accord_status_t s = accord_all_reduce(buf.data(), buf.data(), count, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr);
+    std::string msg = accord_last_error(comm);
+    if (s != ACCORD_ERR_MISMATCH) return std::string("expected mismatch, got ") + accord_status_string(s) + ": " + msg;
+    if (!contains(msg, "rank 2 called all_reduce with 1000 float32")) return "message lacks the detail: " + msg;
+    s = accord_all_reduce(buf.data(), buf.data(), 1024, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr);
+    if (s != ACCORD_SUCCESS) return std::string("not usable after a mismatch: ") + accord_last_error(comm);
+    if (buf[0] != static_cast<float>(nranks)) return "wrong result after a mismatch";
+    return "";
+  });
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+}  // namespace
+}  // namespace accord::testing

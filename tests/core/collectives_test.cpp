@@ -1,0 +1,109 @@
+// Reduce-scatter, all-gather, broadcast, reduce and barrier through the C API, exact values,
+// 1 to 5 ranks as threads and 3 as processes, sizes around chunk boundaries, in place.
+#include <accord/accord.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/support/harness.hpp"
+
+namespace accord::testing {
+namespace {
+
+constexpr size_t kChunkF32 = (128 << 10) / 4;
+
+std::string fail(const char* what, size_t count, accord_comm_t comm, accord_status_t s) {
+  return std::string(what) + " count " + std::to_string(count) + ": " + accord_status_string(s) + ": " +
+         accord_last_error(comm);
+}
+
+std::string reduce_scatter(accord_comm_t comm, int rank, int n, size_t count, accord_datatype_t dt, accord_red_op_t op,
+                           bool in_place) {
+  const size_t es = accord_dtype_size(dt), nn = static_cast<size_t>(n);
+  std::vector<char> in(count * nn * es + 1), out(count * es + 1), want(count * nn * es + 1);
+  fill_input(in.data(), count * nn, dt, op, rank, n);
+  fill_expected(want.data(), count * nn, dt, op, n);
+  char* recv = in_place ? in.data() + static_cast<size_t>(rank) * count * es : out.data();
+  accord_status_t s = accord_reduce_scatter(in.data(), recv, count, dt, op, comm, nullptr);
+  if (s != ACCORD_SUCCESS) return fail("reduce_scatter", count, comm, s);
+  if (count_mismatches(recv, want.data() + static_cast<size_t>(rank) * count * es, count, dt))
+    return "reduce_scatter count " + std::to_string(count) + ": wrong values";
+  return "";
+}
+
+std::string all_gather(accord_comm_t comm, int rank, int n, size_t count, bool in_place) {
+  const size_t nn = static_cast<size_t>(n);
+  std::vector<int32_t> mine(count), out(count * nn), want(count * nn);
+  for (size_t i = 0; i < count; ++i) mine[i] = rank * 100000 + static_cast<int32_t>(i);
+  for (size_t r = 0; r < nn; ++r)
+    for (size_t i = 0; i < count; ++i) want[r * count + i] = static_cast<int32_t>(r) * 100000 + static_cast<int32_t>(i);
+  const int32_t* send = mine.data();
+  if (in_place) {
+    std::copy(mine.begin(), mine.end(), out.begin() + static_cast<long>(static_cast<size_t>(rank) * count));
+    send = out.data() + static_cast<size_t>(rank) * count;
+  }
+  accord_status_t s = accord_all_gather(send, out.data(), count, ACCORD_INT32, comm, nullptr);
+  if (s != ACCORD_SUCCESS) return fail("all_gather", count, comm, s);
+  if (out != want) return "all_gather count " + std::to_string(count) + ": wrong values";
+  return "";
+}
+
+std::string broadcast(accord_comm_t comm, int rank, int n, size_t count, int root, bool in_place) {
+  (void)n;
+  std::vector<double> src(count), out(count, -1.0);
+  for (size_t i = 0; i < count; ++i) src[i] = static_cast<double>(i) * 0.5 + root;
+  const double* send = rank == root ? src.data() : nullptr;
+  if (in_place && rank == root) {
+    out = src;
+    send = out.data();
+  }
+  accord_status_t s = accord_broadcast(send, out.data(), count, ACCORD_FLOAT64, root, comm, nullptr);
+  if (s != ACCORD_SUCCESS) return fail("broadcast", count, comm, s);
+  if (out != src) return "broadcast count " + std::to_string(count) + " root " + std::to_string(root) + ": wrong";
+  return "";
+}
+
+std::string reduce(accord_comm_t comm, int rank, int n, size_t count, int root, accord_red_op_t op) {
+  std::vector<float> in(count), out(count, -1.0f), want(count);
+  fill_input(in.data(), count, ACCORD_FLOAT32, op, rank, n);
+  fill_expected(want.data(), count, ACCORD_FLOAT32, op, n);
+  accord_status_t s = accord_reduce(in.data(), rank == root ? out.data() : nullptr, count, ACCORD_FLOAT32, op, root,
+                                    comm, nullptr);
+  if (s != ACCORD_SUCCESS) return fail("reduce", count, comm, s);
+  if (rank == root && count_mismatches(out.data(), want.data(), count, ACCORD_FLOAT32))
+    return "reduce count " + std::to_string(count) + " root " + std::to_string(root) + ": wrong values";
+  return "";
+}
+
+std::string all_collectives(accord_comm_t comm, int rank, int n) {
+  for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1031}, kChunkF32 + 1}) {
+    for (bool in_place : {false, true}) {
+      for (accord_red_op_t op : {ACCORD_SUM, ACCORD_MAX, ACCORD_AVG}) {
+        std::string e = reduce_scatter(comm, rank, n, count, ACCORD_FLOAT32, op, in_place);
+        if (!e.empty()) return e;
+      }
+      std::string e = reduce_scatter(comm, rank, n, count, ACCORD_INT8, ACCORD_SUM, in_place);
+      if (e.empty()) e = all_gather(comm, rank, n, count, in_place);
+      for (int root = 0; root < n && e.empty(); ++root) e = broadcast(comm, rank, n, count, root, in_place);
+      for (int root = 0; root < n && e.empty(); ++root) e = reduce(comm, rank, n, count, root, root % 2 ? ACCORD_AVG : ACCORD_SUM);
+      if (e.empty() && accord_barrier(comm, nullptr) != ACCORD_SUCCESS) e = fail("barrier", 0, comm, ACCORD_ERR_INTERNAL);
+      if (!e.empty()) return e;
+    }
+  }
+  return "";
+}
+
+class CollectivesThreads : public ::testing::TestWithParam<int> {};
+TEST_P(CollectivesThreads, ExactResults) {
+  for (const auto& f : run_threads(GetParam(), all_collectives)) ADD_FAILURE() << f;
+}
+INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesThreads, ::testing::Values(1, 2, 3, 4, 5));
+
+TEST(CollectivesProcesses, ExactResultsThreeRanks) {
+  for (const auto& f : run_processes(3, all_collectives)) ADD_FAILURE() << f;
+}
+
+}  // namespace
+}  // namespace accord::testing
