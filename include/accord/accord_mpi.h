@@ -1,7 +1,7 @@
 /*
  * Accord bootstrap from an MPI communicator. Separate from accord.h so that programs without
  * MPI never need mpi.h. Available when Accord was built with MPI (meson -Dmpi=enabled|auto and
- * MPI found); otherwise accord_comm_init_mpi returns ACCORD_ERR_UNSUPPORTED.
+ * MPI found); builds without MPI neither install this header nor export the function.
  */
 #ifndef ACCORD_ACCORD_MPI_H_
 #define ACCORD_ACCORD_MPI_H_
