@@ -3,7 +3,9 @@
 // crosses the C ABI.
 #include "include/accord/accord.h"
 
+#include <chrono>
 #include <deque>
+#include <thread>
 #include <mutex>
 #include <new>
 
@@ -32,6 +34,7 @@ accord_status_t guarded(accord_comm* h, F&& body) {
 }
 
 accord_status_t run_collective(accord_comm_t comm, const CollArgs& args, accord_stream_t stream, const char* fn) {
+  CallGuard guard(comm);
   return guarded(comm, [&]() -> accord_status_t {
     accord_status_t code;
     if (!live(comm, fn, &code)) return code;
@@ -57,12 +60,13 @@ accord_comm* new_handle(std::unique_ptr<Communicator> impl) {
   if (h == nullptr) h = new accord_comm();
   h->impl = std::move(impl);
   h->last_error.clear();
-  h->magic = kLiveMagic;
+  h->magic.store(kLiveMagic);
   return h;
 }
 
 void retire_handle(accord_comm* h) {
   h->magic = 0;
+  h->active_calls = 0;
   h->impl.reset();
   std::lock_guard<std::mutex> lock(g_handles_mutex);
   g_retired.push_back(h);
@@ -150,12 +154,51 @@ accord_status_t accord_comm_destroy(accord_comm_t comm) {
   return guarded(nullptr, [&]() -> accord_status_t {
     accord_status_t code;
     if (!live(comm, "accord_comm_destroy", &code)) return code;
+    uint64_t expected = kLiveMagic;
+    if (!comm->magic.compare_exchange_strong(expected, kAbortingMagic))
+      return report(nullptr, error(ACCORD_ERR_INVALID_USAGE, "accord_comm_destroy: already destroyed or aborted"));
     retire_handle(comm);
     return ACCORD_SUCCESS;
   });
 }
 
+accord_status_t accord_comm_abort(accord_comm_t comm) {
+  return guarded(nullptr, [&]() -> accord_status_t {
+    accord_status_t code;
+    if (!live(comm, "accord_comm_abort", &code)) return code;
+    uint64_t expected = kLiveMagic;
+    // Only one of several concurrent abort/destroy calls proceeds.
+    if (!comm->magic.compare_exchange_strong(expected, kAbortingMagic))
+      return report(nullptr, error(ACCORD_ERR_INVALID_USAGE, "accord_comm_abort: already destroyed or aborted"));
+    comm->impl->abort();
+    // Wait (bounded) for calls inside the communicator to leave: they see the abort flag
+    // within one 20 ms sleep slice.
+    Deadline deadline = Deadline::after_ms(5000);
+    while (comm->active_calls.load(std::memory_order_seq_cst) > 0 && !deadline.expired())
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (comm->active_calls.load() > 0) {
+      // A call is stuck outside our waits (e.g. in the user's own code path); keep the
+      // communicator's memory rather than free it under that call.
+      (void)comm->impl.release();
+      LOG_WARN(kCore, "accord_comm_abort: a call did not leave within 5 s; its communicator is leaked, not freed");
+    }
+    retire_handle(comm);
+    return ACCORD_SUCCESS;
+  });
+}
+
+accord_status_t accord_comm_get_async_error(accord_comm_t comm, accord_status_t* async_error) {
+  CallGuard guard(comm);
+  accord_status_t code;
+  if (!live(comm, "accord_comm_get_async_error", &code)) return code;
+  if (async_error == nullptr)
+    return report(comm, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_get_async_error: async_error is NULL"));
+  *async_error = comm->impl->sticky_error();
+  return ACCORD_SUCCESS;
+}
+
 accord_status_t accord_comm_rank(accord_comm_t comm, int* rank) {
+  CallGuard guard(comm);
   accord_status_t code;
   if (!live(comm, "accord_comm_rank", &code)) return code;
   if (rank == nullptr) return report(comm, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_rank: rank is NULL"));
@@ -164,6 +207,7 @@ accord_status_t accord_comm_rank(accord_comm_t comm, int* rank) {
 }
 
 accord_status_t accord_comm_count(accord_comm_t comm, int* nranks) {
+  CallGuard guard(comm);
   accord_status_t code;
   if (!live(comm, "accord_comm_count", &code)) return code;
   if (nranks == nullptr) return report(comm, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_count: nranks is NULL"));

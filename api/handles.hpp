@@ -6,6 +6,7 @@
 // others, keeping the table bounded for programs that create communicators in a loop.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -13,14 +14,16 @@
 #include "core/status.hpp"
 
 struct accord_comm {
-  uint64_t magic = 0;
+  std::atomic<uint64_t> magic{0};
+  std::atomic<int> active_calls{0};  // calls inside impl right now (abort waits for them)
   std::unique_ptr<accord::Communicator> impl;
   std::string last_error;
 };
 
 namespace accord {
 
-constexpr uint64_t kLiveMagic = 0x6163636f72644c56ULL;  // "accordLV"
+constexpr uint64_t kLiveMagic = 0x6163636f72644c56ULL;      // "accordLV"
+constexpr uint64_t kAbortingMagic = 0x6163636f72644142ULL;  // "accordAB": being torn down
 
 accord_comm* new_handle(std::unique_ptr<Communicator> impl);
 void retire_handle(accord_comm* h);
@@ -30,5 +33,21 @@ accord_status_t report(accord_comm* h, const Status& s);
 
 // Validates a handle; on failure records the reason on the thread.
 bool live(accord_comm* h, const char* function, accord_status_t* code);
+
+// Holds a handle's impl alive for the duration of one call (abort waits for it).
+class CallGuard {
+ public:
+  explicit CallGuard(accord_comm* h) : h_(h) {
+    if (h_ != nullptr) h_->active_calls.fetch_add(1, std::memory_order_seq_cst);
+  }
+  ~CallGuard() {
+    if (h_ != nullptr) h_->active_calls.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  CallGuard(const CallGuard&) = delete;
+  CallGuard& operator=(const CallGuard&) = delete;
+
+ private:
+  accord_comm* h_;
+};
 
 }  // namespace accord

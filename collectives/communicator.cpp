@@ -291,6 +291,7 @@ Status Communicator::check_consistency(const CollArgs& a) {
   Status s = execute(*schedule, x, links_);
   if (!s.ok()) {
     sticky_ = s;
+    sticky_code_.store(s.code(), std::memory_order_release);
     return s;
   }
   for (int r = 0; r < nranks_; ++r) {
@@ -361,6 +362,7 @@ Status Communicator::run(const CollArgs& a) {
   Status s = execute(*schedule, x, links_);
   if (!s.ok()) {
     sticky_ = s;
+    sticky_code_.store(s.code(), std::memory_order_release);
     LOG_WARN(kColl, "%s", s.message().c_str());
   }
   return s;

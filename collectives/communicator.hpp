@@ -52,6 +52,9 @@ class Communicator {
   // Abort: wakes every wait of this communicator with ACCORD_ERR_ABORTED. Safe from any thread.
   void abort() { abort_.store(true, std::memory_order_release); }
 
+  // The error that broke the communicator (ACCORD_SUCCESS if none). Any thread.
+  accord_status_t sticky_error() const { return sticky_code_.load(std::memory_order_acquire); }
+
  private:
   Communicator() = default;
   Status init(const InitSpec& spec);
@@ -69,6 +72,7 @@ class Communicator {
   std::vector<int> local_ranks_;
   std::atomic<bool> abort_{false};
   Status sticky_;  // first failure inside a collective
+  std::atomic<accord_status_t> sticky_code_{ACCORD_SUCCESS};
   uint64_t seq_ = 0;
   std::vector<uint8_t> scratch_;
   size_t chunk_bytes_ = 0;

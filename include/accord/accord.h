@@ -124,6 +124,17 @@ ACCORD_API accord_status_t accord_comm_init_from_env(accord_comm_t* comm);
  *  rank. Using the handle afterwards returns ACCORD_ERR_INVALID_USAGE. */
 ACCORD_API accord_status_t accord_comm_destroy(accord_comm_t comm);
 
+/** Aborts the communicator: every call waiting inside it on any thread returns
+ *  ACCORD_ERR_ABORTED within about 20 ms, then its resources are freed and the handle is dead
+ *  (later calls return ACCORD_ERR_INVALID_USAGE). Safe to call from another thread while a
+ *  collective is blocked; returns within 5 s. The other ranks see this rank disappear
+ *  (ACCORD_ERR_REMOTE) and should abort or destroy their communicators too. */
+ACCORD_API accord_status_t accord_comm_abort(accord_comm_t comm);
+
+/** The error that broke this communicator, or ACCORD_SUCCESS. Host collectives are
+ *  synchronous, so this is the error their call already returned; it stays set. */
+ACCORD_API accord_status_t accord_comm_get_async_error(accord_comm_t comm, accord_status_t* async_error);
+
 /** This communicator's rank. */
 ACCORD_API accord_status_t accord_comm_rank(accord_comm_t comm, int* rank);
 

@@ -225,6 +225,57 @@ TEST(ApiErrors, MismatchedCountsNeverWritePastTheBuffer) {
   }
 }
 
+TEST(ApiErrors, AbortFromAnotherThreadWakesABlockedCall) {
+  ScopedEnv t("ACCORD_TIMEOUT_MS", "60000");
+  accord_unique_id_t id;
+  ASSERT_EQ(accord_get_unique_id(&id), ACCORD_SUCCESS);
+  accord_comm_t comms[2] = {nullptr, nullptr};
+  std::thread init1([&] { ASSERT_EQ(accord_comm_init_rank(&comms[1], 2, id, 1), ACCORD_SUCCESS); });
+  ASSERT_EQ(accord_comm_init_rank(&comms[0], 2, id, 0), ACCORD_SUCCESS);
+  init1.join();
+  float x[16] = {};
+  accord_status_t got = ACCORD_SUCCESS;
+  std::string msg;
+  auto start = std::chrono::steady_clock::now();
+  std::thread blocked([&] {
+    got = accord_all_reduce(x, x, 16, ACCORD_FLOAT32, ACCORD_SUM, comms[0], nullptr);  // rank 1 never joins
+    msg = accord_last_error(nullptr);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  accord_status_t async = ACCORD_ERR_INTERNAL;
+  EXPECT_EQ(accord_comm_get_async_error(comms[0], &async), ACCORD_SUCCESS);
+  EXPECT_EQ(async, ACCORD_SUCCESS);
+  auto abort_start = std::chrono::steady_clock::now();
+  EXPECT_EQ(accord_comm_abort(comms[0]), ACCORD_SUCCESS);
+  double abort_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - abort_start).count();
+  blocked.join();
+  double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(got, ACCORD_ERR_ABORTED) << msg;
+  EXPECT_LT(abort_secs, 5.0);
+  EXPECT_LT(total, 2.0);
+  EXPECT_EQ(accord_all_reduce(x, x, 16, ACCORD_FLOAT32, ACCORD_SUM, comms[0], nullptr), ACCORD_ERR_INVALID_USAGE);
+  EXPECT_EQ(accord_comm_abort(comms[0]), ACCORD_ERR_INVALID_USAGE);
+  // The peer learns: its communicator is intact but can report errors; destroy it.
+  EXPECT_EQ(accord_comm_destroy(comms[1]), ACCORD_SUCCESS);
+}
+
+TEST(ApiErrors, AsyncErrorReportsTheBreakingFailure) {
+  ScopedEnv t("ACCORD_TIMEOUT_MS", "300");
+  auto failures = run_threads(2, [](accord_comm_t comm, int rank, int) -> std::string {
+    float x[4] = {};
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(800));
+      return "";
+    }
+    if (accord_all_reduce(x, x, 4, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr) != ACCORD_ERR_TIMEOUT) return "no timeout";
+    accord_status_t async = ACCORD_SUCCESS;
+    if (accord_comm_get_async_error(comm, &async) != ACCORD_SUCCESS || async != ACCORD_ERR_TIMEOUT)
+      return "async error not reported";
+    return "";
+  });
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
 TEST(ApiErrors, CheckModeNamesTheDifferenceOnEveryRankAndStaysUsable) {
   ScopedEnv c("ACCORD_CHECK", "1");
   auto failures = run_threads(3, [](accord_comm_t comm, int rank, int nranks) -> std::string {
