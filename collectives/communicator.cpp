@@ -82,6 +82,24 @@ std::string describe(const CallDescriptor& d) {
   return s;
 }
 
+// Note [Call signature]: a hash of what the call asks, equal on ranks that agree.
+uint32_t call_tag(const CollArgs& a) {
+  const bool rooted = a.coll == Collective::kBroadcast || a.coll == Collective::kReduce;
+  uint64_t h = 1469598103934665603ULL;
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ULL;
+    }
+  };
+  mix(static_cast<uint64_t>(a.coll));
+  mix(a.coll == Collective::kBarrier ? 0 : a.count);
+  mix(a.coll == Collective::kBarrier ? 0 : static_cast<uint64_t>(a.dtype));
+  mix(reduces(a.coll) ? static_cast<uint64_t>(a.op) : 0);
+  mix(rooted ? static_cast<uint64_t>(a.root) : 0);
+  return static_cast<uint32_t>(h ^ (h >> 32));
+}
+
 bool reduces(Collective c) {
   return c == Collective::kAllReduce || c == Collective::kReduceScatter || c == Collective::kReduce;
 }
@@ -101,6 +119,7 @@ Status Communicator::init(const InitSpec& spec) {
   settings_ = spec.settings;
   RankScope scope(rank_, nranks_);
   log_settings(settings_);
+  ACCORD_TRY(parse_fault(settings_.fault, &fault_));
   if (!settings_.algo.empty()) {
     Algo a;
     if (!parse_algo(settings_.algo, &a))
@@ -128,11 +147,13 @@ Status Communicator::init(const InitSpec& spec) {
   const Deadline deadline = Deadline::after_ms(settings_.init_timeout_ms);
   std::unique_ptr<StoreClient> store;
   ACCORD_TRY(StoreClient::connect(spec.endpoint, rank_, nranks_, deadline, &store));
+  if (fault_.at("init.connected", rank_)) trigger_fault(fault_);
   const std::string me = host_identity(settings_) + "\n" + std::to_string(getpid());
   std::vector<std::string> infos;
   ACCORD_TRY(store->all_gather("info", rank_, nranks_, me, &infos, deadline));
   const std::string my_host = me.substr(0, me.find('\n'));
   local_ranks_.clear();
+  std::vector<long> job_pids;
   for (int r = 0; r < nranks_; ++r) {
     const std::string& info = infos[static_cast<size_t>(r)];
     const size_t nl = info.find('\n');
@@ -142,6 +163,7 @@ Status Communicator::init(const InitSpec& spec) {
                    rank_, r, info.substr(0, nl).c_str());
     local_ranks_.push_back(r);
     const pid_t pid = static_cast<pid_t>(std::atol(info.c_str() + nl + 1));
+    job_pids.push_back(pid);
     if (r != rank_ && pid != getpid()) links_.pidfd[static_cast<size_t>(r)] = open_pidfd(pid);
   }
   if (settings_.shm_disable)
@@ -150,12 +172,20 @@ Status Communicator::init(const InitSpec& spec) {
   ShmOptions options;
   options.shape = shape;
   options.policy = make_wait_policy(settings_.spin_us, static_cast<int>(local_ranks_.size()));
-  ACCORD_TRY(ShmTransport::setup(store.get(), rank_, nranks_, local_ranks_, options, deadline, &shm_));
+  auto after_publish = [this] {
+    if (fault_.at("init.shm_published", rank_)) trigger_fault(fault_);
+  };
+  Status s = ShmTransport::setup(store.get(), rank_, nranks_, local_ranks_, options, deadline, after_publish, &shm_);
+  if (!s.ok()) {
+    remove_segments_of(job_pids);
+    return s;
+  }
   for (int r : local_ranks_) {
     if (r == rank_) continue;
     links_.send[static_cast<size_t>(r)] = shm_->sender(r);
     links_.recv[static_cast<size_t>(r)] = shm_->receiver(r);
   }
+  ACCORD_TRY(store->finish());
   LOG_INFO(kInit, "rank %d of %d ready: %zu local ranks over shm, chunk %zu KiB, wait spin %lld us%s", rank_, nranks_,
            local_ranks_.size(), chunk_bytes_ >> 10, static_cast<long long>(options.policy.spin_ns / 1000),
            options.policy.yields ? " then yield (oversubscribed)" : "");
@@ -163,6 +193,7 @@ Status Communicator::init(const InitSpec& spec) {
 }
 
 Communicator::~Communicator() {
+  if (fault_.at("destroy", rank_)) trigger_fault(fault_);
   for (int fd : links_.pidfd)
     if (fd >= 0) ::close(fd);
 }
@@ -288,6 +319,7 @@ Status Communicator::check_consistency(const CollArgs& a) {
   x.wait.self_rank = rank_;
   x.wait.operation = "ACCORD_CHECK argument exchange";
   x.wait.seq = seq_ + 1;
+  x.tag = 0x43484b31;  // "CHK1": the check exchange itself is the same call on every rank
   Status s = execute(*schedule, x, links_);
   if (!s.ok()) {
     sticky_ = s;
@@ -359,6 +391,11 @@ Status Communicator::run(const CollArgs& a) {
   x.wait.self_rank = rank_;
   x.wait.operation = name;
   x.wait.seq = ++seq_;
+  x.tag = call_tag(a);
+  if (fault_.at("coll", rank_) && static_cast<long>(seq_) == fault_.seq) {
+    x.fault = &fault_;
+    x.fault_step = fault_.step;
+  }
   Status s = execute(*schedule, x, links_);
   if (!s.ok()) {
     sticky_ = s;

@@ -14,6 +14,7 @@
 
 #include "collectives/executor.hpp"
 #include "collectives/schedule.hpp"
+#include "core/fault.hpp"
 #include "core/settings.hpp"
 #include "core/status.hpp"
 #include "transport/bootstrap/store.hpp"
@@ -67,6 +68,7 @@ class Communicator {
   int rank_ = 0;
   int nranks_ = 1;
   Settings settings_;
+  FaultPlan fault_;  // ACCORD_FAULT, for the reliability tests
   std::unique_ptr<ShmTransport> shm_;
   PeerLinks links_;
   std::vector<int> local_ranks_;

@@ -9,7 +9,11 @@ class Runner {
   Runner(const ExecArgs& args, const PeerLinks& links) : a_(args), links_(links) {}
 
   Status run(const Schedule& schedule) {
-    for (const Step& s : schedule.steps) ACCORD_TRY(step(s));
+    long index = 0;
+    for (const Step& s : schedule.steps) {
+      if (a_.fault != nullptr && index++ == a_.fault_step) trigger_fault(*a_.fault);
+      ACCORD_TRY(step(s));
+    }
     return Status::success();
   }
 
@@ -26,6 +30,8 @@ class Runner {
     WaitContext c = a_.wait;
     c.peer_rank = peer;
     c.peer_pidfd = links_.pidfd[static_cast<size_t>(peer)];
+    c.pidfds = links_.pidfd.data();
+    c.nranks = static_cast<int>(links_.pidfd.size());
     return c;
   }
   size_t count(const Step& s) const { return s.bytes / a_.elem_bytes; }
@@ -33,7 +39,16 @@ class Runner {
 
   Status receive(int peer, size_t want, const void** data) {
     size_t got = 0;
-    ACCORD_TRY(links_.recv[static_cast<size_t>(peer)]->wait(data, &got, ctx(peer)));
+    uint32_t tag = 0;
+    ACCORD_TRY(links_.recv[static_cast<size_t>(peer)]->wait(data, &got, &tag, ctx(peer)));
+    if (tag != a_.tag) {
+      links_.recv[static_cast<size_t>(peer)]->release();
+      return error(ACCORD_ERR_MISMATCH,
+                   "rank %d: %s (seq %llu): rank %d is making a different call (another collective, count, dtype, op "
+                   "or root); every rank must make the same calls in the same order (ACCORD_CHECK=1 names the "
+                   "difference)",
+                   a_.wait.self_rank, a_.wait.operation, static_cast<unsigned long long>(a_.wait.seq), peer);
+    }
     if (got != want)
       return error(ACCORD_ERR_MISMATCH,
                    "rank %d: %s (seq %llu) expected a message of %zu bytes from rank %d but got %zu; the ranks "
@@ -57,7 +72,7 @@ class Runner {
       case StepKind::kSend:
         ACCORD_TRY(acquire(s.send_peer, s.bytes, &slot));
         kernels::copy(slot, src(s), s.bytes, false);
-        links_.send[static_cast<size_t>(s.send_peer)]->post(s.bytes);
+        links_.send[static_cast<size_t>(s.send_peer)]->post(s.bytes, a_.tag);
         return Status::success();
       case StepKind::kRecv:
         ACCORD_TRY(receive(s.recv_peer, s.bytes, &msg));
@@ -98,7 +113,7 @@ class Runner {
         } else {
           a_.reduce(k);
         }
-        links_.send[static_cast<size_t>(s.send_peer)]->post(s.bytes);
+        links_.send[static_cast<size_t>(s.send_peer)]->post(s.bytes, a_.tag);
         links_.recv[static_cast<size_t>(s.recv_peer)]->release();
         return Status::success();
       }

@@ -14,6 +14,7 @@
 
 #include "collectives/kernels/reduce_kernels.hpp"
 #include "collectives/schedule.hpp"
+#include "core/fault.hpp"
 #include "core/status.hpp"
 #include "transport/channel.hpp"
 
@@ -27,6 +28,9 @@ struct ExecArgs {
   int divisor = 0;          // nranks for avg, else 0
   bool streaming = false;   // write the output with non-temporal stores
   void* scratch = nullptr;  // at least schedule.scratch_bytes
+  const FaultPlan* fault = nullptr;  // ACCORD_FAULT: misbehave before step fault_step
+  long fault_step = -1;
+  uint32_t tag = 0;         // call signature stamped on every message (Note [Call signature])
   WaitContext wait;         // deadline, abort flag, self rank, operation, seq
 };
 

@@ -1,6 +1,12 @@
 // A channel moves messages from one rank to one peer, in order. Transports implement it; the
 // executor (collectives/executor.cpp) drives it and knows nothing of how bytes move.
 //
+// Note [Call signature]: every message carries a 32-bit tag that the executor derives from
+// the call (collective, count, dtype, op, root). The receiver compares it with its own, so
+// ranks that disagree about a call fail with ACCORD_ERR_MISMATCH instead of silently reducing
+// int32 into float32 or max into sum, even without ACCORD_CHECK. The tag rides in the cache
+// line that already carries the ready flag: it costs nothing.
+//
 // Zero-copy protocol: the sender asks for a slot, writes the message straight into it (a
 // reduction kernel may write its result there), then posts it. The receiver waits for the
 // next message, reads it in place (and may reduce it into the next rank's slot), then
@@ -8,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/status.hpp"
 #include "transport/wait.hpp"
@@ -19,8 +26,8 @@ class SendChannel {
   virtual ~SendChannel() = default;
   // Waits for a free slot able to hold `bytes` (<= max_bytes()).
   virtual Status acquire(size_t bytes, void** slot, const WaitContext& ctx) = 0;
-  // Publishes the slot last acquired, holding `bytes`.
-  virtual void post(size_t bytes) = 0;
+  // Publishes the slot last acquired, holding `bytes`, stamped with `tag`.
+  virtual void post(size_t bytes, uint32_t tag) = 0;
   virtual size_t max_bytes() const = 0;
   virtual const char* name() const = 0;  // "shm", for logs and --show-plan
 };
@@ -29,7 +36,7 @@ class RecvChannel {
  public:
   virtual ~RecvChannel() = default;
   // Waits for the next message.
-  virtual Status wait(const void** data, size_t* bytes, const WaitContext& ctx) = 0;
+  virtual Status wait(const void** data, size_t* bytes, uint32_t* tag, const WaitContext& ctx) = 0;
   // Gives the slot of the message last waited for back to the sender.
   virtual void release() = 0;
 };

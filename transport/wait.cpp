@@ -49,14 +49,21 @@ Status check_wait(const WaitContext& ctx, const char* waiting_for) {
     return error(ACCORD_ERR_ABORTED, "rank %d: %s (seq %llu) was aborted while waiting for %s of rank %d",
                  ctx.self_rank, ctx.operation, static_cast<unsigned long long>(ctx.seq), waiting_for,
                  ctx.peer_rank);
-  if (ctx.peer_pidfd >= 0) {
-    pollfd p{ctx.peer_pidfd, POLLIN, 0};
-    if (poll(&p, 1, 0) > 0 && (p.revents & POLLIN))
-      return error(ACCORD_ERR_REMOTE, "rank %d: peer rank %d died during %s (seq %llu) while this rank waited "
-                   "for %s; look at rank %d's output for why it exited",
-                   ctx.self_rank, ctx.peer_rank, ctx.operation, static_cast<unsigned long long>(ctx.seq),
-                   waiting_for, ctx.peer_rank);
-  }
+  // The peer we wait for first, then every other rank we can watch: a death anywhere stops
+  // the collective, and naming the peer we wait for is the most useful when several died.
+  auto dead = [](int fd) {
+    if (fd < 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+  };
+  int dead_rank = dead(ctx.peer_pidfd) ? ctx.peer_rank : -1;
+  for (int r = 0; dead_rank < 0 && ctx.pidfds != nullptr && r < ctx.nranks; ++r)
+    if (dead(ctx.pidfds[r])) dead_rank = r;
+  if (dead_rank >= 0)
+    return error(ACCORD_ERR_REMOTE, "rank %d: peer rank %d died during %s (seq %llu) while this rank waited for %s "
+                 "of rank %d; look at rank %d's output for why it exited",
+                 ctx.self_rank, dead_rank, ctx.operation, static_cast<unsigned long long>(ctx.seq), waiting_for,
+                 ctx.peer_rank, dead_rank);
   if (ctx.deadline.expired())
     return error(ACCORD_ERR_TIMEOUT, "rank %d: %s (seq %llu) timed out after %lld ms waiting for %s of rank %d; "
                  "is rank %d stopped, stuck, or calling a different collective? (ACCORD_TIMEOUT_MS)",

@@ -36,6 +36,8 @@ struct WaitContext {
   int self_rank = -1;
   int peer_rank = -1;
   int peer_pidfd = -1;          // -1: no liveness check
+  const int* pidfds = nullptr;  // liveness of every rank (-1 entries skipped), to notice any
+  int nranks = 0;               // local death while waiting on someone else
   const char* operation = "";   // "all_reduce", for messages
   uint64_t seq = 0;             // collective sequence number, for messages
 };

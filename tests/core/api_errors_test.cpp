@@ -225,6 +225,29 @@ TEST(ApiErrors, MismatchedCountsNeverWritePastTheBuffer) {
   }
 }
 
+TEST(ApiErrors, DifferentDtypeOrOpOfTheSameSizeIsAMismatchNotAWrongSuccess) {
+  ScopedEnv t("ACCORD_TIMEOUT_MS", "400");
+  for (const char* algo : {"ring", "direct"}) {
+    ScopedEnv a("ACCORD_ALGO", algo);
+    for (int variant = 0; variant < 2; ++variant) {
+      auto failures = run_threads(3, [variant](accord_comm_t comm, int rank, int) -> std::string {
+        std::vector<int32_t> buf(4096, 1);
+        accord_datatype_t dt = (variant == 0 && rank == 1) ? ACCORD_FLOAT32 : ACCORD_INT32;
+        accord_red_op_t op = (variant == 1 && rank == 2) ? ACCORD_MAX : ACCORD_SUM;
+        accord_status_t s = accord_all_reduce(buf.data(), buf.data(), buf.size(), dt, op, comm, nullptr);
+        if (s == ACCORD_SUCCESS) {
+          for (int32_t v : buf)
+            if (v != 3) return "success reported with a wrong result";
+        } else if (s != ACCORD_ERR_MISMATCH && s != ACCORD_ERR_TIMEOUT && s != ACCORD_ERR_REMOTE) {
+          return std::string("unexpected status ") + accord_status_string(s);
+        }
+        return "";
+      });
+      for (const auto& f : failures) ADD_FAILURE() << algo << " variant " << variant << ": " << f;
+    }
+  }
+}
+
 TEST(ApiErrors, AbortFromAnotherThreadWakesABlockedCall) {
   ScopedEnv t("ACCORD_TIMEOUT_MS", "60000");
   accord_unique_id_t id;

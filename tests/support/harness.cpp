@@ -77,9 +77,11 @@ double value_for(accord_datatype_t d, accord_red_op_t op, int rank, size_t i, si
 
 }  // namespace
 
-std::vector<std::string> run_threads(int nranks, const RankBody& body) {
+std::vector<std::string> run_threads(int nranks, const RankBody& body, const accord_unique_id_t* given) {
   accord_unique_id_t id;
-  if (accord_get_unique_id(&id) != ACCORD_SUCCESS) return {std::string("unique id: ") + accord_last_error(nullptr)};
+  if (given != nullptr) id = *given;
+  else if (accord_get_unique_id(&id) != ACCORD_SUCCESS)
+    return {std::string("unique id: ") + accord_last_error(nullptr)};
   std::vector<std::string> results(static_cast<size_t>(nranks));
   std::vector<std::thread> threads;
   for (int r = 0; r < nranks; ++r)

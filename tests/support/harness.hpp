@@ -15,7 +15,8 @@ using RankBody = std::function<std::string(accord_comm_t comm, int rank, int nra
 
 // Creates a unique id, runs nranks threads that each init a communicator and run body.
 // Returns one message per failing rank ("rank 2: ...").
-std::vector<std::string> run_threads(int nranks, const RankBody& body);
+// `id` may be given (e.g. to attack its bootstrap server while the job runs).
+std::vector<std::string> run_threads(int nranks, const RankBody& body, const accord_unique_id_t* id = nullptr);
 
 // Same with nranks forked processes (the unique id is made before fork). A process that
 // crashes or hangs past timeout_s is reported too.

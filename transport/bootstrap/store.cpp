@@ -9,6 +9,9 @@
 //                                status 1: payload = error text (then the server closes)
 //   requests:   'S' klen:u32 key vlen:u32 value      (no reply)
 //               'G' klen:u32 key                     -> status:u8 len:u32 (value | error text)
+//               'B' klen:u32 (=0)                    goodbye: init finished here (no reply)
+// A rank whose connection closes without a goodbye died or failed during init: the server
+// fails every pending and later get with an error naming it, so the others learn at once.
 #include "transport/bootstrap/store.hpp"
 
 #include <poll.h>
@@ -56,6 +59,7 @@ struct Conn {
   Fd fd;
   std::string in;
   bool authed = false;
+  bool finished = false;  // said goodbye
   int rank = -1;
   int64_t opened_ns = 0;
   uint8_t nonce[16];
@@ -127,9 +131,11 @@ class Server {
     conns_.push_back(std::move(c));
   }
 
-  // Returns false when the connection must be closed.
+  // Returns false when the connection must be closed. Requests that arrived together with
+  // the close (a goodbye, typically) are processed first.
   bool read_from(Conn* c) {
     char buf[65536];
+    bool open = true;
     for (;;) {
       ssize_t n = ::recv(c->fd.get(), buf, sizeof buf, 0);
       if (n > 0) {
@@ -138,12 +144,12 @@ class Server {
         if (c->in.size() > kMaxKey + kMaxValue + 16) return false;
         continue;
       }
-      if (n == 0) return false;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      if (errno == EINTR) continue;
-      return false;
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      open = false;  // closed or reset
+      break;
     }
-    return process(c);
+    return process(c) && open;
   }
 
   bool process(Conn* c) {
@@ -210,11 +216,13 @@ class Server {
       if (c->in.size() < 5) return true;
       char op = c->in[0];
       uint32_t klen = get_u32(c->in.data() + 1);
-      if (klen > kMaxKey || (op != 'S' && op != 'G')) return false;
+      if (klen > kMaxKey || (op != 'S' && op != 'G' && op != 'B')) return false;
       if (c->in.size() < 5 + klen) return true;
       std::string key = c->in.substr(5, klen);
       size_t used = 5 + klen;
-      if (op == 'S') {
+      if (op == 'B') {
+        c->finished = true;
+      } else if (op == 'S') {
         if (c->in.size() < used + 4) return true;
         uint32_t vlen = get_u32(c->in.data() + used);
         if (vlen > kMaxValue) return false;
@@ -260,6 +268,11 @@ class Server {
 
   void close_conn(Conn* c) {
     c->fd.reset();
+    if (c->authed && !c->finished && fatal_.empty()) {
+      fatal_ = format("rank %d left the bootstrap before its init finished (it died, or its init failed: see its "
+                      "output)", c->rank);
+      fail_pending();
+    }
     if (c->authed) last_activity_ns_ = now_ns();
     c->authed = false;
   }
@@ -348,6 +361,12 @@ Status StoreClient::connect(const StoreEndpoint& endpoint, int rank, int nranks,
 
 StoreClient::~StoreClient() = default;
 
+Status StoreClient::finish() {
+  std::string msg(1, 'B');
+  put_u32(&msg, 0);
+  return send_all(fd_.get(), msg.data(), msg.size(), Deadline::after_ms(5000), server_.c_str());
+}
+
 Status StoreClient::set(const std::string& key, const std::string& value) {
   std::string msg(1, 'S');
   put_u32(&msg, static_cast<uint32_t>(key.size()));
@@ -374,7 +393,9 @@ Status StoreClient::get(const std::string& key, std::string* value, Deadline dea
   if (len > kMaxValue) return error(ACCORD_ERR_SYSTEM, "rank %d: bad reply from %s", rank_, server_.c_str());
   std::string payload(len, '\0');
   ACCORD_TRY(recv_all(fd_.get(), payload.data(), len, deadline, server_.c_str()));
-  if (head[0] != 0) return error(ACCORD_ERR_INVALID_USAGE, "rank %d: %s", rank_, payload.c_str());
+  if (head[0] != 0)
+    return error(payload.find("left the bootstrap") != std::string::npos ? ACCORD_ERR_REMOTE : ACCORD_ERR_INVALID_USAGE,
+                 "rank %d: %s", rank_, payload.c_str());
   *value = std::move(payload);
   return Status::success();
 }

@@ -47,6 +47,9 @@ class StoreClient {
   // ("rank 3").
   Status get(const std::string& key, std::string* value, Deadline deadline, const std::string& what);
 
+  // Tells the server this rank's init finished; closing without it means this rank failed.
+  Status finish();
+
   // Every rank sets prefix/rank = mine; returns all values in rank order.
   Status all_gather(const std::string& prefix, int rank, int nranks, const std::string& mine,
                     std::vector<std::string>* all, Deadline deadline);

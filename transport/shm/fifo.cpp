@@ -42,9 +42,10 @@ Status FifoSender::acquire(size_t bytes, void** slot, const WaitContext& ctx) {
   return Status::success();
 }
 
-void FifoSender::post(size_t bytes) {
+void FifoSender::post(size_t bytes, uint32_t tag) {
   SlotHeader& h = headers_[sent_ % shape_.nslots];
   h.bytes = static_cast<uint32_t>(bytes);
+  h.tag = tag;
   ++sent_;
   h.seq.store(sent_, std::memory_order_release);
   wake_if_sleeping(&h.seq, &ctrl_->recv_sleeping);
@@ -57,7 +58,7 @@ FifoReceiver::FifoReceiver(void* base, FifoShape shape, const WaitPolicy* policy
       shape_(shape),
       policy_(policy) {}
 
-Status FifoReceiver::wait(const void** data, size_t* bytes, const WaitContext& ctx) {
+Status FifoReceiver::wait(const void** data, size_t* bytes, uint32_t* tag, const WaitContext& ctx) {
   uint32_t index = received_ % static_cast<uint32_t>(shape_.nslots);
   SlotHeader& h = headers_[index];
   const uint32_t want = received_ + 1;
@@ -66,6 +67,7 @@ Status FifoReceiver::wait(const void** data, size_t* bytes, const WaitContext& c
     ACCORD_TRY(wait_for(ready, &h.seq, &ctrl_->recv_sleeping, *policy_, ctx, "the next message"));
   }
   *bytes = h.bytes;
+  *tag = h.tag;
   *data = h.bytes <= kInlineBytes ? static_cast<const void*>(h.inline_data)
                                   : static_cast<const void*>(data_ + index * slot_stride(shape_));
   return Status::success();

@@ -18,11 +18,12 @@
 
 namespace accord {
 
-constexpr size_t kInlineBytes = 56;
+constexpr size_t kInlineBytes = 52;
 
 struct alignas(64) SlotHeader {
   std::atomic<uint32_t> seq;
   uint32_t bytes;
+  uint32_t tag;  // the sender's call signature (Note [Call signature])
   uint8_t inline_data[kInlineBytes];
 };
 static_assert(sizeof(SlotHeader) == 64);
@@ -46,7 +47,7 @@ class FifoSender final : public SendChannel {
  public:
   FifoSender(void* base, FifoShape shape, const WaitPolicy* policy);
   Status acquire(size_t bytes, void** slot, const WaitContext& ctx) override;
-  void post(size_t bytes) override;
+  void post(size_t bytes, uint32_t tag) override;
   size_t max_bytes() const override { return shape_.slot_bytes; }
   const char* name() const override { return "shm"; }
 
@@ -63,7 +64,7 @@ class FifoSender final : public SendChannel {
 class FifoReceiver final : public RecvChannel {
  public:
   FifoReceiver(void* base, FifoShape shape, const WaitPolicy* policy);
-  Status wait(const void** data, size_t* bytes, const WaitContext& ctx) override;
+  Status wait(const void** data, size_t* bytes, uint32_t* tag, const WaitContext& ctx) override;
   void release() override;
 
  private:

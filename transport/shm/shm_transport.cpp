@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -80,8 +81,16 @@ void sweep_stale_shm_segments() {
   }
 }
 
+void remove_segments_of(const std::vector<long>& pids) {
+  for (const std::string& name : list_shm_segments()) {
+    long pid = std::strtol(name.c_str() + sizeof kPrefix - 1, nullptr, 10);
+    if (std::find(pids.begin(), pids.end(), pid) != pids.end()) shm_unlink(("/" + name).c_str());
+  }
+}
+
 Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::vector<int>& local_ranks,
-                           const ShmOptions& options, Deadline deadline, std::unique_ptr<ShmTransport>* out) {
+                           const ShmOptions& options, Deadline deadline,
+                           const std::function<void()>& after_publish, std::unique_ptr<ShmTransport>* out) {
   std::unique_ptr<ShmTransport> t(new ShmTransport());
   t->options_ = options;
   t->senders_.resize(static_cast<size_t>(nranks));
@@ -105,6 +114,7 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
 
   Status s = store->set("shm/" + std::to_string(rank), mine);
   if (!s.ok()) return fail(std::move(s));
+  after_publish();
   for (int peer : local_ranks) {
     if (peer == rank) continue;
     std::string name;
@@ -113,6 +123,9 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
     known.push_back(name);
     void* addr = nullptr;
     s = map_segment(name, seg_bytes, false, &addr);
+    if (!s.ok() && errno == ENOENT)
+      return fail(error(ACCORD_ERR_REMOTE, "rank %d: the shared memory of rank %d was removed before this rank could "
+                        "map it: rank %d or another rank failed during init (see their output)", rank, peer, peer));
     if (!s.ok()) return fail(std::move(s.prefix(format("rank %d, peer %d: ", rank, peer))));
     t->mappings_.push_back({addr, seg_bytes});
     uint8_t* peer_fifo = static_cast<uint8_t*>(addr) + fifo_bytes * static_cast<size_t>(rank);

@@ -8,6 +8,7 @@
 // unlink, the next Accord process on the host removes segments whose creator pid is gone.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,7 +29,8 @@ class ShmTransport {
  public:
   // Collective over the ranks in `local_ranks` (which includes `rank`).
   static Status setup(StoreClient* store, int rank, int nranks, const std::vector<int>& local_ranks,
-                      const ShmOptions& options, Deadline deadline, std::unique_ptr<ShmTransport>* out);
+                      const ShmOptions& options, Deadline deadline, const std::function<void()>& after_publish,
+                      std::unique_ptr<ShmTransport>* out);
   ~ShmTransport();
 
   SendChannel* sender(int peer) const { return senders_[static_cast<size_t>(peer)].get(); }
@@ -49,6 +51,10 @@ class ShmTransport {
 
 // Removes /dev/shm/accord-<pid>-* segments of this user whose creating process is gone.
 void sweep_stale_shm_segments();
+
+// Removes every /dev/shm/accord-<pid>-* segment of these processes: when a job's init fails,
+// its segments are useless, and a rank that died may have created one nobody else learned of.
+void remove_segments_of(const std::vector<long>& pids);
 
 // Lists our segments currently in /dev/shm (tests check it is empty after a job).
 std::vector<std::string> list_shm_segments();
