@@ -126,7 +126,7 @@ Status Communicator::init(const InitSpec& spec) {
       return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_ALGO='%s' is not an algorithm; use ring, direct or chain",
                    settings_.algo.c_str());
   }
-  FifoShape shape;
+  FifoShape& shape = shape_;
   shape.slot_bytes = settings_.shm_slot_bytes > 0 ? static_cast<size_t>(settings_.shm_slot_bytes) : kDefaultSlotBytes;
   shape.slot_bytes = std::max<size_t>(64, shape.slot_bytes & ~size_t{63});
   shape.nslots = settings_.shm_nslots > 0 ? static_cast<size_t>(settings_.shm_nslots) : kDefaultSlots;
@@ -148,6 +148,20 @@ Status Communicator::init(const InitSpec& spec) {
   std::unique_ptr<StoreClient> store;
   ACCORD_TRY(StoreClient::connect(spec.endpoint, rank_, nranks_, deadline, &store));
   if (fault_.at("init.connected", rank_)) trigger_fault(fault_);
+  Status s = connect_transports(store.get(), deadline);
+  if (!s.ok()) {
+    // Unless the failure came from the store itself (another rank's), tell the others why.
+    store->report_failure(s);
+    return s;
+  }
+  ACCORD_TRY(store->finish());
+  LOG_INFO(kInit, "rank %d of %d ready: %zu local ranks over shm, chunk %zu KiB, wait spin %lld us%s", rank_, nranks_,
+           local_ranks_.size(), chunk_bytes_ >> 10, static_cast<long long>(policy_.spin_ns / 1000),
+           policy_.yields ? " then yield (oversubscribed)" : "");
+  return Status::success();
+}
+
+Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
   const std::string me = host_identity(settings_) + "\n" + std::to_string(getpid());
   std::vector<std::string> infos;
   ACCORD_TRY(store->all_gather("info", rank_, nranks_, me, &infos, deadline));
@@ -170,12 +184,13 @@ Status Communicator::init(const InitSpec& spec) {
     return error(ACCORD_ERR_UNSUPPORTED, "rank %d: ACCORD_SHM_DISABLE=1 leaves no transport between ranks on one "
                  "host in this build; unset it", rank_);
   ShmOptions options;
-  options.shape = shape;
+  options.shape = shape_;
   options.policy = make_wait_policy(settings_.spin_us, static_cast<int>(local_ranks_.size()));
+  policy_ = options.policy;
   auto after_publish = [this] {
     if (fault_.at("init.shm_published", rank_)) trigger_fault(fault_);
   };
-  Status s = ShmTransport::setup(store.get(), rank_, nranks_, local_ranks_, options, deadline, after_publish, &shm_);
+  Status s = ShmTransport::setup(store, rank_, nranks_, local_ranks_, options, deadline, after_publish, &shm_);
   if (!s.ok()) {
     remove_segments_of(job_pids);
     return s;
@@ -185,10 +200,6 @@ Status Communicator::init(const InitSpec& spec) {
     links_.send[static_cast<size_t>(r)] = shm_->sender(r);
     links_.recv[static_cast<size_t>(r)] = shm_->receiver(r);
   }
-  ACCORD_TRY(store->finish());
-  LOG_INFO(kInit, "rank %d of %d ready: %zu local ranks over shm, chunk %zu KiB, wait spin %lld us%s", rank_, nranks_,
-           local_ranks_.size(), chunk_bytes_ >> 10, static_cast<long long>(options.policy.spin_ns / 1000),
-           options.policy.yields ? " then yield (oversubscribed)" : "");
   return Status::success();
 }
 

@@ -59,6 +59,7 @@ class Communicator {
  private:
   Communicator() = default;
   Status init(const InitSpec& spec);
+  Status connect_transports(StoreClient* store, Deadline deadline);
   Status check_args(const CollArgs& a, size_t* in_bytes, size_t* out_bytes) const;
   // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
   Status check_consistency(const CollArgs& a);
@@ -69,6 +70,8 @@ class Communicator {
   int nranks_ = 1;
   Settings settings_;
   FaultPlan fault_;  // ACCORD_FAULT, for the reliability tests
+  FifoShape shape_;
+  WaitPolicy policy_;
   std::unique_ptr<ShmTransport> shm_;
   PeerLinks links_;
   std::vector<int> local_ranks_;

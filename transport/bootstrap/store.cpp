@@ -6,10 +6,11 @@
 //                                mac = HMAC(secret, "client" nonce rank nranks cnonce)
 //   server -> client:            status:u8 len:u32 payload
 //                                status 0: payload = HMAC(secret, "server" cnonce) (32 bytes)
-//                                status 1: payload = error text (then the server closes)
+//                                else: an accord_status_t and its error text (then it closes)
 //   requests:   'S' klen:u32 key vlen:u32 value      (no reply)
 //               'G' klen:u32 key                     -> status:u8 len:u32 (value | error text)
 //               'B' klen:u32 (=0)                    goodbye: init finished here (no reply)
+//               'F' klen:u32 code:u8+text            init failed here, for this reason (no reply)
 // A rank whose connection closes without a goodbye died or failed during init: the server
 // fails every pending and later get with an error naming it, so the others learn at once.
 #include "transport/bootstrap/store.hpp"
@@ -185,8 +186,11 @@ class Server {
       }
       std::string reply;
       if (!err.empty()) {
-        if (fatal_.empty()) fatal_ = err;
-        reply += '\1';
+        if (fatal_.empty()) {
+          fatal_ = err;
+          fatal_code_ = ACCORD_ERR_INVALID_USAGE;
+        }
+        reply += static_cast<char>(ACCORD_ERR_INVALID_USAGE);
         put_u32(&reply, static_cast<uint32_t>(err.size()));
         reply += err;
         (void)send_all(c->fd.get(), reply.data(), reply.size(), Deadline::after_ms(kHandshakeMs), "a client");
@@ -216,12 +220,19 @@ class Server {
       if (c->in.size() < 5) return true;
       char op = c->in[0];
       uint32_t klen = get_u32(c->in.data() + 1);
-      if (klen > kMaxKey || (op != 'S' && op != 'G' && op != 'B')) return false;
+      if (klen > kMaxKey || (op != 'S' && op != 'G' && op != 'B' && op != 'F')) return false;
       if (c->in.size() < 5 + klen) return true;
       std::string key = c->in.substr(5, klen);
       size_t used = 5 + klen;
       if (op == 'B') {
         c->finished = true;
+      } else if (op == 'F') {
+        c->finished = true;
+        if (fatal_.empty() && klen >= 1) {
+          fatal_code_ = static_cast<uint8_t>(c->in[5]);
+          fatal_ = "rank " + std::to_string(c->rank) + " failed during init: " + c->in.substr(6, klen - 1);
+        }
+        fail_pending();
       } else if (op == 'S') {
         if (c->in.size() < used + 4) return true;
         uint32_t vlen = get_u32(c->in.data() + used);
@@ -263,14 +274,14 @@ class Server {
     waiting_.clear();
     for (auto& [key, list] : all)
       for (Conn* c : list)
-        if (c->fd.valid()) reply_to(c, '\1', fatal_);
+        if (c->fd.valid()) reply_to(c, static_cast<char>(fatal_code_), fatal_);
   }
 
   void close_conn(Conn* c) {
     c->fd.reset();
     if (c->authed && !c->finished && fatal_.empty()) {
-      fatal_ = format("rank %d left the bootstrap before its init finished (it died, or its init failed: see its "
-                      "output)", c->rank);
+      fatal_ = format("rank %d left the bootstrap before its init finished (did it die? see its output)", c->rank);
+      fatal_code_ = ACCORD_ERR_REMOTE;
       fail_pending();
     }
     if (c->authed) last_activity_ns_ = now_ns();
@@ -299,6 +310,7 @@ class Server {
   std::map<std::string, std::vector<Conn*>> waiting_;
   std::map<int, bool> seen_;
   std::string fatal_;
+  uint8_t fatal_code_ = ACCORD_ERR_REMOTE;
   int nranks_ = 0;
   int first_rank_ = -1;
   int joined_ = 0;
@@ -349,7 +361,7 @@ Status StoreClient::connect(const StoreEndpoint& endpoint, int rank, int nranks,
   if (len > kMaxValue) return error(ACCORD_ERR_SYSTEM, "rank %d: bad reply from %s", rank, what);
   std::string payload(len, '\0');
   ACCORD_TRY(recv_all(c->fd_.get(), payload.data(), len, deadline, what));
-  if (head[0] != 0) return error(ACCORD_ERR_INVALID_USAGE, "rank %d: %s", rank, payload.c_str());
+  if (head[0] != 0) return Status(static_cast<accord_status_t>(head[0]), format("rank %d: %s", rank, payload.c_str()));
   std::string smi = server_mac_input(cnonce);
   Digest proof = hmac_sha256(endpoint.secret.data(), endpoint.secret.size(), smi.data(), smi.size());
   if (len != 32 || !constant_time_equal(proof.data(), payload.data(), 32))
@@ -360,6 +372,15 @@ Status StoreClient::connect(const StoreEndpoint& endpoint, int rank, int nranks,
 }
 
 StoreClient::~StoreClient() = default;
+
+void StoreClient::report_failure(const Status& why) {
+  std::string text(1, static_cast<char>(why.code()));
+  text += why.message();
+  std::string msg(1, 'F');
+  put_u32(&msg, static_cast<uint32_t>(text.size()));
+  msg += text;
+  (void)send_all(fd_.get(), msg.data(), msg.size(), Deadline::after_ms(1000), server_.c_str());
+}
 
 Status StoreClient::finish() {
   std::string msg(1, 'B');
@@ -393,9 +414,7 @@ Status StoreClient::get(const std::string& key, std::string* value, Deadline dea
   if (len > kMaxValue) return error(ACCORD_ERR_SYSTEM, "rank %d: bad reply from %s", rank_, server_.c_str());
   std::string payload(len, '\0');
   ACCORD_TRY(recv_all(fd_.get(), payload.data(), len, deadline, server_.c_str()));
-  if (head[0] != 0)
-    return error(payload.find("left the bootstrap") != std::string::npos ? ACCORD_ERR_REMOTE : ACCORD_ERR_INVALID_USAGE,
-                 "rank %d: %s", rank_, payload.c_str());
+  if (head[0] != 0) return Status(static_cast<accord_status_t>(head[0]), format("rank %d: %s", rank_, payload.c_str()));
   *value = std::move(payload);
   return Status::success();
 }

@@ -49,6 +49,8 @@ class StoreClient {
 
   // Tells the server this rank's init finished; closing without it means this rank failed.
   Status finish();
+  // Tells the server (and so every rank still waiting) why this rank's init failed.
+  void report_failure(const Status& why);
 
   // Every rank sets prefix/rank = mine; returns all values in rank order.
   Status all_gather(const std::string& prefix, int rank, int nranks, const std::string& mine,
