@@ -4,6 +4,7 @@
 #include "include/accord/accord.h"
 
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <thread>
 #include <mutex>
@@ -16,8 +17,20 @@
 namespace accord {
 namespace {
 
+// Reads an enum argument as the int the caller passed, without loading an enum value that
+// may be out of range (undefined behaviour in C++).
+template <typename E>
+int as_int(const E& e) {
+  int v;
+  static_assert(sizeof(E) == sizeof(int));
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 std::mutex g_handles_mutex;
-std::deque<accord_comm*> g_retired;  // reachable, so leak checkers do not flag them
+// Never destroyed: it keeps retired handles reachable until the very end of the process,
+// after static destructors, when leak checkers look.
+std::deque<accord_comm*>& g_retired = *new std::deque<accord_comm*>();
 thread_local std::string t_last_error;
 
 template <typename F>
@@ -217,31 +230,31 @@ accord_status_t accord_comm_count(accord_comm_t comm, int* nranks) {
 
 accord_status_t accord_all_reduce(const void* sendbuf, void* recvbuf, size_t count, accord_datatype_t dtype,
                                   accord_red_op_t op, accord_comm_t comm, accord_stream_t stream) {
-  CollArgs a{Collective::kAllReduce, sendbuf, recvbuf, count, dtype, op, 0};
+  CollArgs a{Collective::kAllReduce, sendbuf, recvbuf, count, as_int(dtype), as_int(op), 0};
   return run_collective(comm, a, stream, "all_reduce");
 }
 
 accord_status_t accord_reduce_scatter(const void* sendbuf, void* recvbuf, size_t recvcount, accord_datatype_t dtype,
                                       accord_red_op_t op, accord_comm_t comm, accord_stream_t stream) {
-  CollArgs a{Collective::kReduceScatter, sendbuf, recvbuf, recvcount, dtype, op, 0};
+  CollArgs a{Collective::kReduceScatter, sendbuf, recvbuf, recvcount, as_int(dtype), as_int(op), 0};
   return run_collective(comm, a, stream, "reduce_scatter");
 }
 
 accord_status_t accord_all_gather(const void* sendbuf, void* recvbuf, size_t sendcount, accord_datatype_t dtype,
                                   accord_comm_t comm, accord_stream_t stream) {
-  CollArgs a{Collective::kAllGather, sendbuf, recvbuf, sendcount, dtype, ACCORD_SUM, 0};
+  CollArgs a{Collective::kAllGather, sendbuf, recvbuf, sendcount, as_int(dtype), ACCORD_SUM, 0};
   return run_collective(comm, a, stream, "all_gather");
 }
 
 accord_status_t accord_broadcast(const void* sendbuf, void* recvbuf, size_t count, accord_datatype_t dtype, int root,
                                  accord_comm_t comm, accord_stream_t stream) {
-  CollArgs a{Collective::kBroadcast, sendbuf, recvbuf, count, dtype, ACCORD_SUM, root};
+  CollArgs a{Collective::kBroadcast, sendbuf, recvbuf, count, as_int(dtype), ACCORD_SUM, root};
   return run_collective(comm, a, stream, "broadcast");
 }
 
 accord_status_t accord_reduce(const void* sendbuf, void* recvbuf, size_t count, accord_datatype_t dtype,
                               accord_red_op_t op, int root, accord_comm_t comm, accord_stream_t stream) {
-  CollArgs a{Collective::kReduce, sendbuf, recvbuf, count, dtype, op, root};
+  CollArgs a{Collective::kReduce, sendbuf, recvbuf, count, as_int(dtype), as_int(op), root};
   return run_collective(comm, a, stream, "reduce");
 }
 

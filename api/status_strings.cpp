@@ -1,12 +1,17 @@
 // Fixed texts of the public status codes and small table lookups of the C API.
 #include <cstddef>
+#include <cstring>
 
 #include "accord_config.h"
 #include "include/accord/accord.h"
 
 extern "C" {
 
-const char* accord_status_string(accord_status_t status) {
+// The switches below read the enum arguments as ints: a caller may pass any value, and
+// loading an out-of-range enum is undefined behaviour in C++.
+const char* accord_status_string(accord_status_t status_enum) {
+  int status;
+  std::memcpy(&status, &status_enum, sizeof status);
   switch (status) {
     case ACCORD_SUCCESS: return "success";
     case ACCORD_ERR_CUDA: return "CUDA error";
@@ -25,7 +30,9 @@ const char* accord_status_string(accord_status_t status) {
   return "unknown status code";
 }
 
-size_t accord_dtype_size(accord_datatype_t dtype) {
+size_t accord_dtype_size(accord_datatype_t dtype_enum) {
+  int dtype;
+  std::memcpy(&dtype, &dtype_enum, sizeof dtype);
   switch (dtype) {
     case ACCORD_INT8:
     case ACCORD_UINT8: return 1;

@@ -211,13 +211,14 @@ Communicator::~Communicator() {
 
 Status Communicator::check_args(const CollArgs& a, size_t* in_bytes, size_t* out_bytes) const {
   const char* name = collective_name(a.coll);
-  const size_t esize = accord_dtype_size(a.dtype);
+  const bool dtype_known = a.dtype >= 0 && a.dtype < ACCORD_NUM_DTYPES;
+  const size_t esize = dtype_known ? accord_dtype_size(static_cast<accord_datatype_t>(a.dtype)) : 0;
   if (a.coll != Collective::kBarrier && esize == 0)
     return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown dtype %d; use an accord_datatype_t value "
-                 "(ACCORD_INT8 .. ACCORD_BFLOAT16)", rank_, name, static_cast<int>(a.dtype));
-  if (reduces(a.coll) && (static_cast<int>(a.op) < 0 || a.op >= ACCORD_NUM_OPS))
+                 "(ACCORD_INT8 .. ACCORD_BFLOAT16)", rank_, name, a.dtype);
+  if (reduces(a.coll) && (a.op < 0 || a.op >= ACCORD_NUM_OPS))
     return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown reduction op %d; use ACCORD_SUM, ACCORD_PROD, "
-                 "ACCORD_MAX, ACCORD_MIN or ACCORD_AVG", rank_, name, static_cast<int>(a.op));
+                 "ACCORD_MAX, ACCORD_MIN or ACCORD_AVG", rank_, name, a.op);
   if ((a.coll == Collective::kBroadcast || a.coll == Collective::kReduce) && (a.root < 0 || a.root >= nranks_))
     return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: root %d is out of range; it must be in 0..%d", rank_, name,
                  a.root, nranks_ - 1);
@@ -308,8 +309,7 @@ const Schedule* Communicator::schedule_for(const ScheduleRequest& req) {
 }
 
 Status Communicator::check_consistency(const CollArgs& a) {
-  CallDescriptor mine{static_cast<int32_t>(a.coll), static_cast<int32_t>(a.dtype),
-                      reduces(a.coll) ? static_cast<int32_t>(a.op) : 0,
+  CallDescriptor mine{static_cast<int32_t>(a.coll), a.dtype, reduces(a.coll) ? a.op : 0,
                       a.coll == Collective::kBroadcast || a.coll == Collective::kReduce ? a.root : 0,
                       a.coll == Collective::kBarrier ? 0 : static_cast<uint64_t>(a.count)};
   std::vector<CallDescriptor> all(static_cast<size_t>(nranks_));
@@ -358,7 +358,7 @@ Status Communicator::run(const CollArgs& a) {
   ACCORD_TRY(check_args(a, &in_bytes, &out_bytes));
   if (settings_.check && nranks_ > 1) ACCORD_TRY(check_consistency(a));
   if (a.count == 0 && a.coll != Collective::kBarrier) return Status::success();
-  const size_t esize = a.coll == Collective::kBarrier ? 1 : accord_dtype_size(a.dtype);
+  const size_t esize = a.coll == Collective::kBarrier ? 1 : accord_dtype_size(static_cast<accord_datatype_t>(a.dtype));
   const size_t bytes = a.count * esize;
 
   ScheduleRequest req;
@@ -389,7 +389,7 @@ Status Communicator::run(const CollArgs& a) {
   x.output = a.recv;
   x.elem_bytes = esize;
   if (reduces(a.coll)) {
-    x.reduce = kernels::get_reduce_fn(a.dtype, a.op);
+    x.reduce = kernels::get_reduce_fn(static_cast<accord_datatype_t>(a.dtype), static_cast<accord_red_op_t>(a.op));
     if (x.reduce == nullptr)
       return error(ACCORD_ERR_UNSUPPORTED, "rank %d: %s: no kernel for this dtype and op", rank_, name);
     x.divisor = a.op == ACCORD_AVG ? nranks_ : 0;

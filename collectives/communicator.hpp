@@ -35,8 +35,10 @@ struct CollArgs {
   const void* send = nullptr;
   void* recv = nullptr;
   size_t count = 0;  // as the API defines it for this collective
-  accord_datatype_t dtype = ACCORD_FLOAT32;
-  accord_red_op_t op = ACCORD_SUM;
+  // Plain ints: callers may pass any value, and loading an out-of-range enum is undefined
+  // behaviour in C++. Checked by check_args before use.
+  int dtype = ACCORD_FLOAT32;
+  int op = ACCORD_SUM;
   int root = 0;
 };
 

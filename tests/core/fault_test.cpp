@@ -227,7 +227,9 @@ TEST_F(FaultTest, HundredCyclesOfInitFaultAbortReinitLeakNothing) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // bootstrap threads exit once all ranks left
   EXPECT_EQ(count_dir("/proc/self/fd"), fds);
   EXPECT_EQ(count_dir("/proc/self/task"), threads);
+#if !defined(__SANITIZE_ADDRESS__)  // ASan's quarantine holds freed memory: RSS says nothing there
   EXPECT_LT(rss_kib() - rss, 8 * 1024) << "RSS grew by " << rss_kib() - rss << " KiB over 100 cycles";
+#endif
 }
 
 }  // namespace

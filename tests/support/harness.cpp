@@ -30,27 +30,23 @@ uint16_t to_bf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+template <typename T>
+void put(void* buf, size_t i, T v) {
+  std::memcpy(static_cast<char*>(buf) + i * sizeof(T), &v, sizeof(T));  // buffers may be unaligned
+}
+
 void store(void* buf, size_t i, accord_datatype_t d, double v) {
-  char* p = static_cast<char*>(buf);
   switch (d) {
-    case ACCORD_INT8: reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
-    case ACCORD_UINT8: reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
-    case ACCORD_INT32: reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-    case ACCORD_UINT32: reinterpret_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(v); break;
-    case ACCORD_INT64: reinterpret_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-    case ACCORD_UINT64: reinterpret_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(v); break;
-    case ACCORD_FLOAT16: {
-      _Float16 h = static_cast<_Float16>(static_cast<float>(v));
-      std::memcpy(p + 2 * i, &h, 2);
-      break;
-    }
-    case ACCORD_BFLOAT16: {
-      uint16_t b = to_bf16(static_cast<float>(v));
-      std::memcpy(p + 2 * i, &b, 2);
-      break;
-    }
-    case ACCORD_FLOAT32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case ACCORD_FLOAT64: reinterpret_cast<double*>(p)[i] = v; break;
+    case ACCORD_INT8: put(buf, i, static_cast<int8_t>(v)); break;
+    case ACCORD_UINT8: put(buf, i, static_cast<uint8_t>(v)); break;
+    case ACCORD_INT32: put(buf, i, static_cast<int32_t>(v)); break;
+    case ACCORD_UINT32: put(buf, i, static_cast<uint32_t>(v)); break;
+    case ACCORD_INT64: put(buf, i, static_cast<int64_t>(v)); break;
+    case ACCORD_UINT64: put(buf, i, static_cast<uint64_t>(v)); break;
+    case ACCORD_FLOAT16: put(buf, i, static_cast<_Float16>(static_cast<float>(v))); break;
+    case ACCORD_BFLOAT16: put(buf, i, to_bf16(static_cast<float>(v))); break;
+    case ACCORD_FLOAT32: put(buf, i, static_cast<float>(v)); break;
+    case ACCORD_FLOAT64: put(buf, i, v); break;
     default: break;
   }
 }

@@ -76,7 +76,8 @@ class Server {
     last_activity_ns_ = now_ns();
     for (;;) {
       if (done()) break;
-      std::vector<pollfd> pfds;
+      std::vector<pollfd>& pfds = pfds_;
+      pfds.clear();
       pfds.push_back({listener_.get(), POLLIN, 0});
       for (auto& c : conns_) pfds.push_back({c->fd.get(), POLLIN, 0});
       poll(pfds.data(), pfds.size(), 100);
@@ -107,6 +108,8 @@ class Server {
     for (auto& c : conns_) authed_open += c->authed ? 1 : 0;
     if (authed_open > 0) return false;
     if (nranks_ > 0 && joined_ >= nranks_) return true;  // everyone came and left
+    // A failed job: keep answering late ranks with the error for a moment, then go.
+    if (!fatal_.empty()) return now_ns() - last_activity_ns_ > 2000 * 1000000LL;
     return now_ns() - last_activity_ns_ > linger_ms_ * 1000000LL;
   }
 
@@ -306,6 +309,7 @@ class Server {
   int64_t linger_ms_;
   std::string where_;
   std::vector<std::unique_ptr<Conn>> conns_;
+  std::vector<pollfd> pfds_;
   std::map<std::string, std::string> data_;
   std::map<std::string, std::vector<Conn*>> waiting_;
   std::map<int, bool> seen_;

@@ -20,9 +20,11 @@ namespace {
 
 constexpr char kPrefix[] = "accord-";
 
-Status map_segment(const std::string& name, size_t bytes, bool create, void** addr) {
+// `missing` (optional) is set when the segment to open does not exist.
+Status map_segment(const std::string& name, size_t bytes, bool create, void** addr, bool* missing = nullptr) {
   int flags = O_RDWR | O_CLOEXEC | (create ? (O_CREAT | O_EXCL) : 0);
   int fd = shm_open(name.c_str(), flags, 0600);
+  if (missing != nullptr) *missing = fd < 0 && errno == ENOENT;
   if (fd < 0)
     return system_error(errno, "shm_open(%s, %s)%s", name.c_str(), create ? "create" : "open",
                         errno == EACCES ? "; /dev/shm must be writable by this user" : "");
@@ -122,10 +124,17 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
     if (!s.ok()) return fail(std::move(s));
     known.push_back(name);
     void* addr = nullptr;
-    s = map_segment(name, seg_bytes, false, &addr);
-    if (!s.ok() && errno == ENOENT)
+    bool missing = false;
+    s = map_segment(name, seg_bytes, false, &addr, &missing);
+    if (missing) {
+      // Another rank removed it because the job's init failed: report that failure, which
+      // names its cause, rather than the missing file.
+      std::string unused;
+      Status why = store->get("no-such-key", &unused, Deadline::after_ms(500), "the other ranks");
+      if (!why.ok() && why.code() != ACCORD_ERR_TIMEOUT) return fail(std::move(why));
       return fail(error(ACCORD_ERR_REMOTE, "rank %d: the shared memory of rank %d was removed before this rank could "
                         "map it: rank %d or another rank failed during init (see their output)", rank, peer, peer));
+    }
     if (!s.ok()) return fail(std::move(s.prefix(format("rank %d, peer %d: ", rank, peer))));
     t->mappings_.push_back({addr, seg_bytes});
     uint8_t* peer_fifo = static_cast<uint8_t*>(addr) + fifo_bytes * static_cast<size_t>(rank);
