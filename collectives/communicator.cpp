@@ -195,6 +195,7 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
     remove_segments_of(job_pids);
     return s;
   }
+  links_.death_notes = shm_->death_notes();
   for (int r : local_ranks_) {
     if (r == rank_) continue;
     links_.send[static_cast<size_t>(r)] = shm_->sender(r);
@@ -308,6 +309,18 @@ const Schedule* Communicator::schedule_for(const ScheduleRequest& req) {
   return &schedules_.emplace(key, std::move(s)).first->second;
 }
 
+// Note [Death notes]: record whom this rank blames, so that ranks which find this process
+// gone after it exits name the original culprit. The blamed rank is the one the message says
+// died ("peer rank N died").
+void Communicator::leave_death_note(const Status& s) {
+  if (shm_ == nullptr || s.code() != ACCORD_ERR_REMOTE) return;
+  const std::string& m = s.message();
+  size_t at = m.find("peer rank ");
+  if (at == std::string::npos) return;
+  int blamed = std::atoi(m.c_str() + at + 10);
+  if (blamed >= 0 && blamed < nranks_ && blamed != rank_) shm_->leave_death_note(rank_, blamed);
+}
+
 Status Communicator::check_consistency(const CollArgs& a) {
   CallDescriptor mine{static_cast<int32_t>(a.coll), a.dtype, reduces(a.coll) ? a.op : 0,
                       a.coll == Collective::kBroadcast || a.coll == Collective::kReduce ? a.root : 0,
@@ -411,6 +424,7 @@ Status Communicator::run(const CollArgs& a) {
   if (!s.ok()) {
     sticky_ = s;
     sticky_code_.store(s.code(), std::memory_order_release);
+    leave_death_note(s);
     LOG_WARN(kColl, "%s", s.message().c_str());
   }
   return s;

@@ -62,6 +62,7 @@ class Communicator {
   Communicator() = default;
   Status init(const InitSpec& spec);
   Status connect_transports(StoreClient* store, Deadline deadline);
+  void leave_death_note(const Status& s);
   Status check_args(const CollArgs& a, size_t* in_bytes, size_t* out_bytes) const;
   // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
   Status check_consistency(const CollArgs& a);

@@ -32,6 +32,7 @@ class Runner {
     c.peer_pidfd = links_.pidfd[static_cast<size_t>(peer)];
     c.pidfds = links_.pidfd.data();
     c.nranks = static_cast<int>(links_.pidfd.size());
+    c.death_notes = links_.death_notes;
     return c;
   }
   size_t count(const Step& s) const { return s.bytes / a_.elem_bytes; }

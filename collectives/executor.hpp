@@ -38,6 +38,7 @@ struct PeerLinks {
   std::vector<SendChannel*> send;  // indexed by peer rank
   std::vector<RecvChannel*> recv;
   std::vector<int> pidfd;          // liveness, -1 if none
+  const std::atomic<int32_t>* const* death_notes = nullptr;  // Note [Death notes]
 };
 
 Status execute(const Schedule& schedule, const ExecArgs& args, const PeerLinks& links);

@@ -13,14 +13,35 @@ fi
 # Suites run one test binary at a time: the multi-process ones oversubscribe 2 cores.
 meson test -C "$build" --num-processes 1 --print-errorlogs "$@"
 status=$?
-python3 - "$build/meson-logs/testlog.json" <<'PY'
+logs=("$build/meson-logs/testlog.json")
+
+# The core suites again under sanitizers (RELIABILITY.md): AddressSanitizer + UBSan, then
+# ThreadSanitizer. Skip with ACCORD_SANITIZERS=0 (or when a test filter was given).
+if [ "${ACCORD_SANITIZERS:-1}" = 1 ] && [ $# -eq 0 ]; then
+  for san in address,undefined thread; do
+    dir="$build-${san%%,*}"
+    if [ ! -f "$dir/build.ninja" ]; then
+      meson setup "$dir" -Db_sanitize=$san -Db_lundef=false -Dbuildtype=debugoptimized -Dopenblas=disabled \
+        -Dcuda=disabled >/dev/null || { echo "sanitizer build $san: setup failed"; status=1; continue; }
+    fi
+    if ! ninja -C "$dir" >/dev/null; then echo "sanitizer build $san failed"; status=1; continue; fi
+    echo "== core suites under -fsanitize=$san"
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 TSAN_OPTIONS=halt_on_error=1 \
+      meson test -C "$dir" --suite unit --suite multiproc --num-processes 1 --print-errorlogs \
+      || status=1
+    logs+=("$dir/meson-logs/testlog.json")
+  done
+fi
+
+python3 - "${logs[@]}" <<'PY'
 import json, sys
 passed = failed = skipped = 0
-for line in open(sys.argv[1]):
-    r = json.loads(line).get("result")
-    if r in ("OK", "EXPECTEDFAIL"): passed += 1
-    elif r == "SKIP": skipped += 1
-    else: failed += 1
+for path in sys.argv[1:]:
+    for line in open(path):
+        r = json.loads(line).get("result")
+        if r in ("OK", "EXPECTEDFAIL"): passed += 1
+        elif r == "SKIP": skipped += 1
+        else: failed += 1
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
 PY
 exit $status

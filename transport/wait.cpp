@@ -59,11 +59,18 @@ Status check_wait(const WaitContext& ctx, const char* waiting_for) {
   int dead_rank = dead(ctx.peer_pidfd) ? ctx.peer_rank : -1;
   for (int r = 0; dead_rank < 0 && ctx.pidfds != nullptr && r < ctx.nranks; ++r)
     if (dead(ctx.pidfds[r])) dead_rank = r;
-  if (dead_rank >= 0)
+  if (dead_rank >= 0) {
+    const std::atomic<int32_t>* note = ctx.death_notes ? ctx.death_notes[dead_rank] : nullptr;
+    const int first = note != nullptr ? note->load(std::memory_order_acquire) : -1;
+    if (first >= 0 && first != dead_rank && first != ctx.self_rank)
+      return error(ACCORD_ERR_REMOTE, "rank %d: peer rank %d died during %s (seq %llu); rank %d saw it first and "
+                   "exited; look at rank %d's output for why it exited",
+                   ctx.self_rank, first, ctx.operation, static_cast<unsigned long long>(ctx.seq), dead_rank, first);
     return error(ACCORD_ERR_REMOTE, "rank %d: peer rank %d died during %s (seq %llu) while this rank waited for %s "
                  "of rank %d; look at rank %d's output for why it exited",
                  ctx.self_rank, dead_rank, ctx.operation, static_cast<unsigned long long>(ctx.seq), waiting_for,
                  ctx.peer_rank, dead_rank);
+  }
   if (ctx.deadline.expired())
     return error(ACCORD_ERR_TIMEOUT, "rank %d: %s (seq %llu) timed out after %lld ms waiting for %s of rank %d; "
                  "is rank %d stopped, stuck, or calling a different collective? (ACCORD_TIMEOUT_MS)",

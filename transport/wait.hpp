@@ -38,6 +38,10 @@ struct WaitContext {
   int peer_pidfd = -1;          // -1: no liveness check
   const int* pidfds = nullptr;  // liveness of every rank (-1 entries skipped), to notice any
   int nranks = 0;               // local death while waiting on someone else
+  // Note [Death notes]: per rank, the rank it blamed when it gave up (-1: none), read when
+  // that rank is found dead, so survivors name the first death and not a survivor that
+  // exited after seeing it. nullptr entries: no note.
+  const std::atomic<int32_t>* const* death_notes = nullptr;
   const char* operation = "";   // "all_reduce", for messages
   uint64_t seq = 0;             // collective sequence number, for messages
 };

@@ -98,7 +98,9 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
   t->senders_.resize(static_cast<size_t>(nranks));
   t->receivers_.resize(static_cast<size_t>(nranks));
   const size_t fifo_bytes = options.shape.total_bytes();
-  const size_t seg_bytes = fifo_bytes * static_cast<size_t>(nranks);
+  // Segment: one 4 KiB header page (the owner's death note), then a FIFO per rank.
+  constexpr size_t kHeaderBytes = 4096;
+  const size_t seg_bytes = kHeaderBytes + fifo_bytes * static_cast<size_t>(nranks);
 
   sweep_stale_shm_segments();
   uint8_t rnd[16];
@@ -107,6 +109,9 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
   void* my_addr = nullptr;
   ACCORD_TRY(map_segment(mine, seg_bytes, true, &my_addr).prefix(format("rank %d: ", rank)));
   t->mappings_.push_back({my_addr, seg_bytes});
+  t->notes_.assign(static_cast<size_t>(nranks), nullptr);
+  t->notes_[static_cast<size_t>(rank)] = static_cast<std::atomic<int32_t>*>(my_addr);
+  t->notes_[static_cast<size_t>(rank)]->store(-1);
   std::vector<std::string> known = {mine};
   // On any failure below, remove every name we know: the creators may be gone.
   auto fail = [&](Status s) {
@@ -137,8 +142,9 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
     }
     if (!s.ok()) return fail(std::move(s.prefix(format("rank %d, peer %d: ", rank, peer))));
     t->mappings_.push_back({addr, seg_bytes});
-    uint8_t* peer_fifo = static_cast<uint8_t*>(addr) + fifo_bytes * static_cast<size_t>(rank);
-    uint8_t* my_fifo = static_cast<uint8_t*>(my_addr) + fifo_bytes * static_cast<size_t>(peer);
+    t->notes_[static_cast<size_t>(peer)] = static_cast<std::atomic<int32_t>*>(addr);
+    uint8_t* peer_fifo = static_cast<uint8_t*>(addr) + kHeaderBytes + fifo_bytes * static_cast<size_t>(rank);
+    uint8_t* my_fifo = static_cast<uint8_t*>(my_addr) + kHeaderBytes + fifo_bytes * static_cast<size_t>(peer);
     t->senders_[static_cast<size_t>(peer)] =
         std::make_unique<FifoSender>(peer_fifo, options.shape, &t->options_.policy);
     t->receivers_[static_cast<size_t>(peer)] =

@@ -8,6 +8,7 @@
 // unlink, the next Accord process on the host removes segments whose creator pid is gone.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -37,6 +38,11 @@ class ShmTransport {
   RecvChannel* receiver(int peer) const { return receivers_[static_cast<size_t>(peer)].get(); }
   const FifoShape& shape() const { return options_.shape; }
 
+  // Note [Death notes] (wait.hpp): per rank, the first word of its segment's header page.
+  // Zero-filled memory reads as rank 0, so the owner stores -1 at creation.
+  const std::atomic<int32_t>* const* death_notes() const { return notes_.data(); }
+  void leave_death_note(int rank, int32_t blamed) { notes_[static_cast<size_t>(rank)]->store(blamed); }
+
  private:
   ShmTransport() = default;
   struct Mapping {
@@ -45,6 +51,7 @@ class ShmTransport {
   };
   ShmOptions options_;
   std::vector<Mapping> mappings_;
+  std::vector<std::atomic<int32_t>*> notes_;
   std::vector<std::unique_ptr<SendChannel>> senders_;
   std::vector<std::unique_ptr<RecvChannel>> receivers_;
 };

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs an mpirun job that must fail: exit status non-zero, within a bound, with the dead
+# rank named in the output. Usage: expect_job_fails.sh MAX_SECONDS NEEDLE NP PROGRAM...
+set -u
+max=$1; needle=$2; shift 2
+start=$(date +%s.%N)
+out=$("$(dirname "$0")/run_mpirun.sh" "$@" 2>&1)
+status=$?
+elapsed=$(echo "$(date +%s.%N) - $start" | bc)
+echo "$out" | tail -20
+echo "exit status $status after $elapsed s"
+[ $status -ne 0 ] || { echo "FAIL: the job exited 0"; exit 1; }
+echo "$out" | grep -q "$needle" || { echo "FAIL: output does not mention '$needle'"; exit 1; }
+(( $(echo "$elapsed < $max" | bc) )) || { echo "FAIL: took longer than $max s"; exit 1; }
+echo "ok"
