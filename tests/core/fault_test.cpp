@@ -5,16 +5,21 @@
 #include <accord/accord.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/clock.hpp"
 #include "tests/support/harness.hpp"
 #include "transport/bootstrap/store.hpp"
 #include "transport/shm/shm_transport.hpp"
@@ -186,6 +191,50 @@ TEST_F(FaultTest, StrangersOnTheBootstrapPortAreDroppedAndTheJobFinishes) {
     EXPECT_GE(dropped_after[static_cast<size_t>(kind)], 0.0) << "stranger " << kind << " was never dropped";
     EXPECT_LT(dropped_after[static_cast<size_t>(kind)], 1.5) << "stranger " << kind;
   }
+}
+
+// Time from a rank's death to each survivor's ACCORD_ERR_REMOTE, for each way of dying.
+// The victim stamps CLOCK_MONOTONIC into shared memory just before it dies; survivors, blocked
+// in an all-reduce the victim never joins, stamp when they learn of it.
+TEST_F(FaultTest, DetectionLatencyFromDeathToError) {
+  struct Shared {
+    std::atomic<int64_t> died_ns;
+    std::atomic<int64_t> noticed_ns[4];
+  };
+  auto* shared = static_cast<Shared*>(
+      mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(shared, MAP_FAILED);
+  for (const char* how : {"kill", "abort", "exit"}) {
+    shared->died_ns = 0;
+    for (auto& n : shared->noticed_ns) n = 0;
+    const std::string h = how;
+    auto failures = run_processes(4, [shared, h](accord_comm_t comm, int rank, int) -> std::string {
+      float x[64] = {};
+      if (accord_all_reduce(x, x, 64, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr) != ACCORD_SUCCESS) return "warm-up";
+      if (rank == 3) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        shared->died_ns = now_ns();
+        if (h == "kill") raise(SIGKILL);
+        if (h == "abort") abort();
+        exit(1);
+      }
+      accord_status_t s = accord_all_reduce(x, x, 64, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr);
+      shared->noticed_ns[rank] = now_ns();
+      if (s != ACCORD_ERR_REMOTE) return std::string("got ") + accord_status_string(s);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      return "";
+    });
+    expect_survivors_ok(failures);
+    for (int r = 0; r < 3; ++r) {
+      double ms = (shared->noticed_ns[r] - shared->died_ns) / 1e6;
+      std::printf("death by %-5s -> rank %d notices after %7.2f ms\n", how, r, ms);
+      std::fflush(stdout);  // or forked children flush this buffer again
+      EXPECT_GT(shared->died_ns.load(), 0);
+      EXPECT_LT(ms, 1000.0) << how << " rank " << r;
+      RecordProperty(std::string(how) + "_rank" + std::to_string(r) + "_ms", static_cast<int>(ms * 1000));
+    }
+  }
+  munmap(shared, sizeof(Shared));
 }
 
 size_t count_dir(const char* path) {

@@ -1,0 +1,164 @@
+// Launcher environments, as forked processes: torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/
+// MASTER_PORT (with ACCORD_SECRET, logging at debug to files that must not contain the
+// secret), Open MPI-style variables without MPI (rendezvous file), bad variables, and a rank
+// with the wrong secret.
+#include <accord/accord.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/log.hpp"
+#include "transport/shm/shm_transport.hpp"
+
+namespace accord {
+namespace {
+
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+// Forks one process per env; each sets its variables, inits from the environment and runs an
+// all-reduce of nranks ones. Returns each process's exit code (0 ok, 10 + status otherwise).
+std::vector<int> run_env_ranks(const std::vector<Env>& envs, std::vector<std::string>* errors = nullptr) {
+  std::vector<pid_t> pids;
+  std::vector<int> pipes;
+  for (const Env& env : envs) {
+    int fds[2];
+    if (pipe(fds) != 0) return {};
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
+                            "OMPI_COMM_WORLD_SIZE", "OMPI_MCA_ess_base_jobid", "ACCORD_SECRET"})
+        unsetenv(v);
+      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      log_reconfigure();
+      accord_comm_t comm = nullptr;
+      accord_status_t s = accord_comm_init_from_env(&comm);
+      if (s == ACCORD_SUCCESS) {
+        int n = 0;
+        accord_comm_count(comm, &n);
+        std::vector<float> x(1000, 1.0f);
+        s = accord_all_reduce(x.data(), x.data(), x.size(), ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr);
+        if (s == ACCORD_SUCCESS && x[999] != static_cast<float>(n)) s = ACCORD_ERR_INTERNAL;
+        if (s != ACCORD_SUCCESS) (void)!write(fds[1], accord_last_error(comm), strlen(accord_last_error(comm)));
+        accord_comm_destroy(comm);
+      } else {
+        (void)!write(fds[1], accord_last_error(nullptr), strlen(accord_last_error(nullptr)));
+      }
+      _exit(s == ACCORD_SUCCESS ? 0 : 10 + s);
+    }
+    close(fds[1]);
+    pids.push_back(pid);
+    pipes.push_back(fds[0]);
+  }
+  std::vector<int> codes;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    std::string msg;
+    char buf[1024];
+    ssize_t n;
+    while ((n = read(pipes[i], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
+    close(pipes[i]);
+    int status = 0;
+    waitpid(pids[i], &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 100);
+    if (errors) errors->push_back(msg);
+  }
+  return codes;
+}
+
+std::string free_port() {
+  std::random_device rd;
+  return std::to_string(20000 + rd() % 30000);
+}
+
+TEST(Launch, TorchrunStyleEnvironmentWithSecretNeverLogged) {
+  const std::string port = free_port(), secret = "s3cr3t-" + port + "-do-not-log";
+  char dir[] = "/tmp/accord-launch-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::vector<Env> envs;
+  for (int r = 0; r < 3; ++r)
+    envs.push_back({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"},
+                    {"MASTER_PORT", port}, {"ACCORD_SECRET", secret}, {"ACCORD_LOG", "debug"},
+                    {"ACCORD_LOG_FILE", std::string(dir) + "/log-%p"}});
+  std::vector<std::string> errors;
+  auto codes = run_env_ranks(envs, &errors);
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r << ": " << errors[r];
+  std::string cmd = std::string("cat ") + dir + "/log-* 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string all;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) all.append(buf, n);
+  pclose(p);
+  EXPECT_GT(all.size(), 100u) << "debug logs were not written";
+  EXPECT_NE(all.find("ACCORD_SECRET=(set, not shown)"), std::string::npos);
+  EXPECT_EQ(all.find(secret), std::string::npos) << "the secret appears in the logs";
+  EXPECT_EQ(system((std::string("rm -rf ") + dir).c_str()), 0);
+}
+
+TEST(Launch, WrongSecretIsRefused) {
+  const std::string port = free_port();
+  std::vector<Env> envs;
+  for (int r = 0; r < 2; ++r)
+    envs.push_back({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                    {"MASTER_PORT", port}, {"ACCORD_SECRET", r == 0 ? "right" : "wrong"},
+                    {"ACCORD_INIT_TIMEOUT_MS", "3000"}});
+  std::vector<std::string> errors;
+  auto codes = run_env_ranks(envs, &errors);
+  EXPECT_NE(codes[1], 0);
+  EXPECT_NE(errors[1].find("secret"), std::string::npos) << errors[1];
+  EXPECT_NE(codes[0], 0);  // rank 1 never joined
+}
+
+TEST(Launch, OpenMpiStyleEnvironmentWithoutMpiMeetsThroughARendezvousFile) {
+  const std::string job = "test-" + free_port();
+  std::vector<Env> envs;
+  for (int r = 0; r < 3; ++r)
+    envs.push_back({{"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_SIZE", "3"},
+                    {"OMPI_MCA_ess_base_jobid", job}});
+  std::vector<std::string> errors;
+  auto codes = run_env_ranks(envs, &errors);
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r << ": " << errors[r];
+  std::string file = "/tmp/accord-" + std::to_string(getuid()) + "-ompi-" + job + ".boot";
+  EXPECT_NE(access(file.c_str(), F_OK), 0) << "rendezvous file left behind: " << file;
+  EXPECT_TRUE(list_shm_segments().empty());
+}
+
+TEST(Launch, BadEnvironmentsSayWhatIsWrong) {
+  struct Case {
+    Env env;
+    const char* needle;
+  } cases[] = {
+      {{{"RANK", "0"}}, "WORLD_SIZE"},
+      {{{"RANK", "x"}, {"WORLD_SIZE", "2"}}, "not a number"},
+      {{{"RANK", "5"}, {"WORLD_SIZE", "2"}}, "out of range"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}}, "MASTER_PORT"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "99999"}}, "port"},
+      {{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "no-such-host.invalid"}, {"MASTER_PORT", "1234"}},
+       "resolve"},
+      {{{"ACCORD_TIMEOUT_MS", "soon"}}, "ACCORD_TIMEOUT_MS"},
+      {{{"ACCORD_ALGO", "magic"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}, "ACCORD_ALGO"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> errors;
+    auto codes = run_env_ranks({c.env}, &errors);
+    EXPECT_NE(codes[0], 0) << c.needle;
+    EXPECT_NE(errors[0].find(c.needle), std::string::npos) << "'" << errors[0] << "' lacks '" << c.needle << "'";
+  }
+}
+
+TEST(Launch, NoLauncherMeansOneRank) {
+  auto codes = run_env_ranks({Env{}});
+  EXPECT_EQ(codes[0], 0);
+}
+
+}  // namespace
+}  // namespace accord
