@@ -47,6 +47,7 @@ bool parse_algo(const std::string& s, Algo* out) {
   if (s == "ring") return *out = Algo::kRing, true;
   if (s == "direct") return *out = Algo::kDirect, true;
   if (s == "chain") return *out = Algo::kChain, true;
+  if (s == "tree") return *out = Algo::kTree, true;
   return false;
 }
 
@@ -123,7 +124,7 @@ Status Communicator::init(const InitSpec& spec) {
   if (!settings_.algo.empty()) {
     Algo a;
     if (!parse_algo(settings_.algo, &a))
-      return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_ALGO='%s' is not an algorithm; use ring, direct or chain",
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_ALGO='%s' is not an algorithm; use ring, tree, direct or chain",
                    settings_.algo.c_str());
   }
   FifoShape& shape = shape_;
@@ -258,7 +259,7 @@ Algo Communicator::choose_algo(const CollArgs& a, size_t bytes) {
   const char* why = "";
   switch (a.coll) {
     case Collective::kAllReduce:
-      if (has_forced && (forced == Algo::kRing || forced == Algo::kDirect)) {
+      if (has_forced && (forced == Algo::kRing || forced == Algo::kDirect || forced == Algo::kTree)) {
         pick = forced;
         why = "forced by ACCORD_ALGO";
       } else if (bytes <= direct_max_bytes_ && nranks_ <= 8) {

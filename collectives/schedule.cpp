@@ -34,6 +34,7 @@ const char* algo_name(Algo a) {
     case Algo::kRing: return "ring";
     case Algo::kDirect: return "direct";
     case Algo::kChain: return "chain";
+    case Algo::kTree: return "tree";
   }
   return "?";
 }
@@ -45,6 +46,7 @@ bool build_schedule(const ScheduleRequest& req, Schedule* out) {
     case Collective::kAllReduce:
       if (req.algo == Algo::kRing) return ring_all_reduce(req, out), true;
       if (req.algo == Algo::kDirect) return direct_all_reduce(req, out), true;
+      if (req.algo == Algo::kTree) return tree_all_reduce(req, out), true;
       return false;
     case Collective::kReduceScatter:
       if (req.algo == Algo::kRing) return ring_reduce_scatter(req, out), true;

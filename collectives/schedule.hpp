@@ -51,7 +51,7 @@ struct Step {
 enum class Collective : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kBarrier };
 const char* collective_name(Collective c);
 
-enum class Algo : uint8_t { kRing, kDirect, kChain };
+enum class Algo : uint8_t { kRing, kDirect, kChain, kTree };
 const char* algo_name(Algo a);
 
 struct ScheduleRequest {
@@ -90,6 +90,9 @@ void ring_all_reduce(const ScheduleRequest& req, Schedule* out);
 void ring_reduce_scatter(const ScheduleRequest& req, Schedule* out);
 void ring_all_gather(const ScheduleRequest& req, Schedule* out);
 void direct_all_reduce(const ScheduleRequest& req, Schedule* out);
+void tree_all_reduce(const ScheduleRequest& req, Schedule* out);
+// Note [Tree shape] (tree.cpp): parent (-1 for the root) and children of rank in tree 0 or 1.
+void tree_shape(int tree, int rank, int nranks, int* parent, std::vector<int>* children);
 void chain_broadcast(const ScheduleRequest& req, Schedule* out);
 void chain_reduce(const ScheduleRequest& req, Schedule* out);
 void direct_barrier(const ScheduleRequest& req, Schedule* out);

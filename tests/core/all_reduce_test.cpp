@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/support/harness.hpp"
@@ -78,8 +79,20 @@ TEST_P(AllReduceProcesses, EveryDtypeOpAndSizeExact) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, AllReduceProcesses, ::testing::Values(2, 3, 4));
 
+class AllReduceAlgorithms : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
+
+TEST_P(AllReduceAlgorithms, EveryDtypeOpAndSizeExact) {
+  setenv("ACCORD_ALGO", std::get<0>(GetParam()), 1);
+  auto failures = run_threads(std::get<1>(GetParam()), sweep);
+  unsetenv("ACCORD_ALGO");
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+INSTANTIATE_TEST_SUITE_P(Forced, AllReduceAlgorithms,
+                         ::testing::Combine(::testing::Values("ring", "tree", "direct"), ::testing::Values(2, 3, 5)));
+
 TEST(AllReduce, LargePrimeCountAndAlgorithmsAgreeOnExactInputs) {
-  for (const char* algo : {"ring", "direct"}) {
+  for (const char* algo : {"ring", "tree", "direct"}) {
     setenv("ACCORD_ALGO", algo, 1);
     auto failures = run_threads(3, [](accord_comm_t comm, int rank, int nranks) {
       return check(comm, rank, nranks, ACCORD_FLOAT32, ACCORD_SUM, 1000003, false, 0, 7);

@@ -199,7 +199,9 @@ std::string simulate(Case c, int n, size_t count, size_t chunk_elems, bool in_pl
     }
   }
   switch (c.coll) {
-    case Collective::kAllReduce: want_sent = c.algo == Algo::kRing ? 2 * (nn - 1) * S : nn * (nn - 1) * S; break;
+    case Collective::kAllReduce:
+      want_sent = c.algo == Algo::kDirect ? nn * (nn - 1) * S : 2 * (nn - 1) * S;  // ring and tree alike
+      break;
     case Collective::kReduceScatter:
     case Collective::kAllGather: want_sent = (nn - 1) * nn * S; break;
     case Collective::kBroadcast:
@@ -213,11 +215,12 @@ std::string simulate(Case c, int n, size_t count, size_t chunk_elems, bool in_pl
 
 TEST(Schedule, EveryCollectiveAndAlgorithmDeliversEachContributionExactlyOnce) {
   const Case cases[] = {{Collective::kAllReduce, Algo::kRing},     {Collective::kAllReduce, Algo::kDirect},
+                        {Collective::kAllReduce, Algo::kTree},
                         {Collective::kReduceScatter, Algo::kRing}, {Collective::kAllGather, Algo::kRing},
                         {Collective::kBroadcast, Algo::kChain},    {Collective::kReduce, Algo::kChain}};
   int checked = 0;
   for (const Case& c : cases)
-    for (int n = 1; n <= 6; ++n)
+    for (int n = 1; n <= 9; ++n)
       for (size_t count : {0, 1, 2, 5, 7, 13, 64, 101})
         for (size_t chunk : {1, 3, 16, 1000})
           for (bool in_place : {false, true})
@@ -229,6 +232,45 @@ TEST(Schedule, EveryCollectiveAndAlgorithmDeliversEachContributionExactlyOnce) {
               ++checked;
             }
   EXPECT_GT(checked, 2000);
+}
+
+// Note [Tree shape]: both trees span every rank, are acyclic, have at most 2 children, and
+// no rank is interior (has children) in both; depth is ceil(log2 n) + 1 at most.
+TEST(Schedule, DoubleBinaryTreesAreTreesAndShareTheInteriorWork) {
+  for (int n = 1; n <= 64; ++n) {
+    std::vector<int> interior(static_cast<size_t>(n), 0);
+    for (int t = 0; t < 2; ++t) {
+      int roots = 0;
+      for (int r = 0; r < n; ++r) {
+        int parent;
+        std::vector<int> kids;
+        tree_shape(t, r, n, &parent, &kids);
+        EXPECT_LE(kids.size(), 2u);
+        if (!kids.empty()) ++interior[static_cast<size_t>(r)];
+        if (parent < 0) ++roots;
+        for (int k : kids) {  // the child agrees
+          int kp;
+          std::vector<int> kk;
+          tree_shape(t, k, n, &kp, &kk);
+          EXPECT_EQ(kp, r) << "n=" << n << " tree " << t;
+        }
+        // Walk to the root: no cycles, logarithmic depth.
+        int depth = 0, at = r;
+        while (at >= 0 && depth <= n) {
+          int p;
+          std::vector<int> ignored;
+          tree_shape(t, at, n, &p, &ignored);
+          at = p;
+          ++depth;
+        }
+        int log2n = 0;
+        while ((1 << log2n) < n) ++log2n;
+        EXPECT_LE(depth, log2n + 1) << "n=" << n << " rank " << r;
+      }
+      EXPECT_EQ(roots, 1) << "n=" << n;
+    }
+    for (int r = 0; r < n; ++r) EXPECT_LE(interior[static_cast<size_t>(r)], 1) << "n=" << n << " rank " << r;
+  }
 }
 
 TEST(Schedule, RingStepCountMatchesCost) {
