@@ -6,6 +6,10 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <future>
+#include <map>
+#include <utility>
+#include <vector>
 #include <thread>
 #include <mutex>
 #include <new>
@@ -46,6 +50,13 @@ accord_status_t guarded(accord_comm* h, F&& body) {
   }
 }
 
+// Calls queued between accord_group_start and the outermost accord_group_end, per thread.
+struct GroupState {
+  int depth = 0;
+  std::vector<std::pair<accord_comm*, CollArgs>> ops;
+};
+thread_local GroupState t_group;
+
 accord_status_t run_collective(accord_comm_t comm, const CollArgs& args, accord_stream_t stream, const char* fn) {
   CallGuard guard(comm);
   return guarded(comm, [&]() -> accord_status_t {
@@ -55,8 +66,43 @@ accord_status_t run_collective(accord_comm_t comm, const CollArgs& args, accord_
       return report(comm, error(ACCORD_ERR_UNSUPPORTED, "rank %d: %s: a stream was given, but this build runs "
                                 "collectives on host buffers only; pass stream = NULL with host memory",
                                 comm->impl->rank(), fn));
+    if (t_group.depth > 0) {
+      Status s = comm->impl->validate(args);
+      if (s.ok()) t_group.ops.emplace_back(comm, args);
+      return report(comm, s);
+    }
     return report(comm, comm->impl->run(args));
   });
+}
+
+accord_status_t run_group(std::vector<std::pair<accord_comm*, CollArgs>> ops) {
+  // One batch per communicator, in call order; each runs on its communicator's worker.
+  std::vector<accord_comm*> comms;
+  std::map<accord_comm*, std::vector<CollArgs>> batches;
+  for (auto& [h, a] : ops) {
+    if (!batches.count(h)) comms.push_back(h);
+    batches[h].push_back(a);
+  }
+  std::vector<std::unique_ptr<CallGuard>> guards;
+  std::vector<std::future<Status>> results;
+  for (accord_comm* h : comms) {
+    guards.push_back(std::make_unique<CallGuard>(h));
+    accord_status_t code;
+    if (!live(h, "accord_group_end", &code)) {
+      std::promise<Status> p;
+      p.set_value(error(code, "%s", accord_last_error(nullptr)));
+      results.push_back(p.get_future());
+      continue;
+    }
+    results.push_back(h->impl->run_async(std::move(batches[h])));
+  }
+  accord_status_t first = ACCORD_SUCCESS;
+  for (size_t i = 0; i < comms.size(); ++i) {
+    Status s = results[i].get();
+    accord_status_t code = report(comms[i], s);
+    if (first == ACCORD_SUCCESS) first = code;
+  }
+  return first;
 }
 
 }  // namespace
@@ -160,6 +206,51 @@ accord_status_t accord_comm_init_from_env(accord_comm_t* comm) {
     if (!s.ok()) return report(nullptr, s);
     *comm = new_handle(std::move(c));
     return ACCORD_SUCCESS;
+  });
+}
+
+accord_status_t accord_comm_init_all(accord_comm_t* comms, int ndev, const int* devlist) {
+  return guarded(nullptr, [&]() -> accord_status_t {
+    if (comms == nullptr || ndev < 1)
+      return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_init_all: comms is NULL or ndev %d < 1",
+                                   ndev));
+    if (devlist != nullptr)
+      return report(nullptr, error(ACCORD_ERR_UNSUPPORTED, "accord_comm_init_all: device lists need the GPU path, "
+                                   "which this build does not have; pass devlist = NULL for host-memory ranks"));
+    for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
+    accord_unique_id_t id;
+    accord_status_t st = accord_get_unique_id(&id);
+    if (st != ACCORD_SUCCESS) return st;
+    std::vector<accord_status_t> codes(static_cast<size_t>(ndev));
+    std::vector<std::string> messages(static_cast<size_t>(ndev));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ndev; ++r)
+      threads.emplace_back([&, r] {
+        codes[static_cast<size_t>(r)] = accord_comm_init_rank(&comms[r], ndev, id, r);
+        messages[static_cast<size_t>(r)] = accord_last_error(nullptr);
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < ndev; ++r) {
+      if (codes[static_cast<size_t>(r)] == ACCORD_SUCCESS) continue;
+      for (int k = 0; k < ndev; ++k)
+        if (comms[k] != nullptr) accord_comm_destroy(comms[k]), comms[k] = nullptr;
+      return report(nullptr, Status(codes[static_cast<size_t>(r)], messages[static_cast<size_t>(r)]));
+    }
+    return ACCORD_SUCCESS;
+  });
+}
+
+accord_status_t accord_group_start(void) {
+  ++t_group.depth;
+  return ACCORD_SUCCESS;
+}
+
+accord_status_t accord_group_end(void) {
+  return guarded(nullptr, [&]() -> accord_status_t {
+    if (t_group.depth == 0)
+      return report(nullptr, error(ACCORD_ERR_INVALID_USAGE, "accord_group_end without accord_group_start"));
+    if (--t_group.depth > 0) return ACCORD_SUCCESS;
+    return run_group(std::exchange(t_group.ops, {}));
   });
 }
 

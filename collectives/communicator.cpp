@@ -205,7 +205,51 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
   return Status::success();
 }
 
+Status Communicator::validate(const CollArgs& args) const {
+  RankScope scope(rank_, nranks_);
+  if (!sticky_.ok())
+    return Status(sticky_.code(), format("rank %d: this communicator failed earlier and cannot be used again: %s",
+                                         rank_, sticky_.message().c_str()));
+  size_t in_bytes, out_bytes;
+  return check_args(args, &in_bytes, &out_bytes);
+}
+
+std::future<Status> Communicator::run_async(std::vector<CollArgs> ops) {
+  auto task = std::make_shared<std::packaged_task<Status()>>([this, ops = std::move(ops)] {
+    for (const CollArgs& a : ops) ACCORD_TRY(run(a));
+    return Status::success();
+  });
+  std::future<Status> result = task->get_future();
+  std::lock_guard<std::mutex> lock(worker_mutex_);
+  if (!worker_.joinable()) {
+    worker_ = std::thread([this] {
+      for (;;) {
+        std::function<void()> job;
+        {
+          std::unique_lock<std::mutex> l(worker_mutex_);
+          worker_cv_.wait(l, [this] { return worker_stop_ || !worker_jobs_.empty(); });
+          if (worker_jobs_.empty()) return;
+          job = std::move(worker_jobs_.front());
+          worker_jobs_.pop_front();
+        }
+        job();
+      }
+    });
+  }
+  worker_jobs_.push_back([task] { (*task)(); });
+  worker_cv_.notify_one();
+  return result;
+}
+
 Communicator::~Communicator() {
+  if (worker_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(worker_mutex_);
+      worker_stop_ = true;
+    }
+    worker_cv_.notify_all();
+    worker_.join();
+  }
   if (fault_.at("destroy", rank_)) trigger_fault(fault_);
   for (int fd : links_.pidfd)
     if (fd >= 0) ::close(fd);

@@ -6,6 +6,12 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,6 +58,13 @@ class Communicator {
 
   Status run(const CollArgs& args);
 
+  // Argument checks alone (for calls queued in a group).
+  Status validate(const CollArgs& args) const;
+
+  // Runs `ops` in order on this communicator's worker thread (started on first use); the
+  // future holds the first failure. Used by accord_group_end.
+  std::future<Status> run_async(std::vector<CollArgs> ops);
+
   // Abort: wakes every wait of this communicator with ACCORD_ERR_ABORTED. Safe from any thread.
   void abort() { abort_.store(true, std::memory_order_release); }
 
@@ -88,6 +101,12 @@ class Communicator {
   size_t nt_threshold_ = 0;
   std::map<std::tuple<int, int, size_t, size_t, size_t, int, bool>, Schedule> schedules_;
   std::map<std::pair<int, int>, Algo> logged_choices_;  // (collective, log2 size) -> algo, for info logs
+  // Group worker (accord_group_end).
+  std::thread worker_;
+  std::mutex worker_mutex_;
+  std::condition_variable worker_cv_;
+  std::deque<std::function<void()>> worker_jobs_;
+  bool worker_stop_ = false;
 };
 
 }  // namespace accord

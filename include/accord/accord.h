@@ -120,6 +120,11 @@ ACCORD_API accord_status_t accord_comm_init_rank(accord_comm_t* comm, int nranks
  *  (default /tmp) named after the launcher's job id (single host only). */
 ACCORD_API accord_status_t accord_comm_init_from_env(accord_comm_t* comm);
 
+/** Creates ndev communicators in this process, ranks 0..ndev-1 of one job (as NCCL's
+ *  ncclCommInitAll). devlist: CUDA devices, one per rank; NULL for host-memory ranks.
+ *  This build has no GPU path: a non-NULL devlist returns ACCORD_ERR_UNSUPPORTED. */
+ACCORD_API accord_status_t accord_comm_init_all(accord_comm_t* comms, int ndev, const int* devlist);
+
 /** Frees the communicator. Waits for nothing: call it after the last collective on every
  *  rank. Using the handle afterwards returns ACCORD_ERR_INVALID_USAGE. */
 ACCORD_API accord_status_t accord_comm_destroy(accord_comm_t comm);
@@ -172,6 +177,18 @@ ACCORD_API accord_status_t accord_reduce(const void* sendbuf, void* recvbuf, siz
 
 /** Returns once every rank has called it. */
 ACCORD_API accord_status_t accord_barrier(accord_comm_t comm, accord_stream_t stream);
+
+/** Starts a group: collectives called until the matching accord_group_end are checked and
+ *  queued (they return ACCORD_SUCCESS at once) and run together at accord_group_end. Needed
+ *  when one thread drives several ranks, whose calls would otherwise wait for each other.
+ *  Groups nest; only the outermost end runs the work. Calls on one communicator run in the
+ *  order they were made. */
+ACCORD_API accord_status_t accord_group_start(void);
+
+/** Runs the group's queued collectives, each communicator's in its own thread, and returns
+ *  when all are done: ACCORD_SUCCESS, or the first failure (each communicator's own error is
+ *  in accord_last_error(comm)). Buffers must stay valid until it returns. */
+ACCORD_API accord_status_t accord_group_end(void);
 
 /** Size in bytes of one element of dtype, or 0 if dtype is unknown. */
 ACCORD_API size_t accord_dtype_size(accord_datatype_t dtype);

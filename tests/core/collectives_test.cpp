@@ -107,3 +107,47 @@ TEST(CollectivesProcesses, ExactResultsThreeRanks) {
 
 }  // namespace
 }  // namespace accord::testing
+
+namespace accord::testing {
+namespace {
+
+// One thread drives four ranks of one process through groups (the seeds' towers).
+TEST(Group, OneThreadDrivesSeveralRanks) {
+  constexpr int kRanks = 4;
+  accord_comm_t comms[kRanks];
+  ASSERT_EQ(accord_comm_init_all(comms, kRanks, nullptr), ACCORD_SUCCESS) << accord_last_error(nullptr);
+  std::vector<std::vector<float>> grads(kRanks), params(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    grads[static_cast<size_t>(r)].assign(100003, static_cast<float>(r + 1));
+    params[static_cast<size_t>(r)].assign(1000, r == 2 ? 7.0f : 0.0f);
+  }
+  ASSERT_EQ(accord_group_start(), ACCORD_SUCCESS);
+  ASSERT_EQ(accord_group_start(), ACCORD_SUCCESS);  // nested: only the outer end runs
+  for (int r = 0; r < kRanks; ++r) {
+    auto& g = grads[static_cast<size_t>(r)];
+    auto& p = params[static_cast<size_t>(r)];
+    // Two calls per communicator, run in order.
+    ASSERT_EQ(accord_all_reduce(g.data(), g.data(), g.size(), ACCORD_FLOAT32, ACCORD_AVG, comms[r], nullptr),
+              ACCORD_SUCCESS);
+    ASSERT_EQ(accord_broadcast(p.data(), p.data(), p.size(), ACCORD_FLOAT32, 2, comms[r], nullptr), ACCORD_SUCCESS);
+  }
+  ASSERT_EQ(accord_group_end(), ACCORD_SUCCESS);
+  EXPECT_EQ(grads[0][0], 1.0f) << "ran before the outer group end";
+  ASSERT_EQ(accord_group_end(), ACCORD_SUCCESS) << accord_last_error(nullptr);
+  for (int r = 0; r < kRanks; ++r) {
+    for (float v : grads[static_cast<size_t>(r)]) ASSERT_EQ(v, 2.5f);  // (1+2+3+4)/4
+    for (float v : params[static_cast<size_t>(r)]) ASSERT_EQ(v, 7.0f);
+  }
+  // Argument errors surface at the call, inside a group too, and nothing runs for them.
+  float x = 0;
+  ASSERT_EQ(accord_group_start(), ACCORD_SUCCESS);
+  EXPECT_EQ(accord_all_reduce(nullptr, &x, 1, ACCORD_FLOAT32, ACCORD_SUM, comms[0], nullptr),
+            ACCORD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accord_group_end(), ACCORD_SUCCESS);
+  EXPECT_EQ(accord_group_end(), ACCORD_ERR_INVALID_USAGE);
+  for (auto c : comms) EXPECT_EQ(accord_comm_destroy(c), ACCORD_SUCCESS);
+  EXPECT_EQ(accord_comm_init_all(comms, 2, std::vector<int>{0, 1}.data()), ACCORD_ERR_UNSUPPORTED);
+}
+
+}  // namespace
+}  // namespace accord::testing
