@@ -48,6 +48,22 @@ struct Step {
   size_t bytes = 0;
 };
 
+// The one way algorithms build steps. src and dst offsets are bytes into their buffers.
+inline Step make_step(StepKind kind, Buf src, size_t src_off, Buf dst, size_t dst_off, size_t bytes,
+                      int send_peer = -1, int recv_peer = -1, bool postop = false) {
+  Step s;
+  s.kind = kind;
+  s.src = src;
+  s.dst = dst;
+  s.postop = postop;
+  s.send_peer = send_peer;
+  s.recv_peer = recv_peer;
+  s.src_off = src_off;
+  s.dst_off = dst_off;
+  s.bytes = bytes;
+  return s;
+}
+
 enum class Collective : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kBarrier };
 const char* collective_name(Collective c);
 

@@ -12,17 +12,9 @@
 namespace accord {
 namespace {
 
+// A chain step on the same offset of input and output.
 Step make(StepKind kind, int send_peer, int recv_peer, size_t off, size_t bytes, bool postop = false) {
-  Step s{kind};
-  s.src = Buf::kInput;
-  s.dst = Buf::kOutput;
-  s.send_peer = send_peer;
-  s.recv_peer = recv_peer;
-  s.src_off = off;
-  s.dst_off = off;
-  s.bytes = bytes;
-  s.postop = postop;
-  return s;
+  return make_step(kind, Buf::kInput, off, Buf::kOutput, off, bytes, send_peer, recv_peer, postop);
 }
 
 }  // namespace

@@ -20,22 +20,9 @@ void direct_all_reduce(const ScheduleRequest& req, Schedule* out) {
   const size_t chunk = std::max<size_t>(1, req.chunk_bytes / req.elem_bytes) * req.elem_bytes;
   for (size_t off = 0; off < total; off += chunk) {
     const size_t bytes = std::min(chunk, total - off);
-    for (int k = 1; k < n; ++k) {
-      Step s{StepKind::kSend};
-      s.src = Buf::kInput;
-      s.send_peer = (r + k) % n;
-      s.src_off = off;
-      s.bytes = bytes;
-      out->steps.push_back(s);
-    }
-    Step s{StepKind::kReduceAll};
-    s.src = Buf::kInput;
-    s.dst = Buf::kOutput;
-    s.postop = true;
-    s.src_off = off;
-    s.dst_off = off;
-    s.bytes = bytes;
-    out->steps.push_back(s);
+    for (int k = 1; k < n; ++k)
+      out->steps.push_back(make_step(StepKind::kSend, Buf::kInput, off, Buf::kOutput, off, bytes, (r + k) % n));
+    out->steps.push_back(make_step(StepKind::kReduceAll, Buf::kInput, off, Buf::kOutput, off, bytes, -1, -1, true));
   }
   // With 3+ ranks the running result cannot live in the output buffer when it is also this
   // rank's input (in place): the executor accumulates in scratch.
@@ -45,12 +32,8 @@ void direct_all_reduce(const ScheduleRequest& req, Schedule* out) {
 void direct_barrier(const ScheduleRequest& req, Schedule* out) {
   const int n = req.nranks, r = req.rank;
   for (int dist = 1; dist < n; dist *= 2) {
-    Step send{StepKind::kSend};
-    send.send_peer = (r + dist) % n;
-    out->steps.push_back(send);
-    Step recv{StepKind::kRecv};
-    recv.recv_peer = ((r - dist) % n + n) % n;
-    out->steps.push_back(recv);
+    out->steps.push_back(make_step(StepKind::kSend, Buf::kInput, 0, Buf::kOutput, 0, 0, (r + dist) % n));
+    out->steps.push_back(make_step(StepKind::kRecv, Buf::kInput, 0, Buf::kOutput, 0, 0, -1, ((r - dist) % n + n) % n));
   }
 }
 

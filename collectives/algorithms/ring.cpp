@@ -42,17 +42,8 @@ int mod(int a, int n) { return ((a % n) + n) % n; }
 void add(Schedule* out, StepKind kind, const Piece& src, const Piece& dst, int send_peer, int recv_peer,
          Buf src_buf = Buf::kInput, Buf dst_buf = Buf::kOutput, bool postop = false) {
   if (src.bytes == 0 && dst.bytes == 0) return;
-  Step s;
-  s.kind = kind;
-  s.src = src_buf;
-  s.dst = dst_buf;
-  s.postop = postop;
-  s.send_peer = send_peer;
-  s.recv_peer = recv_peer;
-  s.src_off = src.off;
-  s.dst_off = dst.off;
-  s.bytes = std::max(src.bytes, dst.bytes);
-  out->steps.push_back(s);
+  out->steps.push_back(make_step(kind, src_buf, src.off, dst_buf, dst.off, std::max(src.bytes, dst.bytes), send_peer,
+                                 recv_peer, postop));
 }
 
 }  // namespace

@@ -63,16 +63,7 @@ Node node_of(int tree, int rank, int n) {
 
 Step make(StepKind kind, Buf src, Buf dst, int send_peer, int recv_peer, size_t off, size_t bytes,
           bool postop = false) {
-  Step s{kind};
-  s.src = src;
-  s.dst = dst;
-  s.send_peer = send_peer;
-  s.recv_peer = recv_peer;
-  s.src_off = off;
-  s.dst_off = off;
-  s.bytes = bytes;
-  s.postop = postop;
-  return s;
+  return make_step(kind, src, off, dst, off, bytes, send_peer, recv_peer, postop);
 }
 
 // Reduce one chunk up the tree: this rank's contribution plus its children's, to the parent

@@ -42,37 +42,40 @@ struct FifoShape {
   size_t total_bytes() const;   // header + data
 };
 
-// Views of one FIFO at `base` (zero-filled memory is an empty FIFO).
+// Where the parts of one FIFO at `base` are (zero-filled memory is an empty FIFO).
+struct FifoView {
+  FifoView(void* base, FifoShape shape, const WaitPolicy* policy);
+  uint8_t* slot_data(uint32_t index) const;
+
+  FifoCtrl* ctrl;
+  SlotHeader* headers;
+  uint8_t* data;
+  FifoShape shape;
+  const WaitPolicy* policy;
+};
+
 class FifoSender final : public SendChannel {
  public:
-  FifoSender(void* base, FifoShape shape, const WaitPolicy* policy);
+  FifoSender(void* base, FifoShape shape, const WaitPolicy* policy) : f_(base, shape, policy) {}
   Status acquire(size_t bytes, void** slot, const WaitContext& ctx) override;
   void post(size_t bytes, uint32_t tag) override;
-  size_t max_bytes() const override { return shape_.slot_bytes; }
+  size_t max_bytes() const override { return f_.shape.slot_bytes; }
   const char* name() const override { return "shm"; }
 
  private:
-  FifoCtrl* ctrl_;
-  SlotHeader* headers_;
-  uint8_t* data_;
-  FifoShape shape_;
-  const WaitPolicy* policy_;
+  FifoView f_;
   uint32_t sent_ = 0;
   uint32_t cached_head_ = 0;
 };
 
 class FifoReceiver final : public RecvChannel {
  public:
-  FifoReceiver(void* base, FifoShape shape, const WaitPolicy* policy);
+  FifoReceiver(void* base, FifoShape shape, const WaitPolicy* policy) : f_(base, shape, policy) {}
   Status wait(const void** data, size_t* bytes, uint32_t* tag, const WaitContext& ctx) override;
   void release() override;
 
  private:
-  FifoCtrl* ctrl_;
-  SlotHeader* headers_;
-  uint8_t* data_;
-  FifoShape shape_;
-  const WaitPolicy* policy_;
+  FifoView f_;
   uint32_t received_ = 0;
 };
 
