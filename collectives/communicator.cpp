@@ -122,8 +122,8 @@ Status Communicator::init(const InitSpec& spec) {
   log_settings(settings_);
   ACCORD_TRY(parse_fault(settings_.fault, &fault_));
   if (!settings_.algo.empty()) {
-    Algo a;
-    if (!parse_algo(settings_.algo, &a))
+    has_forced_algo_ = parse_algo(settings_.algo, &forced_algo_);
+    if (!has_forced_algo_)
       return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_ALGO='%s' is not an algorithm; use ring, tree, direct or chain",
                    settings_.algo.c_str());
   }
@@ -297,8 +297,8 @@ Status Communicator::check_args(const CollArgs& a, size_t* in_bytes, size_t* out
 }
 
 Algo Communicator::choose_algo(const CollArgs& a, size_t bytes) {
-  Algo forced;
-  const bool has_forced = parse_algo(settings_.algo, &forced);
+  const bool has_forced = has_forced_algo_;
+  const Algo forced = forced_algo_;
   Algo pick;
   const char* why = "";
   switch (a.coll) {
@@ -346,12 +346,18 @@ Algo Communicator::choose_algo(const CollArgs& a, size_t bytes) {
 const Schedule* Communicator::schedule_for(const ScheduleRequest& req) {
   auto key = std::make_tuple(static_cast<int>(req.coll) * 16 + static_cast<int>(req.algo), req.root, req.count,
                              req.elem_bytes, req.chunk_bytes, 0, req.in_place);
+  // Training repeats the same few calls: check the last one before the map.
+  if (last_schedule_ != nullptr && key == last_key_) return last_schedule_;
   auto it = schedules_.find(key);
-  if (it != schedules_.end()) return &it->second;
-  if (schedules_.size() >= 64) schedules_.clear();
-  Schedule s;
-  if (!build_schedule(req, &s)) return nullptr;
-  return &schedules_.emplace(key, std::move(s)).first->second;
+  if (it == schedules_.end()) {
+    if (schedules_.size() >= 64) schedules_.clear();
+    Schedule s;
+    if (!build_schedule(req, &s)) return nullptr;
+    it = schedules_.emplace(key, std::move(s)).first;
+  }
+  last_key_ = key;
+  last_schedule_ = &it->second;
+  return last_schedule_;
 }
 
 // Note [Death notes]: record whom this rank blames, so that ranks which find this process

@@ -99,7 +99,12 @@ class Communicator {
   size_t chunk_bytes_ = 0;
   size_t direct_max_bytes_ = 0;
   size_t nt_threshold_ = 0;
-  std::map<std::tuple<int, int, size_t, size_t, size_t, int, bool>, Schedule> schedules_;
+  using ScheduleKey = std::tuple<int, int, size_t, size_t, size_t, int, bool>;
+  std::map<ScheduleKey, Schedule> schedules_;  // map nodes do not move: pointers stay valid
+  ScheduleKey last_key_;
+  const Schedule* last_schedule_ = nullptr;
+  bool has_forced_algo_ = false;  // ACCORD_ALGO, parsed once
+  Algo forced_algo_ = Algo::kRing;
   std::map<std::pair<int, int>, Algo> logged_choices_;  // (collective, log2 size) -> algo, for info logs
   // Group worker (accord_group_end).
   std::thread worker_;
