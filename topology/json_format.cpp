@@ -2,6 +2,7 @@
 // loss, plus the derived view documented for `accord-topo --format json` (gpus, pairs, rings,
 // trees, predicted), which readers ignore. The schema is in topology/README.md.
 #include <cmath>
+#include <type_traits>
 
 #include "topology/formats.hpp"
 #include "topology/json.hpp"
@@ -54,7 +55,9 @@ void write_device(const Device& d, std::string* o) {
 
 std::string write_accord_json(const System& s, const Plan* plan) {
   std::string o = "{\n  \"accord_topology\": 1,\n  \"source\": " + quote(s.source) + ",\n";
-  o += "  \"gpus\": [";
+  o += "  \"notes\": [";
+  for (size_t i = 0; i < s.notes.size(); ++i) o += (i ? ", " : "") + quote(s.notes[i]);
+  o += "],\n  \"gpus\": [";
   for (int i = 0; i < s.gpu_count(); ++i) {
     const Device& g = s.gpu(i);
     o += (i ? ",\n    " : "\n    ") +
@@ -213,6 +216,12 @@ class JsonReader {
     if (root.kind != json::Value::kObject || !root.find("devices"))
       return fail(root, "expected an Accord topology object with a \"devices\" array");
     ACCORD_TRY(get(root, "source", &s->source));
+    const json::Value* notes = nullptr;
+    ACCORD_TRY(array(root, "notes", &notes));
+    for (const json::Value& v : notes ? notes->items : std::vector<json::Value>{}) {
+      if (v.kind != json::Value::kString) return fail(v, "\"notes\": expected strings");
+      s->notes.push_back(v.string);
+    }
     const json::Value *devices, *links, *obs;
     ACCORD_TRY(array(root, "devices", &devices));
     ACCORD_TRY(array(root, "links", &links));

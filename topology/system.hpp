@@ -90,6 +90,7 @@ struct PairInfo {
 
 struct System {
   std::string source;  // file name or "detected on HOST"
+  std::vector<std::string> notes;  // what each detection source said ("CUDA: no driver, 0 GPUs")
   std::vector<Device> devices;
   std::vector<Link> links;
   std::map<std::pair<int, int>, PairObservation> observed;  // by (gpu a, gpu b)

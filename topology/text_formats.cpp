@@ -98,7 +98,10 @@ class TextParser {
       c_->nic_labels[t[0].substr(0, t[0].size() - 1)] = t[1];
       return Status();
     }
-    if (l.find("Peer access from") != std::string::npos) return simple_p2p(i, l);
+    // Markers must open the line (after indentation), so prose that mentions them is skipped.
+    std::string lead = l.substr(l.find_first_not_of(" \t"));
+    auto opens = [&](const char* marker) { return lead.rfind(marker, 0) == 0; };
+    if (opens("> Peer access from") || opens("Peer access from")) return simple_p2p(i, l);
     if (size_t p = l.find("CUDA-capable device count:"); p != std::string::npos) {
       int n = std::atoi(l.c_str() + p + 26);
       if (n > 0) c_->saw_gpu(n - 1), c_->any = true;
@@ -106,8 +109,9 @@ class TextParser {
     }
     if (t[0] == "Device:" && t.size() >= 3) return bandwidth_device(i, l);
     if (t[0].rfind("Device=", 0) == 0) return bandwidth_access(i, t);
-    if (l.find("P2P Connectivity Matrix") != std::string::npos) return numeric_matrix(i, 'c');
-    if (l.find("Bandwidth") != std::string::npos && l.find("Matrix") != std::string::npos) {
+    if (opens("P2P Connectivity Matrix")) return numeric_matrix(i, 'c');
+    if ((opens("Unidirectional P2P=") || opens("Bidirectional P2P=")) &&
+        l.find("Bandwidth") != std::string::npos) {
       bool bi = l.find("Bidirectional") != std::string::npos;
       bool enabled = l.find("P2P=Enabled") != std::string::npos;
       return numeric_matrix(i, bi ? (enabled ? 'b' : '-') : (enabled ? 'u' : 'd'));
@@ -123,7 +127,10 @@ class TextParser {
       set_access(a, b, 0);
       return Status();
     }
-    if (size_t p = l.find("DMA:"); p != std::string::npos) return dma_matrix(i, l.substr(p + 4));
+    if (size_t p = l.find("DMA:"); p != std::string::npos) {
+      Tokens h = split(l.substr(p + 4));
+      if (!h.empty() && is_int(h[0])) return dma_matrix(i, l.substr(p + 4));
+    }
     if (l.find("edge matrix:") != std::string::npos && i + 1 < lines_.size()) {
       std::string next = lines_[i + 1];
       size_t b = next.find("] ");
