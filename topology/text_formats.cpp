@@ -462,7 +462,7 @@ Status parse_text_logs(const std::string& text, const std::string& name, System*
   ACCORD_TRY(parser.run(&c));
   if (!c.any || c.ngpu == 0)
     return error(ACCORD_ERR_INVALID_ARGUMENT,
-                 "%s: no topology found: expected nvidia-smi topo -m or topo -p2p output, a "
+                 "%s:1: no topology found in the file: expected nvidia-smi topo -m or topo -p2p output, a "
                  "TensorFlow 'DMA:' peer matrix, simpleP2P or p2pBandwidthLatencyTest output, NCCL "
                  "topology XML (<system>) or Accord JSON ({...})",
                  name.c_str());
