@@ -40,10 +40,14 @@ void check(const Expected& e) {
     for (int b = 0; b < e.gpus; ++b) {
       SCOPED_TRACE(testing::Message() << "GPU" << a << " - GPU" << b);
       const PairInfo& p = s.pair(a, b);
-      if (!prow.empty()) EXPECT_EQ(path_class_name(p.path, p.nvlinks), prow[b]);
+      if (!prow.empty()) {
+        EXPECT_EQ(path_class_name(p.path, p.nvlinks), prow[b]);
+      }
       if (a == b) continue;
       EXPECT_EQ(p.p2p ? "Y" : "N", qrow[b]);
-      if (!p.p2p) EXPECT_FALSE(p.reason.empty());
+      if (!p.p2p) {
+        EXPECT_FALSE(p.reason.empty());
+      }
       EXPECT_EQ(s.pair(b, a).path, p.path);
     }
   }

@@ -42,7 +42,9 @@ void expect_error(const std::string& text, int line, const char* what = nullptr)
   ASSERT_FALSE(st.ok()) << text;
   EXPECT_NE(st.message().find("bad.txt:" + std::to_string(line) + ":"), std::string::npos)
       << st.message();
-  if (what) EXPECT_NE(st.message().find(what), std::string::npos) << st.message();
+  if (what) {
+    EXPECT_NE(st.message().find(what), std::string::npos) << st.message();
+  }
 }
 
 }  // namespace
@@ -83,10 +85,11 @@ TEST(Formats, NcclXmlWrittenBackReadsTheSame) {
       for (int b = 0; b < s.gpu_count(); ++b) {
         PathClass p = s.path(a, b);
         if (name.ends_with(".xml") || p == PathClass::kNvLink || p == PathClass::kSys ||
-            p == PathClass::kPix)
+            p == PathClass::kPix) {
           EXPECT_EQ(path_class_name(back.path(a, b), back.pair(a, b).nvlinks),
                     path_class_name(p, s.pair(a, b).nvlinks))
               << a << "," << b;
+        }
       }
   }
 }
@@ -142,7 +145,7 @@ TEST(Formats, MalformedInputsNameFileAndLine) {
                "expected </cpu>");
   expect_error("<system>\n <cpu numaid=\"zero\"/>\n</system>\n", 2, "integer");
   expect_error("<system>\n\n <cpu><pci class=\"0x030200\"/></cpu>\n</system>\n", 3, "busid");
-  expect_error("<system>\n  <cpu numaid=\"0\">\n", 1, "never closed");
+  expect_error("<system>\n  <cpu numaid=\"0\">\n", 3, "never closed");
   expect_error("{\n  \"devices\": [\n    {\"kind\": \"toaster\"}\n  ]\n}\n", 3, "kind");
   expect_error("{\n  \"devices\": [1,\n  2,,]\n}\n", 3, "expected a value");
   expect_error("{\n  \"devices\": \"no\"\n}\n", 2, "expected an array");

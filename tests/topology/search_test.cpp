@@ -135,8 +135,11 @@ TEST(Search, DoubleBinaryTreeLeaves) {
       not_leaf_in_either += kids0[r] > 0 && kids1[r] > 0;
       for (int x = r, steps = 0; x >= 0; x = p0[x]) ASSERT_LT(++steps, n + 1);  // no cycles
     }
-    EXPECT_EQ(not_leaf_in_either, n % 2 == 0 ? 0 : not_leaf_in_either);
-    if (n % 2 == 0) EXPECT_EQ(not_leaf_in_either, 0) << n;
+    if (n % 2 == 0) {
+      EXPECT_EQ(not_leaf_in_either, 0) << n;
+    } else {
+      EXPECT_LE(not_leaf_in_either, 1) << n;
+    }
   }
 }
 
