@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 
 #include "fixtures.hpp"
 #include "topology/json.hpp"
@@ -97,4 +98,23 @@ TEST(Tool, ProbesThisMachine) {
   ASSERT_EQ(run("--help-env", &out), 0);
   EXPECT_NE(out.find("ACCORD_TOPO_FILE"), std::string::npos);
   ASSERT_EQ(run("--help", &out), 0);
+}
+
+TEST(Tool, HonoursTopoFileAndDumpSettings) {
+  std::string dump = testing::TempDir() + "/accord-topo-dump.json";
+  std::string out;
+  ASSERT_EQ(run("", &out), 0);
+  std::string env = "ACCORD_TOPO_FILE='" + fixture("ibm-power9-4x-v100-nv3-topo-m.txt") +
+                    "' ACCORD_TOPO_DUMP_FILE=" + dump + " ";
+  const char* bin = std::getenv("ACCORD_TOPO_BIN");
+  std::string cmd = env + (bin ? bin : "accord-topo") + " --format json";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_TRUE(p);
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  ASSERT_EQ(pclose(p), 0);
+  EXPECT_NE(out.find("\"path\":\"NV3\""), std::string::npos);
+  std::ifstream in(dump);
+  std::string dumped((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(dumped.find("\"observations\""), std::string::npos);
 }
