@@ -1,0 +1,163 @@
+// Ring search: on every fixture the first ring is optimal by the rule (highest slowest hop, then
+// fewest hops at that speed), checked by brute force over all rings; plus the named cases.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "fixtures.hpp"
+#include "topology/formats.hpp"
+#include "topology/search.hpp"
+
+using namespace accord::topo;
+
+namespace {
+
+const char* const kFiles[] = {
+    "a100-sxm4-8gpu-nvswitch-p2pbandwidth.txt", "autodl-2x-rtx2080ti-pix-p2p-cannot.txt",
+    "aws-g6e-12xlarge-4gpu-node-topo-m.txt", "aws-p4d-24xl-topo.xml", "azure-ndv2-topo.xml",
+    "azure-ndv4-topo.xml", "consumer-2x-gtx1080ti-phb-topo-m.txt", "dgx1-v100-topo-m.txt",
+    "hgx-h100-8gpu-nv18-topo-m.txt", "hpe-dl380a-2x-h100pcie-nvlink-bridge-topo-p2p.txt",
+    "ibm-power9-4x-v100-nv3-topo-m.txt", "nccl-dump-8x-rtx3090-pcie-switch-2socket.xml",
+    "pcie-8gpu-2socket-pix-phb-sys-topo-m.txt", "simplep2p-titanx-pascal-plus-titan-z-mixed.txt",
+    "tf-4gpu-cannot-enable-peer-access-dma-matrix.txt"};
+
+std::vector<double> matrix(const System& s, const std::vector<int>& gpus) {
+  int n = static_cast<int>(gpus.size());
+  std::vector<double> bw(n * n, 0);
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b)
+      if (a != b) bw[a * n + b] = s.bandwidth_gbs(gpus[a], gpus[b]);
+  return bw;
+}
+
+RingScore brute_force(const std::vector<double>& bw, int n) {
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  RingScore best = score_ring(bw, n, order);
+  while (std::next_permutation(order.begin() + 1, order.end())) {
+    RingScore s = score_ring(bw, n, order);
+    if (better(s, best)) best = s;
+  }
+  return best;
+}
+
+bool is_permutation_of(const std::vector<int>& ring, const std::vector<int>& gpus) {
+  std::vector<int> a = ring, b = gpus;
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  return a == b;
+}
+
+}  // namespace
+
+TEST(Search, FirstRingIsOptimalOnEveryFixture) {
+  for (const char* f : kFiles) {
+    SCOPED_TRACE(f);
+    System s;
+    ASSERT_TRUE(load_system_file(fixture(f), &s).ok());
+    std::vector<int> all(s.gpu_count());
+    std::iota(all.begin(), all.end(), 0);
+    Plan plan;
+    ASSERT_TRUE(plan_collectives(s, {}, &plan).ok());
+    ASSERT_FALSE(plan.rings.empty());
+    int n = s.gpu_count();
+    std::vector<double> bw = matrix(s, all);
+    RingScore got = score_ring(bw, n, plan.rings[0]);
+    RingScore want = brute_force(bw, n);
+    EXPECT_NEAR(got.bottleneck, want.bottleneck, 1e-9);
+    EXPECT_EQ(got.slow_hops, want.slow_hops);
+    for (const auto& r : plan.rings) EXPECT_TRUE(is_permutation_of(r, all));
+    EXPECT_GT(plan.ring_bus_gbs, 0);
+    EXPECT_EQ(plan.trees.size(), 2 * plan.rings.size());
+  }
+}
+
+TEST(Search, SubsetsAreOptimalToo) {
+  System s;
+  ASSERT_TRUE(load_system_file(fixture("dgx1-v100-topo-m.txt"), &s).ok());
+  for (std::vector<int> gpus : {std::vector<int>{0, 1, 4, 5}, {0, 5, 6, 7, 2}, {7, 6, 5, 4, 3, 2}}) {
+    Plan plan;
+    ASSERT_TRUE(plan_collectives(s, gpus, &plan).ok());
+    int n = static_cast<int>(gpus.size());
+    std::vector<double> bw = matrix(s, gpus);
+    RingScore got = score_ring(bw, n, plan.rank_rings[0]);
+    RingScore want = brute_force(bw, n);
+    EXPECT_NEAR(got.bottleneck, want.bottleneck, 1e-9);
+    EXPECT_EQ(got.slow_hops, want.slow_hops);
+    for (int i = 0; i < n; ++i) EXPECT_EQ(plan.rings[0][i], gpus[plan.rank_rings[0][i]]);
+  }
+}
+
+TEST(Search, Dgx1RingsUseNvlinkOnly) {
+  System s;
+  ASSERT_TRUE(load_system_file(fixture("dgx1-v100-topo-m.txt"), &s).ok());
+  Plan plan;
+  ASSERT_TRUE(plan_collectives(s, {}, &plan).ok());
+  ASSERT_GE(plan.rings.size(), 2u);
+  for (const auto& r : plan.rings)
+    for (size_t i = 0; i < r.size(); ++i)
+      EXPECT_EQ(s.path(r[i], r[(i + 1) % r.size()]), PathClass::kNvLink);
+  EXPECT_DOUBLE_EQ(plan.bottleneck_gbs, 40.0);  // NV2 everywhere: 0 3 2 1 5 6 7 4 exists
+  EXPECT_DOUBLE_EQ(plan.ring_bus_gbs, 120.0);    // 6 NVLinks x 20 GB/s per GPU and direction
+}
+
+TEST(Search, HalvesThatCannotPeerAreCrossedTwice) {
+  for (const char* f : {"tf-4gpu-cannot-enable-peer-access-dma-matrix.txt",
+                        "ibm-power9-4x-v100-nv3-topo-m.txt"}) {
+    SCOPED_TRACE(f);
+    System s;
+    ASSERT_TRUE(load_system_file(fixture(f), &s).ok());
+    Plan plan;
+    ASSERT_TRUE(plan_collectives(s, {}, &plan).ok());
+    const auto& r = plan.rings[0];
+    int crossings = 0;
+    for (size_t i = 0; i < r.size(); ++i) crossings += !s.p2p(r[i], r[(i + 1) % r.size()]);
+    EXPECT_EQ(crossings, 2);
+  }
+}
+
+TEST(Search, DoubleBinaryTreeLeaves) {
+  for (int n = 2; n <= 17; ++n) {
+    std::vector<int> p0, p1;
+    double_binary_tree(n, &p0, &p1);
+    std::vector<int> kids0(n), kids1(n);
+    int roots0 = 0, roots1 = 0;
+    for (int r = 0; r < n; ++r) {
+      if (p0[r] < 0) ++roots0; else ++kids0[p0[r]];
+      if (p1[r] < 0) ++roots1; else ++kids1[p1[r]];
+    }
+    EXPECT_EQ(roots0, 1);
+    EXPECT_EQ(roots1, 1);
+    int not_leaf_in_either = 0;
+    for (int r = 0; r < n; ++r) {
+      EXPECT_LE(kids0[r], 2);
+      not_leaf_in_either += kids0[r] > 0 && kids1[r] > 0;
+      for (int x = r, steps = 0; x >= 0; x = p0[x]) ASSERT_LT(++steps, n + 1);  // no cycles
+    }
+    if (n % 2 == 0) {
+      EXPECT_EQ(not_leaf_in_either, 0) << n;
+    } else {
+      EXPECT_LE(not_leaf_in_either, 1) << n;
+    }
+  }
+}
+
+TEST(Search, RejectsBadGpuLists) {
+  System s;
+  ASSERT_TRUE(load_system_file(fixture("consumer-2x-gtx1080ti-phb-topo-m.txt"), &s).ok());
+  Plan plan;
+  EXPECT_FALSE(plan_collectives(s, {0, 0}, &plan).ok());
+  EXPECT_FALSE(plan_collectives(s, {5}, &plan).ok());
+  EXPECT_TRUE(plan_collectives(s, {1}, &plan).ok());
+}
+
+TEST(Search, LargeSystemsUseTheHeuristic) {
+  // 20 GPUs in pairs joined by fast links: the greedy search still finds a ring using them.
+  const int n = 20;
+  std::vector<double> bw(n * n, 5.0);
+  for (int a = 0; a < n; a += 2) bw[a * n + a + 1] = bw[(a + 1) * n + a] = 50;
+  std::vector<int> ring = best_ring(bw, n);
+  ASSERT_EQ(ring.size(), static_cast<size_t>(n));
+  EXPECT_EQ(score_ring(bw, n, ring).slow_hops, n / 2);
+}

@@ -1,0 +1,349 @@
+// Ring and tree search (search.hpp).
+//
+// Rings: the first ring maximises its slowest hop, then minimises the hops at that speed, over the
+// per-pair bandwidths of the System. Exact by Held-Karp dynamic programming (O(2^n n^2) per
+// candidate bottleneck) up to 16 GPUs. Further rings (channels) are searched on what the earlier
+// ones left: each hop charges the resources it crosses (a direct NVLink bundle per direction, a
+// GPU's NVSwitch port, a GPU's PCIe link per direction, the CPU interconnect per direction), and a
+// channel's bandwidth is what its most loaded resource allows. Channels are added while they reach
+// at least half of the first one's bandwidth (a slower channel would hold the faster ones back,
+// since every channel carries an equal share of the data).
+//
+// Trees: NCCL's double binary tree over each channel's ring order (research/nccl.md 2.3).
+// Predictions follow NCCL's model without protocol efficiencies: ring bus bandwidth = the sum of
+// channel bandwidths; tree algorithm bandwidth = half the sum of the channels' tree bandwidths.
+#include "topology/search.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <tuple>
+
+namespace accord::topo {
+
+namespace {
+constexpr double kEps = 1e-9;
+bool same_speed(double a, double b) { return std::fabs(a - b) <= kEps * std::max(1.0, std::fabs(a)); }
+}  // namespace
+
+RingScore score_ring(const std::vector<double>& bw, int n, const std::vector<int>& order) {
+  RingScore s;
+  int m = static_cast<int>(order.size());
+  if (m < 2) return s;
+  s.bottleneck = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < m; ++i) s.bottleneck = std::min(s.bottleneck, bw[order[i] * n + order[(i + 1) % m]]);
+  for (int i = 0; i < m; ++i) s.slow_hops += same_speed(bw[order[i] * n + order[(i + 1) % m]], s.bottleneck);
+  return s;
+}
+
+bool better(const RingScore& a, const RingScore& b) {
+  if (!same_speed(a.bottleneck, b.bottleneck)) return a.bottleneck > b.bottleneck;
+  return a.slow_hops < b.slow_hops;
+}
+
+namespace {
+
+// Held-Karp over edges with bw >= t, minimising the number of edges at speed t. Empty if no ring.
+std::vector<int> ring_at_threshold(const std::vector<double>& bw, int n, double t) {
+  const int full = (1 << n) - 1;
+  constexpr int kInf = std::numeric_limits<int>::max() / 2;
+  auto cost = [&](int a, int b) {
+    double w = bw[a * n + b];
+    if (w < t && !same_speed(w, t)) return kInf;
+    return same_speed(w, t) ? 1 : 0;
+  };
+  std::vector<int> dp(static_cast<size_t>(1 << n) * n, kInf);
+  dp[1 * n + 0] = 0;  // start at position 0, visited {0}
+  for (int mask = 1; mask <= full; mask += 2) {
+    for (int v = 0; v < n; ++v) {
+      int cur = dp[mask * n + v];
+      if (cur >= kInf || !(mask >> v & 1)) continue;
+      for (int w = 1; w < n; ++w) {
+        if (mask >> w & 1) continue;
+        int c = cost(v, w);
+        if (c >= kInf) continue;
+        int& next = dp[(mask | 1 << w) * n + w];
+        next = std::min(next, cur + c);
+      }
+    }
+  }
+  int best = kInf, last = -1;
+  for (int v = n - 1; v >= 1; --v) {  // ties go to the highest index: identity order when all equal
+    int c = cost(v, 0);
+    if (c >= kInf || dp[full * n + v] >= kInf) continue;
+    if (dp[full * n + v] + c < best) best = dp[full * n + v] + c, last = v;
+  }
+  if (last < 0) return {};
+  std::vector<int> order(n);
+  int mask = full, v = last;
+  for (int pos = n - 1; pos >= 1; --pos) {
+    order[pos] = v;
+    int prev_mask = mask & ~(1 << v), found = -1;
+    for (int u = n - 1; u >= 0 && found < 0; --u) {
+      if (!(prev_mask >> u & 1)) continue;
+      int c = cost(u, v);
+      if (c < kInf && dp[prev_mask * n + u] < kInf && dp[prev_mask * n + u] + c == dp[mask * n + v])
+        found = u;
+    }
+    mask = prev_mask;
+    v = found;
+  }
+  order[0] = 0;
+  return order;
+}
+
+// Above the exact limit: greedy fastest-next-hop from 0, then 2-opt moves while they improve.
+std::vector<int> ring_greedy(const std::vector<double>& bw, int n) {
+  std::vector<int> order{0};
+  std::vector<bool> used(n);
+  used[0] = true;
+  for (int k = 1; k < n; ++k) {
+    int cur = order.back(), pick = -1;
+    for (int w = 0; w < n; ++w)
+      if (!used[w] && (pick < 0 || bw[cur * n + w] > bw[cur * n + pick])) pick = w;
+    used[pick] = true;
+    order.push_back(pick);
+  }
+  for (bool improved = true; improved;) {
+    improved = false;
+    for (int i = 1; i < n - 1 && !improved; ++i)
+      for (int j = i + 1; j < n && !improved; ++j) {
+        std::vector<int> cand = order;
+        std::reverse(cand.begin() + i, cand.begin() + j + 1);
+        if (better(score_ring(bw, n, cand), score_ring(bw, n, order))) order = cand, improved = true;
+      }
+  }
+  return order;
+}
+
+}  // namespace
+
+std::vector<int> best_ring(const std::vector<double>& bw, int n) {
+  if (n <= 0) return {};
+  if (n <= 2) {
+    std::vector<int> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    return order;
+  }
+  if (n > kExactRingLimit) return ring_greedy(bw, n);
+  std::vector<double> speeds;
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b)
+      if (a != b && bw[a * n + b] > 0) speeds.push_back(bw[a * n + b]);
+  std::sort(speeds.rbegin(), speeds.rend());
+  for (size_t i = 0; i < speeds.size(); ++i) {
+    if (i > 0 && same_speed(speeds[i], speeds[i - 1])) continue;
+    std::vector<int> order = ring_at_threshold(bw, n, speeds[i]);
+    if (!order.empty()) return order;
+  }
+  std::vector<int> order(n);  // nothing connects: the plain order, priced at zero
+  std::iota(order.begin(), order.end(), 0);
+  return order;
+}
+
+void double_binary_tree(int n, std::vector<int>* parent0, std::vector<int>* parent1) {
+  parent0->assign(n, -1);
+  parent1->assign(n, -1);
+  // Tree 0, in order over positions: a position's lowest set bit is its height; its children sit
+  // half that far on either side (the right one moves closer when it would fall off the end).
+  for (int r = 0; r < n; ++r) {
+    int step;
+    if (r == 0) {
+      step = 1;
+      while (step * 2 < n) step *= 2;
+      if (n > 1) (*parent0)[step] = 0;
+      continue;
+    }
+    step = (r & -r) / 2;
+    if (step == 0) continue;
+    (*parent0)[r - step] = r;
+    while (step > 0 && r + step >= n) step /= 2;
+    if (step > 0) (*parent0)[r + step] = r;
+  }
+  auto map = [n](int p) { return n % 2 == 0 ? n - 1 - p : (p + 1) % n; };
+  for (int r = 0; r < n; ++r) {
+    int p = (*parent0)[r];
+    (*parent1)[map(r)] = p < 0 ? -1 : map(p);
+  }
+}
+
+namespace {
+
+// A shared thing a hop consumes: (kind, x, y). Capacities in GB/s.
+using Resource = std::tuple<int, int, int>;
+enum { kNvlDirect, kNvsOut, kNvsIn, kPciOut, kPciIn, kSysLink };
+
+struct Hop {
+  std::vector<std::pair<Resource, double>> uses;  // resource, GB/s consumed per GB/s carried
+};
+
+class ChannelModel {
+ public:
+  ChannelModel(const System& s, const std::vector<int>& gpus) : s_(s), gpus_(gpus) {}
+
+  Hop hop(int a, int b) {  // GPU indices
+    Hop h;
+    const PairInfo& p = s_.pair(a, b);
+    int da = s_.gpus[a], db = s_.gpus[b];
+    if (p.p2p && p.path == PathClass::kNvLink) {
+      double per_link = p.bandwidth_gbs / std::max(1, p.nvlinks);
+      int direct = 0, port_a = 0, port_b = 0;
+      for (const Link& l : s_.links) {
+        if (l.kind != LinkKind::kNvLink) continue;
+        if ((l.a == da && l.b == db) || (l.a == db && l.b == da)) direct += l.count;
+        if (is_switch_link(l, da)) port_a += l.count;
+        if (is_switch_link(l, db)) port_b += l.count;
+      }
+      if (direct > 0 || port_a == 0 || port_b == 0) {
+        use(&h, {kNvlDirect, a, b}, p.bandwidth_gbs, 1);
+      } else {
+        use(&h, {kNvsOut, a, 0}, port_a * per_link, 1);
+        use(&h, {kNvsIn, b, 0}, port_b * per_link, 1);
+      }
+      return h;
+    }
+    // PCIe, peer-to-peer or staged through host memory (which costs twice per byte carried).
+    double factor = p.p2p ? 1.0 : 1.0 / kHostStagingFactor;
+    double leg_a = p.p2p ? p.bandwidth_gbs : p.bandwidth_gbs / kHostStagingFactor;
+    use(&h, {kPciOut, a, 0}, leg_a, factor);
+    use(&h, {kPciIn, b, 0}, leg_a, factor);
+    if (p.path == PathClass::kSys) {
+      int ca = s_.cpu_of(da), cb = s_.cpu_of(db);
+      use(&h, {kSysLink, ca, cb}, p.bandwidth_gbs, 1);
+    }
+    return h;
+  }
+
+  double capacity(const Resource& r) const { return cap_.at(r); }
+  double& residual(const Resource& r) { return left_.at(r); }
+
+ private:
+  bool is_switch_link(const Link& l, int d) const {
+    int other = l.a == d ? l.b : l.b == d ? l.a : -1;
+    return other >= 0 && s_.devices[other].kind == DeviceKind::kNvSwitch;
+  }
+  void use(Hop* h, Resource r, double cap, double factor) {
+    // Capacities are set by the first hop that names a resource; PCIe legs are per GPU, so the
+    // largest claim wins (a GPU's link is as fast as its fastest use of it).
+    auto [it, fresh] = cap_.emplace(r, cap);
+    if (!fresh && cap > it->second) {
+      left_[r] += cap - it->second;
+      it->second = cap;
+    }
+    if (fresh) left_[r] = cap;
+    h->uses.emplace_back(r, factor);
+  }
+
+  const System& s_;
+  const std::vector<int>& gpus_;
+  std::map<Resource, double> cap_, left_;
+};
+
+}  // namespace
+
+Status plan_collectives(const System& s, const std::vector<int>& gpus_in, Plan* out) {
+  *out = Plan();
+  std::vector<int> gpus = gpus_in;
+  if (gpus.empty()) {
+    gpus.resize(s.gpu_count());
+    std::iota(gpus.begin(), gpus.end(), 0);
+  }
+  std::vector<bool> seen(s.gpu_count());
+  for (int g : gpus) {
+    if (g < 0 || g >= s.gpu_count())
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "plan: GPU %d does not exist (the system has %d)",
+                   g, s.gpu_count());
+    if (seen[g])
+      return error(ACCORD_ERR_INVALID_ARGUMENT,
+                   "plan: GPU %d is listed twice; one rank per GPU is supported", g);
+    seen[g] = true;
+  }
+  out->gpus = gpus;
+  const int n = static_cast<int>(gpus.size());
+  if (n == 0) return Status();
+  if (n == 1) {
+    out->rings = {{gpus[0]}};
+    out->rank_rings = {{0}};
+    out->ring_bandwidth_gbs = {0};
+    return Status();
+  }
+
+  // Hops between ranks and the resources each one uses.
+  ChannelModel model(s, gpus);
+  std::vector<Hop> hops(n * n);
+  std::vector<double> static_bw(n * n, 0);
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b)
+      if (a != b) {
+        hops[a * n + b] = model.hop(gpus[a], gpus[b]);
+        static_bw[a * n + b] = s.bandwidth_gbs(gpus[a], gpus[b]);
+      }
+  constexpr int kMaxChannels = 16;
+  double first_bw = 0;
+  for (int c = 0; c < kMaxChannels; ++c) {
+    std::vector<double> bw = static_bw;
+    if (c > 0)
+      for (int i = 0; i < n * n; ++i)
+        for (const auto& [r, f] : hops[i].uses) bw[i] = std::min(bw[i], model.residual(r) / f);
+    std::vector<int> order = best_ring(bw, n);
+    // The channel's bandwidth: each resource shared by all the hops of this ring that use it.
+    std::map<Resource, double> load;
+    for (int i = 0; i < n; ++i)
+      for (const auto& [r, f] : hops[order[i] * n + order[(i + 1) % n]].uses) load[r] += f;
+    double channel = std::numeric_limits<double>::infinity();
+    for (const auto& [r, l] : load) channel = std::min(channel, model.residual(r) / l);
+    RingScore score = score_ring(bw, n, order);
+    channel = std::min(channel, score.bottleneck);
+    if (c == 0) {
+      first_bw = channel;
+      out->bottleneck_gbs = score.bottleneck;
+      out->bottleneck_hops = score.slow_hops;
+    } else if (channel < 0.5 * first_bw - kEps || channel <= kEps) {
+      break;
+    }
+    for (const auto& [r, l] : load) model.residual(r) -= channel * l;
+    std::vector<int> ring(n);
+    for (int i = 0; i < n; ++i) ring[i] = gpus[order[i]];
+    out->rings.push_back(ring);
+    out->rank_rings.push_back(order);
+    out->ring_bandwidth_gbs.push_back(channel);
+    if (c == 0 && channel <= kEps) break;
+  }
+
+  // Trees over each channel's order; a tree is as fast as its slowest edge and its channel.
+  std::vector<int> p0, p1;
+  double tree_sum = 0;
+  double ring_sum = 0;
+  for (size_t c = 0; c < out->rings.size(); ++c) {
+    double tree_pair = out->ring_bandwidth_gbs[c];
+    ring_sum += out->ring_bandwidth_gbs[c];
+    double_binary_tree(n, &p0, &p1);
+    for (const std::vector<int>* parents : {&p0, &p1}) {
+      Tree t;
+      t.channel = static_cast<int>(c);
+      t.bandwidth_gbs = std::numeric_limits<double>::infinity();
+      for (int pos = 0; pos < n; ++pos) {
+        int gpu = out->rings[c][pos];
+        if ((*parents)[pos] < 0) {
+          t.root = gpu;
+          continue;
+        }
+        int parent = out->rings[c][(*parents)[pos]];
+        t.edges.emplace_back(parent, gpu);
+        t.bandwidth_gbs = std::min(t.bandwidth_gbs, s.bandwidth_gbs(parent, gpu));
+      }
+      tree_pair = std::min(tree_pair, t.bandwidth_gbs);
+      out->trees.push_back(t);
+    }
+    tree_sum += tree_pair;
+  }
+  out->ring_bus_gbs = ring_sum;
+  out->ring_alg_gbs = ring_sum * n / (2.0 * (n - 1));
+  out->tree_alg_gbs = 0.5 * tree_sum;
+  out->tree_bus_gbs = out->tree_alg_gbs * 2.0 * (n - 1) / n;
+  return Status();
+}
+
+}  // namespace accord::topo

@@ -1,0 +1,60 @@
+// Ring and tree search over a System, and the bandwidth Accord predicts for them. This is the
+// function the collectives layer calls: given the GPUs its ranks run on, which ring orders
+// (channels) and trees to use and how fast they should go. See topology/README.md "Search".
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.hpp"
+#include "topology/system.hpp"
+
+namespace accord::topo {
+
+struct Tree {
+  int channel = 0;                         // the ring channel whose order it was built over
+  int root = -1;                           // GPU index
+  std::vector<std::pair<int, int>> edges;  // (parent, child) GPU indices
+  double bandwidth_gbs = 0;                // slowest edge of this tree
+};
+
+struct Plan {
+  std::vector<int> gpus;                    // GPU index of each rank (rank r runs on gpus[r])
+  std::vector<std::vector<int>> rings;      // one order of GPU indices per channel
+  std::vector<std::vector<int>> rank_rings; // the same orders in ranks
+  std::vector<double> ring_bandwidth_gbs;   // per channel, after sharing links between channels
+  std::vector<Tree> trees;                  // two per channel: NCCL-style double binary tree
+  double bottleneck_gbs = 0;  // slowest hop of the first ring
+  int bottleneck_hops = 0;    // hops of the first ring at that speed
+  // Predictions (GB/s), all-reduce: bus bandwidth in nccl-tests' sense and algorithm bandwidth.
+  double ring_bus_gbs = 0, ring_alg_gbs = 0;
+  double tree_bus_gbs = 0, tree_alg_gbs = 0;
+};
+
+// The ranks' GPUs (indices into s, each at most once). An empty list means every GPU in order.
+Status plan_collectives(const System& s, const std::vector<int>& gpus, Plan* out);
+
+// ---- building blocks, exposed for tests and tools ----
+
+// Bottleneck of a closed ring over `order` (positions into `bw`, an n x n row-major matrix of
+// one-direction bandwidths), and how many hops run at that bottleneck.
+struct RingScore {
+  double bottleneck = 0;
+  int slow_hops = 0;
+};
+RingScore score_ring(const std::vector<double>& bw, int n, const std::vector<int>& order);
+// True when a is strictly better than b by the search rule (higher bottleneck, then fewer hops at it).
+bool better(const RingScore& a, const RingScore& b);
+
+// Best ring over positions 0..n-1 by that rule; exact (Held-Karp) up to kExactRingLimit GPUs,
+// a greedy search with 2-opt above.
+std::vector<int> best_ring(const std::vector<double>& bw, int n);
+inline constexpr int kExactRingLimit = 16;
+
+// Double binary tree over positions 0..n-1: parent of each position in tree 0 and tree 1
+// (-1 for the root). Tree 1 is tree 0 mirrored (even n) or shifted by one (odd n), so that for
+// even n every position is a leaf in one of the two trees (odd n: all but one).
+void double_binary_tree(int n, std::vector<int>* parent0, std::vector<int>* parent1);
+
+}  // namespace accord::topo
