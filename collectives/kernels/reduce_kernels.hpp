@@ -44,4 +44,22 @@ void copy(void* dst, const void* src, size_t bytes, bool streaming);
 // Name of the ISA variant chosen at run time ("avx512", "avx2", "sse2"), for logs and benchmarks.
 const char* isa_name();
 
+// ---- ISA variants (tests and benchmarks) ----
+// Every variant gives the same bits. The best one the CPU supports is chosen once, at the first
+// call; ACCORD_KERNEL_ISA=sse2|avx2|avx512 forces one (a variant the CPU lacks falls back to the
+// best it has, with a warning). Off x86 the only variant is kGeneric.
+enum class Isa { kGeneric = 0, kSse2 = 1, kAvx2 = 2, kAvx512 = 3 };
+inline constexpr int kNumIsas = 4;
+
+// Built into this library and runnable on this CPU.
+bool isa_available(Isa isa);
+const char* isa_name(Isa isa);
+Isa selected_isa();
+
+// The kernel of one variant; nullptr for an unknown dtype or op or an unavailable variant.
+ReduceFn get_reduce_fn(accord_datatype_t dtype, accord_red_op_t op, Isa isa);
+
+// copy() of one variant; false (and nothing copied) if the variant is unavailable.
+bool copy(void* dst, const void* src, size_t bytes, bool streaming, Isa isa);
+
 }  // namespace accord::kernels
