@@ -18,7 +18,7 @@ namespace {
 constexpr accord_datatype_t kDtypes[] = {ACCORD_INT8,  ACCORD_UINT8,   ACCORD_INT32,   ACCORD_UINT32,   ACCORD_INT64,
                                          ACCORD_UINT64, ACCORD_FLOAT16, ACCORD_FLOAT32, ACCORD_FLOAT64, ACCORD_BFLOAT16};
 constexpr accord_red_op_t kOps[] = {ACCORD_SUM, ACCORD_PROD, ACCORD_MAX, ACCORD_MIN, ACCORD_AVG};
-constexpr size_t kChunkElemsF32 = (128 << 10) / 4;  // default shm slot / sizeof(float)
+constexpr size_t kChunkElemsF32 = (256 << 10) / 4;  // default shm slot / sizeof(float)
 
 // One all-reduce, checked exactly. `offset` shifts both buffers off their natural alignment.
 std::string check(accord_comm_t comm, int rank, int nranks, accord_datatype_t dt, accord_red_op_t op, size_t count,

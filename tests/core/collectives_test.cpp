@@ -12,7 +12,7 @@
 namespace accord::testing {
 namespace {
 
-constexpr size_t kChunkF32 = (128 << 10) / 4;
+constexpr size_t kChunkF32 = (256 << 10) / 4;
 
 std::string fail(const char* what, size_t count, accord_comm_t comm, accord_status_t s) {
   return std::string(what) + " count " + std::to_string(count) + ": " + accord_status_string(s) + ": " +

@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   }
   int errors = 0;
   const size_t nn = static_cast<size_t>(n);
-  const size_t sizes[] = {0, 1, 2, 7, nn - 1, nn + 1, 1000003, (128 << 10) / 4 - 1, (128 << 10) / 4 + 1};
+  const size_t sizes[] = {0, 1, 2, 7, nn - 1, nn + 1, 1000003, (256 << 10) / 4 - 1, (256 << 10) / 4 + 1};
   for (int d = 0; d < ACCORD_NUM_DTYPES; ++d) {
     for (int o = 0; o < ACCORD_NUM_OPS; ++o) {
       auto dt = static_cast<accord_datatype_t>(d);
