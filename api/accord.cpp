@@ -301,6 +301,23 @@ accord_status_t accord_comm_get_async_error(accord_comm_t comm, accord_status_t*
   return ACCORD_SUCCESS;
 }
 
+accord_status_t accord_comm_plan(accord_comm_t comm, char* buf, size_t* len) {
+  CallGuard guard(comm);
+  return guarded(comm, [&]() -> accord_status_t {
+    accord_status_t code;
+    if (!live(comm, "accord_comm_plan", &code)) return code;
+    if (len == nullptr) return report(comm, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_plan: len is NULL"));
+    const std::string text = comm->impl->plan();
+    if (buf != nullptr && *len > 0) {
+      const size_t n = std::min(*len - 1, text.size());
+      std::memcpy(buf, text.data(), n);
+      buf[n] = '\0';
+    }
+    *len = text.size() + 1;
+    return ACCORD_SUCCESS;
+  });
+}
+
 accord_status_t accord_comm_rank(accord_comm_t comm, int* rank) {
   CallGuard guard(comm);
   accord_status_t code;

@@ -177,6 +177,7 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
                    "connects ranks on one host only (shared memory). Run all ranks on one machine.",
                    rank_, r, info.substr(0, nl).c_str());
     local_ranks_.push_back(r);
+    hosts_.push_back(info.substr(0, nl));
     const pid_t pid = static_cast<pid_t>(std::atol(info.c_str() + nl + 1));
     job_pids.push_back(pid);
     if (r != rank_ && pid != getpid()) links_.pidfd[static_cast<size_t>(r)] = open_pidfd(pid);
@@ -203,6 +204,16 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
     links_.recv[static_cast<size_t>(r)] = shm_->receiver(r);
   }
   return Status::success();
+}
+
+std::string Communicator::plan() const {
+  std::string out;
+  for (int a = 0; a < nranks_; ++a)
+    for (int b = a + 1; b < nranks_; ++b) {
+      const std::string& host = hosts_.at(static_cast<size_t>(a));
+      out += format("pair %d-%d: shm (same host %s, shared memory)\n", a, b, host.substr(0, host.find('/')).c_str());
+    }
+  return out;
 }
 
 Status Communicator::validate(const CollArgs& args) const {

@@ -58,6 +58,9 @@ class Communicator {
 
   Status run(const CollArgs& args);
 
+  // "pair A-B: TRANSPORT (reason)" for every pair of ranks (same on every rank).
+  std::string plan() const;
+
   // Argument checks alone (for calls queued in a group).
   Status validate(const CollArgs& args) const;
 
@@ -91,6 +94,7 @@ class Communicator {
   std::unique_ptr<ShmTransport> shm_;
   PeerLinks links_;
   std::vector<int> local_ranks_;
+  std::vector<std::string> hosts_;  // host identity of every rank (from init)
   std::atomic<bool> abort_{false};
   Status sticky_;  // first failure inside a collective
   std::atomic<accord_status_t> sticky_code_{ACCORD_SUCCESS};

@@ -146,6 +146,12 @@ ACCORD_API accord_status_t accord_comm_rank(accord_comm_t comm, int* rank);
 /** Number of ranks in this communicator. */
 ACCORD_API accord_status_t accord_comm_count(accord_comm_t comm, int* nranks);
 
+/** How ranks reach each other: one line per pair of ranks, "pair A-B: TRANSPORT (reason)",
+ *  TRANSPORT one of shm, tcp, p2p, ipc, host-staged. Every rank gets the same text. Copies
+ *  at most *len bytes (NUL-terminated) into buf and sets *len to the full size needed
+ *  (including the NUL); buf may be NULL to ask for the size. */
+ACCORD_API accord_status_t accord_comm_plan(accord_comm_t comm, char* buf, size_t* len);
+
 /** recvbuf[i] = op over ranks of sendbuf[i], for i < count, on every rank. In place when
  *  sendbuf == recvbuf. Every rank gets bitwise identical results. */
 ACCORD_API accord_status_t accord_all_reduce(const void* sendbuf, void* recvbuf, size_t count,

@@ -3,6 +3,7 @@
 #include <accord/accord.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -145,6 +146,13 @@ TEST(Group, OneThreadDrivesSeveralRanks) {
             ACCORD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(accord_group_end(), ACCORD_SUCCESS);
   EXPECT_EQ(accord_group_end(), ACCORD_ERR_INVALID_USAGE);
+  size_t len = 0;
+  ASSERT_EQ(accord_comm_plan(comms[1], nullptr, &len), ACCORD_SUCCESS);
+  std::string plan(len, '\0');
+  ASSERT_EQ(accord_comm_plan(comms[1], plan.data(), &len), ACCORD_SUCCESS);
+  EXPECT_NE(plan.find("pair 0-1: shm"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("pair 2-3: shm"), std::string::npos) << plan;
+  EXPECT_EQ(std::count(plan.begin(), plan.end(), '\n'), 6) << plan;  // 4 choose 2
   for (auto c : comms) EXPECT_EQ(accord_comm_destroy(c), ACCORD_SUCCESS);
   EXPECT_EQ(accord_comm_init_all(comms, 2, std::vector<int>{0, 1}.data()), ACCORD_ERR_UNSUPPORTED);
 }
