@@ -1,0 +1,4 @@
+// all_reduce_perf: nccl-tests style benchmark of accord_all_reduce (see bench/README.md).
+#include "harness.hpp"
+
+int main(int argc, char** argv) { return accord::bench::run_main(accord::bench::Coll::kAllReduce, argc, argv); }

@@ -1,0 +1,583 @@
+// The benchmark harness (see harness.hpp and bench/README.md).
+//
+// For each size: warm up, time `iters` calls between barriers, take the slowest rank's mean
+// (what the job waits for), then validate one more call against values that are exact in
+// any reduction order. busbw follows nccl-tests: algbw * 2(n-1)/n for all-reduce, (n-1)/n
+// for reduce-scatter and all-gather, 1 for broadcast and reduce.
+#include "harness.hpp"
+
+#include <accord/accord.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "accord_config.h"
+#if ACCORD_HAVE_MPI
+#include <accord/accord_mpi.h>
+#include <mpi.h>
+#endif
+
+namespace accord::bench {
+namespace {
+
+struct Options {
+  size_t min_bytes = 32 << 20, max_bytes = 32 << 20, step_bytes = 1 << 20;
+  double factor = 0;
+  int iters = 20, warmup = 5, check = 1, root = 0, threads = 1, gpus = 1;
+  std::vector<accord_datatype_t> dtypes = {ACCORD_FLOAT32};
+  std::vector<accord_red_op_t> ops = {ACCORD_SUM};
+  bool compare_mpi = false, backend_mpi = false, show_plan = false;
+};
+
+const char* kCollNames[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"};
+const char* kDtypeNames[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16"};
+const char* kOpNames[] = {"sum", "prod", "max", "min", "avg"};
+
+bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
+bool rooted(Coll c) { return c == Coll::kBroadcast || c == Coll::kReduce; }
+bool is_float(accord_datatype_t d) {
+  return d == ACCORD_FLOAT16 || d == ACCORD_FLOAT32 || d == ACCORD_FLOAT64 || d == ACCORD_BFLOAT16;
+}
+bool is_signed(accord_datatype_t d) { return d != ACCORD_UINT8 && d != ACCORD_UINT32 && d != ACCORD_UINT64; }
+
+double bus_factor(Coll c, int n) {
+  switch (c) {
+    case Coll::kAllReduce: return 2.0 * (n - 1) / n;
+    case Coll::kReduceScatter:
+    case Coll::kAllGather: return static_cast<double>(n - 1) / n;
+    default: return 1.0;
+  }
+}
+
+bool parse_size(const char* s, size_t* out) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  if (end == s || v < 0) return false;
+  double mult = 1;
+  if (*end == 'K' || *end == 'k') mult = 1 << 10, ++end;
+  else if (*end == 'M' || *end == 'm') mult = 1 << 20, ++end;
+  else if (*end == 'G' || *end == 'g') mult = 1 << 30, ++end;
+  if (*end == 'B' || *end == 'b') ++end;
+  if (*end != '\0') return false;
+  *out = static_cast<size_t>(v * mult);
+  return true;
+}
+
+void usage(const char* prog) {
+  std::printf(
+      "usage: %s [options]   (flags as nccl-tests)\n"
+      "  -b SIZE   smallest message in bytes (K/M/G suffixes; default 32M)\n"
+      "  -e SIZE   largest message (default 32M)\n"
+      "  -f F      multiply the size by F each step     -i SIZE  add SIZE each step (default 1M)\n"
+      "  -n N      timed iterations per size (20)        -w N     warm-up iterations (5)\n"
+      "  -c 0|1    check results (1)                     -r R     root for broadcast/reduce (0)\n"
+      "  -d TYPE   int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double, or all\n"
+      "  -o OP     sum prod max min avg, or all          -t N     N ranks as threads of this process\n"
+      "  -g N      devices per thread (only 1: host memory in this build)   -z  accepted, ignored\n"
+      "  -M, --compare-mpi   also time MPI's collective on the same buffers (under mpirun)\n"
+      "  --backend mpi       time MPI's collective instead of Accord's\n"
+      "  --show-plan         print how every pair of ranks is connected\n"
+      "Launch: under mpirun; or one process per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT;\n"
+      "or alone (1 rank, or -t N).\n",
+      prog);
+}
+
+bool parse_args(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&](const char** v) {
+      if (i + 1 >= argc) return false;
+      *v = argv[++i];
+      return true;
+    };
+    const char* v = nullptr;
+    if (a == "-h" || a == "--help") return usage(argv[0]), std::exit(0), true;
+    if (a == "-M" || a == "--compare-mpi") { o->compare_mpi = true; continue; }
+    if (a == "--show-plan") { o->show_plan = true; continue; }
+    if (a == "--backend") {
+      if (!next(&v) || (std::strcmp(v, "mpi") && std::strcmp(v, "accord"))) return false;
+      o->backend_mpi = !std::strcmp(v, "mpi");
+      continue;
+    }
+    if (a.size() != 2 || a[0] != '-' || !next(&v)) {
+      std::fprintf(stderr, "unknown or incomplete option '%s'\n", a.c_str());
+      return false;
+    }
+    bool ok = true;
+    switch (a[1]) {
+      case 'b': ok = parse_size(v, &o->min_bytes); break;
+      case 'e': ok = parse_size(v, &o->max_bytes); break;
+      case 'i': ok = parse_size(v, &o->step_bytes); break;
+      case 'f': o->factor = std::atof(v), ok = o->factor > 1 || o->factor == 0; break;
+      case 'n': o->iters = std::atoi(v), ok = o->iters > 0; break;
+      case 'w': o->warmup = std::atoi(v), ok = o->warmup >= 0; break;
+      case 'c': o->check = std::atoi(v); break;
+      case 'r': o->root = std::atoi(v); break;
+      case 't': o->threads = std::atoi(v), ok = o->threads > 0; break;
+      case 'g': o->gpus = std::atoi(v), ok = o->gpus > 0; break;
+      case 'z': case 'a': case 'm': case 'G': break;  // nccl-tests options with no meaning here
+      case 'd': {
+        o->dtypes.clear();
+        for (int d = 0; d < ACCORD_NUM_DTYPES; ++d)
+          if (!std::strcmp(v, "all") || !std::strcmp(v, kDtypeNames[d]) ||
+              (!std::strcmp(v, "float16") && d == ACCORD_FLOAT16) || (!std::strcmp(v, "float32") && d == ACCORD_FLOAT32) ||
+              (!std::strcmp(v, "float64") && d == ACCORD_FLOAT64))
+            o->dtypes.push_back(static_cast<accord_datatype_t>(d));
+        ok = !o->dtypes.empty();
+        break;
+      }
+      case 'o': {
+        o->ops.clear();
+        for (int p = 0; p < ACCORD_NUM_OPS; ++p)
+          if (!std::strcmp(v, "all") || !std::strcmp(v, kOpNames[p])) o->ops.push_back(static_cast<accord_red_op_t>(p));
+        ok = !o->ops.empty();
+        break;
+      }
+      default: ok = false;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "bad value '%s' for %s (see --help)\n", v, a.c_str());
+      return false;
+    }
+  }
+  if (o->min_bytes > o->max_bytes) {
+    std::fprintf(stderr, "-b %zu is larger than -e %zu\n", o->min_bytes, o->max_bytes);
+    return false;
+  }
+  return true;
+}
+
+// ---- exact data -----------------------------------------------------------------------------
+
+template <typename T>
+void put(void* buf, size_t i, T v) { std::memcpy(static_cast<char*>(buf) + i * sizeof(T), &v, sizeof(T)); }
+
+void store(void* buf, size_t i, accord_datatype_t d, double v) {
+  switch (d) {
+    case ACCORD_INT8: put(buf, i, static_cast<int8_t>(v)); break;
+    case ACCORD_UINT8: put(buf, i, static_cast<uint8_t>(v)); break;
+    case ACCORD_INT32: put(buf, i, static_cast<int32_t>(v)); break;
+    case ACCORD_UINT32: put(buf, i, static_cast<uint32_t>(v)); break;
+    case ACCORD_INT64: put(buf, i, static_cast<int64_t>(v)); break;
+    case ACCORD_UINT64: put(buf, i, static_cast<uint64_t>(v)); break;
+    case ACCORD_FLOAT16: put(buf, i, static_cast<_Float16>(static_cast<float>(v))); break;
+    case ACCORD_FLOAT32: put(buf, i, static_cast<float>(v)); break;
+    case ACCORD_FLOAT64: put(buf, i, v); break;
+    case ACCORD_BFLOAT16: {
+      float f = static_cast<float>(v);  // round to nearest even, as the library does (avg results)
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      u += 0x7fff + ((u >> 16) & 1);
+      put(buf, i, static_cast<uint16_t>(u >> 16));
+      break;
+    }
+    default: break;
+  }
+}
+
+// Small integers whose sums over up to 64 ranks stay exact in every type (bf16: 8 bits).
+double value(accord_datatype_t d, accord_red_op_t op, int rank, int n, size_t i) {
+  if (op == ACCORD_PROD) return i % static_cast<size_t>(n) == static_cast<size_t>(rank) ? 2 : 1;
+  const bool narrow = d == ACCORD_INT8 || d == ACCORD_UINT8 || d == ACCORD_BFLOAT16;
+  const int span = narrow ? 5 : 11;
+  const int v = static_cast<int>((i * 7 + static_cast<size_t>(rank) * 3) % static_cast<size_t>(span));
+  return is_signed(d) ? v - span / 2 : v;
+}
+
+double expected(accord_datatype_t d, accord_red_op_t op, int n, size_t i) {
+  double acc = value(d, op, 0, n, i);
+  for (int r = 1; r < n; ++r) {
+    double v = value(d, op, r, n, i);
+    if (op == ACCORD_SUM || op == ACCORD_AVG) acc += v;
+    else if (op == ACCORD_PROD) acc *= v;
+    else if (op == ACCORD_MAX) acc = std::max(acc, v);
+    else acc = std::min(acc, v);
+  }
+  if (op == ACCORD_AVG) {
+    if (d == ACCORD_FLOAT64) acc /= n;
+    else if (is_float(d)) acc = static_cast<float>(acc) / static_cast<float>(n);
+    else acc = std::trunc(acc / n);
+  }
+  return acc;
+}
+
+// ---- MPI ------------------------------------------------------------------------------------
+#if ACCORD_HAVE_MPI
+MPI_Datatype mpi_type(accord_datatype_t d) {
+  switch (d) {
+    case ACCORD_INT8: return MPI_INT8_T;
+    case ACCORD_UINT8: return MPI_UINT8_T;
+    case ACCORD_INT32: return MPI_INT32_T;
+    case ACCORD_UINT32: return MPI_UINT32_T;
+    case ACCORD_INT64: return MPI_INT64_T;
+    case ACCORD_UINT64: return MPI_UINT64_T;
+    case ACCORD_FLOAT32: return MPI_FLOAT;
+    case ACCORD_FLOAT64: return MPI_DOUBLE;
+    default: return MPI_DATATYPE_NULL;  // no half types in MPI
+  }
+}
+MPI_Op mpi_op(accord_red_op_t op) {
+  switch (op) {
+    case ACCORD_SUM: return MPI_SUM;
+    case ACCORD_PROD: return MPI_PROD;
+    case ACCORD_MAX: return MPI_MAX;
+    case ACCORD_MIN: return MPI_MIN;
+    default: return MPI_OP_NULL;  // MPI has no average
+  }
+}
+#endif
+
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+}
+
+// ---- one rank -------------------------------------------------------------------------------
+
+struct Rank {
+  Coll coll;
+  const Options& o;
+  accord_comm_t comm;
+  int rank, n;
+  bool use_mpi;  // MPI is initialised and spans the same ranks
+
+  bool fail(const char* what) {
+    std::fprintf(stderr, "rank %d: %s failed: %s\n", rank, what, accord_last_error(comm));
+    return false;
+  }
+
+  // One collective call. `mpi` picks MPI's implementation.
+  bool call(const void* send, void* recv, size_t count, accord_datatype_t d, accord_red_op_t op, bool mpi) {
+#if ACCORD_HAVE_MPI
+    if (mpi) {
+      const int c = static_cast<int>(count);
+      const void* s = send == recv && coll == Coll::kAllReduce ? MPI_IN_PLACE : send;
+      switch (coll) {
+        case Coll::kAllReduce: return MPI_Allreduce(s, recv, c, mpi_type(d), mpi_op(op), MPI_COMM_WORLD) == MPI_SUCCESS;
+        case Coll::kReduceScatter:
+          return MPI_Reduce_scatter_block(send, recv, c, mpi_type(d), mpi_op(op), MPI_COMM_WORLD) == MPI_SUCCESS;
+        case Coll::kAllGather:
+          return MPI_Allgather(send, c, mpi_type(d), recv, c, mpi_type(d), MPI_COMM_WORLD) == MPI_SUCCESS;
+        case Coll::kBroadcast:
+          if (rank == o.root && send != recv) std::memcpy(recv, send, count * accord_dtype_size(d));
+          return MPI_Bcast(recv, c, mpi_type(d), o.root, MPI_COMM_WORLD) == MPI_SUCCESS;
+        case Coll::kReduce:
+          return MPI_Reduce(send == recv && rank == o.root ? MPI_IN_PLACE : send, recv, c, mpi_type(d), mpi_op(op),
+                            o.root, MPI_COMM_WORLD) == MPI_SUCCESS;
+      }
+    }
+#else
+    (void)mpi;
+#endif
+    accord_status_t s = ACCORD_SUCCESS;
+    switch (coll) {
+      case Coll::kAllReduce: s = accord_all_reduce(send, recv, count, d, op, comm, nullptr); break;
+      case Coll::kReduceScatter: s = accord_reduce_scatter(send, recv, count, d, op, comm, nullptr); break;
+      case Coll::kAllGather: s = accord_all_gather(send, recv, count, d, comm, nullptr); break;
+      case Coll::kBroadcast: s = accord_broadcast(send, recv, count, d, o.root, comm, nullptr); break;
+      case Coll::kReduce: s = accord_reduce(send, recv, count, d, op, o.root, comm, nullptr); break;
+    }
+    return s == ACCORD_SUCCESS || fail(kCollNames[static_cast<int>(coll)]);
+  }
+
+  bool barrier() { return accord_barrier(comm, nullptr) == ACCORD_SUCCESS || fail("barrier"); }
+
+  double max_over_ranks(double v) {
+    double out = v;
+    accord_all_reduce(&v, &out, 1, ACCORD_FLOAT64, ACCORD_MAX, comm, nullptr);
+    return out;
+  }
+
+  // Mean seconds per call, slowest rank; negative on error.
+  double time_calls(const void* send, void* recv, size_t count, accord_datatype_t d, accord_red_op_t op, bool mpi) {
+    for (int i = 0; i < o.warmup; ++i)
+      if (!call(send, recv, count, d, op, mpi)) return -1;
+    if (!barrier()) return -1;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.iters; ++i)
+      if (!call(send, recv, count, d, op, mpi)) return -1;
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.iters;
+    return max_over_ranks(secs);
+  }
+
+  // Layout: per-rank counts of input and output for a total of `count` elements.
+  void layout(size_t count, size_t* in, size_t* out, size_t* call_count) const {
+    const size_t nn = static_cast<size_t>(n);
+    *in = *out = *call_count = count;
+    if (coll == Coll::kReduceScatter) *out = *call_count = count / nn;
+    if (coll == Coll::kAllGather) *in = *call_count = count / nn;
+  }
+
+  // Number of wrong elements after one validated call.
+  long validate(std::vector<char>& in, std::vector<char>& out, size_t count, accord_datatype_t d, accord_red_op_t op,
+                bool in_place) {
+    size_t in_n, out_n, cc;
+    layout(count, &in_n, &out_n, &cc);
+    const size_t es = accord_dtype_size(d);
+    const bool check_out = coll != Coll::kReduce || rank == o.root;
+    // Inputs: reductions use value(); gathers and broadcasts a rank-tagged pattern.
+    auto source = [&](int r, size_t i) {
+      if (coll == Coll::kAllGather || coll == Coll::kBroadcast) return static_cast<double>((r * 7 + static_cast<int>(i % 13)) % 16);
+      return value(d, op, r, n, i);
+    };
+    char* send = in.data();
+    char* recv = out.data();
+    if (coll == Coll::kAllGather) {
+      for (size_t i = 0; i < in_n; ++i) store(send, i, d, source(rank, i));
+      if (in_place) {
+        recv = in.data();
+        send = recv + static_cast<size_t>(rank) * in_n * es;
+        for (size_t i = 0; i < in_n; ++i) store(send, i, d, source(rank, i));
+      }
+    } else {
+      for (size_t i = 0; i < in_n; ++i) store(send, i, d, source(rank, i));
+      if (in_place) recv = coll == Coll::kReduceScatter ? send + static_cast<size_t>(rank) * out_n * es : send;
+    }
+    if (!call(send, recv, cc, d, op, false)) return -1;
+    if (!check_out) return 0;
+    std::vector<char> want(out_n * es + 1);
+    for (size_t i = 0; i < out_n; ++i) {
+      double w;
+      switch (coll) {
+        case Coll::kAllGather: w = source(static_cast<int>(i / in_n), i % in_n); break;
+        case Coll::kBroadcast: w = source(o.root, i); break;
+        case Coll::kReduceScatter: w = expected(d, op, n, static_cast<size_t>(rank) * out_n + i); break;
+        default: w = expected(d, op, n, i);
+      }
+      store(want.data(), i, d, w);
+    }
+    long wrong = 0;
+    for (size_t i = 0; i < out_n; ++i) wrong += std::memcmp(recv + i * es, want.data() + i * es, es) != 0;
+    return wrong;
+  }
+
+  int run() {
+    const bool print = rank == 0;
+    const bool rs_ag = coll == Coll::kReduceScatter || coll == Coll::kAllGather;
+    if (print) {
+      std::printf("# Accord benchmark: %s_perf\n#\n", kCollNames[static_cast<int>(coll)]);
+      std::printf("# nranks %d minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d iters: %d validation: %d%s\n",
+                  n, o.min_bytes, o.max_bytes, o.factor > 0 ? o.factor : static_cast<double>(o.step_bytes),
+                  o.factor > 0 ? "factor" : "bytes", o.warmup, o.iters, o.check,
+                  o.backend_mpi ? " backend: mpi" : "");
+    }
+    char host[64] = "?";
+    gethostname(host, sizeof host - 1);
+    for (int r = 0; r < n; ++r) {
+      if (r == rank) std::printf("#  Rank %2d Pid %6d on %s\n", rank, static_cast<int>(getpid()), host);
+      std::fflush(stdout);
+      if (!barrier()) return 2;
+    }
+    if (o.show_plan && print) {
+      size_t len = 0;
+      accord_comm_plan(comm, nullptr, &len);
+      std::string plan(len, '\0');
+      accord_comm_plan(comm, plan.data(), &len);
+      std::printf("#\n# Plan:\n");
+      size_t start = 0;
+      while (start < plan.size() && plan[start] != '\0') {
+        size_t nl = plan.find('\n', start);
+        std::printf("#   %s\n", plan.substr(start, nl - start).c_str());
+        start = nl + 1;
+      }
+    }
+    if (print) {
+      std::printf("#\n#%75s%32s%s\n", "out-of-place", "in-place", o.compare_mpi ? "           Open MPI (out-of-place)" : "");
+      std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "size", "count", "type", "redop", "root",
+                  "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong",
+                  o.compare_mpi ? "      time   busbw  ratio" : "");
+      std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "(B)", "(elements)", "", "", "", "(us)",
+                  "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", o.compare_mpi ? "      (us)  (GB/s)" : "");
+    }
+    double bw_sum = 0;
+    int bw_count = 0;
+    long wrong_total = 0;
+    std::vector<std::string> ratios;
+    for (accord_datatype_t d : o.dtypes) {
+      for (accord_red_op_t op : reduces(coll) ? o.ops : std::vector<accord_red_op_t>{ACCORD_SUM}) {
+#if ACCORD_HAVE_MPI
+        const bool mpi_ok = use_mpi && mpi_type(d) != MPI_DATATYPE_NULL && (!reduces(coll) || mpi_op(op) != MPI_OP_NULL);
+#else
+        const bool mpi_ok = false;
+#endif
+        if (o.backend_mpi && !mpi_ok) {
+          if (print) std::printf("# %s %s: MPI has no equivalent; skipped\n", kDtypeNames[d], kOpNames[op]);
+          continue;
+        }
+        const size_t es = accord_dtype_size(d);
+        for (size_t bytes = o.min_bytes; bytes <= o.max_bytes;
+             bytes = o.factor > 0 ? std::max(bytes + 1, static_cast<size_t>(bytes * o.factor)) : bytes + o.step_bytes) {
+          size_t count = bytes / es;
+          if (rs_ag) count = count / static_cast<size_t>(n) * static_cast<size_t>(n);
+          size_t in_n, out_n, cc;
+          layout(count, &in_n, &out_n, &cc);
+          std::vector<char> in(std::max(in_n, out_n) * es + 64), out(std::max(in_n, out_n) * es + 64);
+          for (size_t i = 0; i < in_n; ++i) store(in.data(), i, d, value(d, op, rank, n, i));
+          const double S = static_cast<double>(count * es);
+          double t[2];
+          long wrong[2] = {0, 0};
+          double t_mpi = -1;
+          for (int place = 0; place < 2; ++place) {
+            char* send = in.data();
+            char* recv = place == 0 ? out.data() : in.data();
+            if (place == 1 && coll == Coll::kReduceScatter) recv = in.data() + static_cast<size_t>(rank) * out_n * es;
+            if (place == 1 && coll == Coll::kAllGather) send = in.data() + static_cast<size_t>(rank) * in_n * es;
+            if (o.compare_mpi && mpi_ok && place == 0) {
+              // Alternate the two libraries on the same buffers; medians of 3 rounds.
+              double ta[3], tm[3];
+              for (int k = 0; k < 3; ++k) {
+                ta[k] = time_calls(send, recv, cc, d, op, false);
+                tm[k] = time_calls(send, recv, cc, d, op, true);
+                if (ta[k] < 0 || tm[k] < 0) return 2;
+              }
+              std::sort(ta, ta + 3);
+              std::sort(tm, tm + 3);
+              t[place] = ta[1];
+              t_mpi = tm[1];
+            } else {
+              t[place] = time_calls(send, recv, cc, d, op, o.backend_mpi);
+              if (t[place] < 0) return 2;
+            }
+            if (o.check) {
+              long w = validate(in, out, count, d, op, place == 1);
+              if (w < 0) return 2;
+              uint64_t wl = static_cast<uint64_t>(w), sum = 0;
+              accord_all_reduce(&wl, &sum, 1, ACCORD_UINT64, ACCORD_SUM, comm, nullptr);
+              wrong[place] = static_cast<long>(sum);
+              wrong_total += wrong[place];
+              for (size_t i = 0; i < in_n; ++i) store(in.data(), i, d, value(d, op, rank, n, i));
+            }
+          }
+          if (print) {
+            char line[512];
+            int len = std::snprintf(line, sizeof line, "  %10zu %12zu %8s %6s %6d", count * es, count, kDtypeNames[d],
+                                    reduces(coll) ? kOpNames[op] : "none", rooted(coll) ? o.root : -1);
+            for (int place = 0; place < 2; ++place) {
+              const double algbw = S / t[place] / 1e9, busbw = algbw * bus_factor(coll, n);
+              bw_sum += busbw;
+              ++bw_count;
+              char w[16];
+              if (o.check) std::snprintf(w, sizeof w, "%ld", wrong[place]);
+              else std::snprintf(w, sizeof w, "N/A");
+              len += std::snprintf(line + len, sizeof line - static_cast<size_t>(len), " %9.2f %7.2f %7.2f %6s",
+                                   t[place] * 1e6, algbw, busbw, w);
+            }
+            if (o.compare_mpi) {
+              if (t_mpi > 0) {
+                const double mbus = S / t_mpi / 1e9 * bus_factor(coll, n);
+                const double abus = S / t[0] / 1e9 * bus_factor(coll, n);
+                std::snprintf(line + len, sizeof line - static_cast<size_t>(len), " %9.2f %7.2f %6.2f", t_mpi * 1e6, mbus,
+                              abus / mbus);
+                char r[64];
+                std::snprintf(r, sizeof r, "%zu:%.2f", count * es, abus / mbus);
+                ratios.push_back(r);
+              } else {
+                std::snprintf(line + len, sizeof line - static_cast<size_t>(len), " %9s %7s %6s", "-", "-", "-");
+              }
+            }
+            std::printf("%s\n", line);
+            std::fflush(stdout);
+          }
+          if (bytes == o.max_bytes || (o.factor == 0 && o.step_bytes == 0)) break;
+        }
+      }
+    }
+    if (print) {
+      std::printf("# Out of bounds values : %ld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
+      std::printf("# Avg bus bandwidth    : %g\n", bw_count ? bw_sum / bw_count : 0.0);
+      if (!ratios.empty()) {
+        std::printf("# Accord / Open MPI busbw ratio by size:");
+        for (const auto& r : ratios) std::printf(" %s", r.c_str());
+        std::printf("\n");
+      }
+      std::printf("#\n# Collective test concluded: %s_perf\n", kCollNames[static_cast<int>(coll)]);
+    }
+    return wrong_total == 0 ? 0 : 1;
+  }
+};
+
+}  // namespace
+
+int run_main(Coll coll, int argc, char** argv) {
+  Options o;
+  if (!parse_args(argc, argv, &o)) return 2;
+  if (o.gpus != 1) {
+    std::fprintf(stderr, "-g %d: this build runs on host memory only (1 rank per thread); the GPU path is not built\n",
+                 o.gpus);
+    return 2;
+  }
+  bool use_mpi = false;
+#if ACCORD_HAVE_MPI
+  if (launched_by_mpi()) {
+    MPI_Init(&argc, &argv);
+    use_mpi = true;
+  }
+#endif
+  if ((o.compare_mpi || o.backend_mpi) && !use_mpi) {
+    std::fprintf(stderr, "--compare-mpi and --backend mpi need a build with MPI and a launch under mpirun\n");
+    return 2;
+  }
+  if (o.threads > 1 && use_mpi) {
+    std::fprintf(stderr, "-t N (ranks as threads) cannot be combined with mpirun here\n");
+    return 2;
+  }
+  int code = 0;
+  if (o.threads > 1) {
+    accord_unique_id_t id;
+    if (accord_get_unique_id(&id) != ACCORD_SUCCESS) {
+      std::fprintf(stderr, "accord_get_unique_id: %s\n", accord_last_error(nullptr));
+      return 2;
+    }
+    std::vector<int> codes(static_cast<size_t>(o.threads));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < o.threads; ++r)
+      threads.emplace_back([&, r] {
+        accord_comm_t comm = nullptr;
+        if (accord_comm_init_rank(&comm, o.threads, id, r) != ACCORD_SUCCESS) {
+          std::fprintf(stderr, "rank %d: init failed: %s\n", r, accord_last_error(nullptr));
+          codes[static_cast<size_t>(r)] = 2;
+          return;
+        }
+        Rank rk{coll, o, comm, r, o.threads, false};
+        codes[static_cast<size_t>(r)] = rk.run();
+        accord_comm_destroy(comm);
+      });
+    for (auto& t : threads) t.join();
+    for (int c : codes) code = std::max(code, c);
+  } else {
+    accord_comm_t comm = nullptr;
+    accord_status_t s;
+#if ACCORD_HAVE_MPI
+    s = use_mpi ? accord_comm_init_mpi(&comm, MPI_COMM_WORLD) : accord_comm_init_from_env(&comm);
+#else
+    s = accord_comm_init_from_env(&comm);
+#endif
+    if (s != ACCORD_SUCCESS) {
+      std::fprintf(stderr, "init failed: %s\n", accord_last_error(nullptr));
+      return 2;
+    }
+    int rank = 0, n = 1;
+    accord_comm_rank(comm, &rank);
+    accord_comm_count(comm, &n);
+    if (rooted(coll) && (o.root < 0 || o.root >= n)) {
+      std::fprintf(stderr, "-r %d is not a rank (0..%d)\n", o.root, n - 1);
+      return 2;
+    }
+    Rank rk{coll, o, comm, rank, n, use_mpi};
+    code = rk.run();
+    accord_comm_destroy(comm);
+  }
+#if ACCORD_HAVE_MPI
+  if (use_mpi) MPI_Finalize();
+#endif
+  return code;
+}
+
+}  // namespace accord::bench

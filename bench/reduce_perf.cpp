@@ -1,0 +1,4 @@
+// reduce_perf: nccl-tests style benchmark of accord_reduce (see bench/README.md).
+#include "harness.hpp"
+
+int main(int argc, char** argv) { return accord::bench::run_main(accord::bench::Coll::kReduce, argc, argv); }
