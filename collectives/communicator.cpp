@@ -48,6 +48,7 @@ bool parse_algo(const std::string& s, Algo* out) {
   if (s == "direct") return *out = Algo::kDirect, true;
   if (s == "chain") return *out = Algo::kChain, true;
   if (s == "tree") return *out = Algo::kTree, true;
+  if (s == "rd") return *out = Algo::kRecursiveDoubling, true;
   return false;
 }
 
@@ -124,7 +125,7 @@ Status Communicator::init(const InitSpec& spec) {
   if (!settings_.algo.empty()) {
     has_forced_algo_ = parse_algo(settings_.algo, &forced_algo_);
     if (!has_forced_algo_)
-      return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_ALGO='%s' is not an algorithm; use ring, tree, direct or chain",
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_ALGO='%s' is not an algorithm; use ring, tree, direct, rd (recursive doubling) or chain",
                    settings_.algo.c_str());
   }
   FifoShape& shape = shape_;
@@ -314,7 +315,7 @@ Algo Communicator::choose_algo(const CollArgs& a, size_t bytes) {
   const char* why = "";
   switch (a.coll) {
     case Collective::kAllReduce:
-      if (has_forced && (forced == Algo::kRing || forced == Algo::kDirect || forced == Algo::kTree)) {
+      if (has_forced && forced != Algo::kChain) {
         pick = forced;
         why = "forced by ACCORD_ALGO";
       } else if (bytes <= direct_max_bytes_ && nranks_ <= 8) {

@@ -87,8 +87,8 @@ class Runner {
         ACCORD_TRY(receive(s.recv_peer, s.bytes, &msg));
         k.dst0 = dst(s);
         k.dst0_streaming = a_.streaming;
-        k.a = msg;
-        k.b = src(s);
+        k.a = s.message_right ? static_cast<const void*>(src(s)) : msg;
+        k.b = s.message_right ? msg : static_cast<const void*>(src(s));
         k.divisor = divisor(s);
         a_.reduce(k);
         links_.recv[static_cast<size_t>(s.recv_peer)]->release();

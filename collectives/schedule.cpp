@@ -35,6 +35,7 @@ const char* algo_name(Algo a) {
     case Algo::kDirect: return "direct";
     case Algo::kChain: return "chain";
     case Algo::kTree: return "tree";
+    case Algo::kRecursiveDoubling: return "rd";
   }
   return "?";
 }
@@ -47,6 +48,7 @@ bool build_schedule(const ScheduleRequest& req, Schedule* out) {
       if (req.algo == Algo::kRing) return ring_all_reduce(req, out), true;
       if (req.algo == Algo::kDirect) return direct_all_reduce(req, out), true;
       if (req.algo == Algo::kTree) return tree_all_reduce(req, out), true;
+      if (req.algo == Algo::kRecursiveDoubling) return recursive_doubling_all_reduce(req, out), true;
       return false;
     case Collective::kReduceScatter:
       if (req.algo == Algo::kRing) return ring_reduce_scatter(req, out), true;

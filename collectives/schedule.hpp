@@ -40,7 +40,8 @@ struct Step {
   StepKind kind;
   Buf src = Buf::kInput;
   Buf dst = Buf::kOutput;
-  bool postop = false;  // final reduction of these elements: apply avg's divide
+  bool postop = false;         // final reduction of these elements: apply avg's divide
+  bool message_right = false;  // recv-reduce: src op message instead of message op src
   int send_peer = -1;
   int recv_peer = -1;
   size_t src_off = 0;
@@ -67,7 +68,7 @@ inline Step make_step(StepKind kind, Buf src, size_t src_off, Buf dst, size_t ds
 enum class Collective : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kBarrier };
 const char* collective_name(Collective c);
 
-enum class Algo : uint8_t { kRing, kDirect, kChain, kTree };
+enum class Algo : uint8_t { kRing, kDirect, kChain, kTree, kRecursiveDoubling };
 const char* algo_name(Algo a);
 
 struct ScheduleRequest {
@@ -107,6 +108,7 @@ void ring_reduce_scatter(const ScheduleRequest& req, Schedule* out);
 void ring_all_gather(const ScheduleRequest& req, Schedule* out);
 void direct_all_reduce(const ScheduleRequest& req, Schedule* out);
 void tree_all_reduce(const ScheduleRequest& req, Schedule* out);
+void recursive_doubling_all_reduce(const ScheduleRequest& req, Schedule* out);
 // Note [Tree shape] (tree.cpp): parent (-1 for the root) and children of rank in tree 0 or 1.
 void tree_shape(int tree, int rank, int nranks, int* parent, std::vector<int>* children);
 void chain_broadcast(const ScheduleRequest& req, Schedule* out);

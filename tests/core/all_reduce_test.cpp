@@ -89,15 +89,55 @@ TEST_P(AllReduceAlgorithms, EveryDtypeOpAndSizeExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Forced, AllReduceAlgorithms,
-                         ::testing::Combine(::testing::Values("ring", "tree", "direct"), ::testing::Values(2, 3, 5)));
+                         ::testing::Combine(::testing::Values("ring", "tree", "direct", "rd"), ::testing::Values(2, 3, 5)));
 
 TEST(AllReduce, LargePrimeCountAndAlgorithmsAgreeOnExactInputs) {
-  for (const char* algo : {"ring", "tree", "direct"}) {
+  for (const char* algo : {"ring", "tree", "direct", "rd"}) {
     setenv("ACCORD_ALGO", algo, 1);
     auto failures = run_threads(3, [](accord_comm_t comm, int rank, int nranks) {
       return check(comm, rank, nranks, ACCORD_FLOAT32, ACCORD_SUM, 1000003, false, 0, 7);
     });
     for (const auto& f : failures) ADD_FAILURE() << algo << ": " << f;
+  }
+  unsetenv("ACCORD_ALGO");
+}
+
+// Inexact inputs (random floats): any rank-dependent summation order would show up as ranks
+// disagreeing in the last bits. Every algorithm must give every rank the same bits, and the
+// same bits on a second run.
+TEST(AllReduce, BitwiseIdenticalOnEveryRankAndRunWithInexactFloats) {
+  for (const char* algo : {"ring", "tree", "direct", "rd"}) {
+    setenv("ACCORD_ALGO", algo, 1);
+    for (int n : {3, 4, 5}) {
+      std::vector<uint64_t> first(static_cast<size_t>(n));
+      for (int run = 0; run < 2; ++run) {
+        std::vector<uint64_t> hashes(static_cast<size_t>(n));
+        auto failures = run_threads(n, [&](accord_comm_t comm, int rank, int nranks) -> std::string {
+          std::vector<float> v(70001);
+          uint32_t x = 12345u + static_cast<uint32_t>(rank) * 7919u;
+          for (float& f : v) {
+            x = x * 1664525u + 1013904223u;
+            f = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;
+          }
+          if (accord_all_reduce(v.data(), v.data(), v.size(), ACCORD_FLOAT32, ACCORD_AVG, comm, nullptr) !=
+              ACCORD_SUCCESS)
+            return accord_last_error(comm);
+          uint64_t h = 1469598103934665603ULL;
+          for (float f : v) {
+            uint32_t b;
+            std::memcpy(&b, &f, 4);
+            h = (h ^ b) * 1099511628211ULL;
+          }
+          hashes[static_cast<size_t>(rank)] = h;
+          (void)nranks;
+          return "";
+        });
+        for (const auto& f : failures) ADD_FAILURE() << algo << ": " << f;
+        for (int r = 1; r < n; ++r) EXPECT_EQ(hashes[static_cast<size_t>(r)], hashes[0]) << algo << " n=" << n << " rank " << r;
+        if (run == 0) first = hashes;
+        else EXPECT_EQ(hashes[0], first[0]) << algo << " n=" << n << ": a second run gave other bits";
+      }
+    }
   }
   unsetenv("ACCORD_ALGO");
 }

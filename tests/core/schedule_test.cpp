@@ -200,7 +200,15 @@ std::string simulate(Case c, int n, size_t count, size_t chunk_elems, bool in_pl
   }
   switch (c.coll) {
     case Collective::kAllReduce:
-      want_sent = c.algo == Algo::kDirect ? nn * (nn - 1) * S : 2 * (nn - 1) * S;  // ring and tree alike
+      if (c.algo == Algo::kDirect) {
+        want_sent = nn * (nn - 1) * S;
+      } else if (c.algo == Algo::kRecursiveDoubling) {
+        size_t p = 1, rounds = 0;
+        while (p * 2 <= nn) p *= 2, ++rounds;
+        want_sent = p * rounds * S + 2 * (nn - p) * S;  // rounds, plus folding the extras in and out
+      } else {
+        want_sent = 2 * (nn - 1) * S;  // ring and tree alike
+      }
       break;
     case Collective::kReduceScatter:
     case Collective::kAllGather: want_sent = (nn - 1) * nn * S; break;
@@ -215,7 +223,7 @@ std::string simulate(Case c, int n, size_t count, size_t chunk_elems, bool in_pl
 
 TEST(Schedule, EveryCollectiveAndAlgorithmDeliversEachContributionExactlyOnce) {
   const Case cases[] = {{Collective::kAllReduce, Algo::kRing},     {Collective::kAllReduce, Algo::kDirect},
-                        {Collective::kAllReduce, Algo::kTree},
+                        {Collective::kAllReduce, Algo::kTree},   {Collective::kAllReduce, Algo::kRecursiveDoubling},
                         {Collective::kReduceScatter, Algo::kRing}, {Collective::kAllGather, Algo::kRing},
                         {Collective::kBroadcast, Algo::kChain},    {Collective::kReduce, Algo::kChain}};
   int checked = 0;
