@@ -46,5 +46,5 @@ if [ -x "$build/trainer/accord-train" ]; then
     wait
   fi
 else
-  echo "(trainer not built: it needs OpenBLAS and zlib; run ./scripts/setup.sh)"
+  echo "(accord-train is not built in this version; the trainer is work in progress)"
 fi

@@ -96,6 +96,61 @@ std::string all_collectives(accord_comm_t comm, int rank, int n) {
   return "";
 }
 
+// Every dtype, and every op for the reductions, at a prime count and one above a chunk.
+std::string every_dtype_and_op(accord_comm_t comm, int rank, int n) {
+  for (int d = 0; d < ACCORD_NUM_DTYPES; ++d) {
+    const auto dt = static_cast<accord_datatype_t>(d);
+    const size_t es = accord_dtype_size(dt);
+    for (size_t count : {size_t{13}, kChunkF32 * 4 / es + 1}) {
+      for (int o = 0; o < ACCORD_NUM_OPS; ++o) {
+        for (bool in_place : {false, true}) {
+          std::string e = reduce_scatter(comm, rank, n, count, dt, static_cast<accord_red_op_t>(o), in_place);
+          if (!e.empty()) return std::string(dtype_name(dt)) + " " + e;
+        }
+        // reduce to each root, any dtype
+        std::vector<char> in(count * es), out(count * es), want(count * es);
+        fill_input(in.data(), count, dt, static_cast<accord_red_op_t>(o), rank, n);
+        fill_expected(want.data(), count, dt, static_cast<accord_red_op_t>(o), n);
+        for (int root = 0; root < n; ++root) {
+          accord_status_t s = accord_reduce(in.data(), out.data(), count, dt, static_cast<accord_red_op_t>(o), root, comm,
+                                            nullptr);
+          if (s != ACCORD_SUCCESS) return fail("reduce", count, comm, s);
+          if (rank == root && count_mismatches(out.data(), want.data(), count, dt))
+            return std::string("reduce ") + dtype_name(dt) + " " + op_name(static_cast<accord_red_op_t>(o)) + ": wrong";
+        }
+      }
+      // gathers and broadcasts move bytes: any dtype, bit-exact
+      std::vector<char> mine(count * es), all(count * es * static_cast<size_t>(n));
+      for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<char>(rank * 31 + static_cast<int>(i % 251));
+      if (accord_all_gather(mine.data(), all.data(), count, dt, comm, nullptr) != ACCORD_SUCCESS)
+        return fail("all_gather", count, comm, ACCORD_ERR_INTERNAL);
+      for (int r = 0; r < n; ++r)
+        for (size_t i = 0; i < mine.size(); ++i)
+          if (all[static_cast<size_t>(r) * mine.size() + i] != static_cast<char>(r * 31 + static_cast<int>(i % 251)))
+            return std::string("all_gather ") + dtype_name(dt) + ": wrong";
+      for (int root = 0; root < n; ++root) {
+        std::vector<char> b = mine;
+        if (accord_broadcast(b.data(), b.data(), count, dt, root, comm, nullptr) != ACCORD_SUCCESS)
+          return fail("broadcast", count, comm, ACCORD_ERR_INTERNAL);
+        for (size_t i = 0; i < b.size(); ++i)
+          if (b[i] != static_cast<char>(root * 31 + static_cast<int>(i % 251)))
+            return std::string("broadcast ") + dtype_name(dt) + ": wrong";
+      }
+    }
+  }
+  return "";
+}
+
+class CollectivesEveryDtype : public ::testing::TestWithParam<int> {};
+TEST_P(CollectivesEveryDtype, ExactResults) {
+  for (const auto& f : run_threads(GetParam(), every_dtype_and_op)) ADD_FAILURE() << f;
+}
+INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesEveryDtype, ::testing::Values(1, 2, 3, 5));
+
+TEST(CollectivesProcesses, EveryDtypeFourRanks) {
+  for (const auto& f : run_processes(4, every_dtype_and_op)) ADD_FAILURE() << f;
+}
+
 class CollectivesThreads : public ::testing::TestWithParam<int> {};
 TEST_P(CollectivesThreads, ExactResults) {
   for (const auto& f : run_threads(GetParam(), all_collectives)) ADD_FAILURE() << f;
