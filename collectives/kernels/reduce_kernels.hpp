@@ -20,13 +20,13 @@
 namespace accord::kernels {
 
 struct ReduceArgs {
-  void* dst0 = nullptr;            // required
-  void* dst1 = nullptr;            // optional second copy of the result (e.g. the next rank's FIFO slot)
-  const void* a = nullptr;         // first operand (left side: result = a op b)
-  const void* b = nullptr;         // second operand; nullptr = no reduction, copy a (then apply divisor)
-  size_t count = 0;                // elements
-  int divisor = 0;                 // > 1: divide the result by this (avg post-op); 0 or 1: none
-  bool dst0_streaming = false;     // write dst0 with non-temporal stores (large outputs)
+  void* dst0 = nullptr;     // required
+  void* dst1 = nullptr;     // optional second copy of the result (e.g. the next rank's FIFO slot)
+  const void* a = nullptr;  // first operand (left side: result = a op b)
+  const void* b = nullptr;  // second operand; nullptr = no reduction, copy a (then apply divisor)
+  size_t count = 0;         // elements
+  int divisor = 0;          // > 1: divide the result by this (avg post-op); 0 or 1: none
+  bool dst0_streaming = false;  // write dst0 with non-temporal stores (large outputs)
 };
 
 // Resolved once per (dtype, op) and ISA; calling it does no dispatch.
