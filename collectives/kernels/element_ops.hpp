@@ -308,69 +308,25 @@ ACCORD_HD_INLINE T copy_elem(T a, int divisor) {
 // Storage type of each dtype, and op struct of each op (avg is sum plus the divide post-op).
 template <accord_datatype_t D>
 struct DtypeType;
-template <>
-struct DtypeType<ACCORD_INT8> {
-  using type = int8_t;
-};
-template <>
-struct DtypeType<ACCORD_UINT8> {
-  using type = uint8_t;
-};
-template <>
-struct DtypeType<ACCORD_INT32> {
-  using type = int32_t;
-};
-template <>
-struct DtypeType<ACCORD_UINT32> {
-  using type = uint32_t;
-};
-template <>
-struct DtypeType<ACCORD_INT64> {
-  using type = int64_t;
-};
-template <>
-struct DtypeType<ACCORD_UINT64> {
-  using type = uint64_t;
-};
-template <>
-struct DtypeType<ACCORD_FLOAT16> {
-  using type = Half;
-};
-template <>
-struct DtypeType<ACCORD_FLOAT32> {
-  using type = float;
-};
-template <>
-struct DtypeType<ACCORD_FLOAT64> {
-  using type = double;
-};
-template <>
-struct DtypeType<ACCORD_BFLOAT16> {
-  using type = BFloat16;
-};
-
 template <accord_red_op_t O>
 struct OpType;
-template <>
-struct OpType<ACCORD_SUM> {
-  using type = OpSum;
-};
-template <>
-struct OpType<ACCORD_PROD> {
-  using type = OpProd;
-};
-template <>
-struct OpType<ACCORD_MAX> {
-  using type = OpMax;
-};
-template <>
-struct OpType<ACCORD_MIN> {
-  using type = OpMin;
-};
-template <>
-struct OpType<ACCORD_AVG> {
-  using type = OpSum;
-};
+// clang-format off
+template <> struct DtypeType<ACCORD_INT8> { using type = int8_t; };
+template <> struct DtypeType<ACCORD_UINT8> { using type = uint8_t; };
+template <> struct DtypeType<ACCORD_INT32> { using type = int32_t; };
+template <> struct DtypeType<ACCORD_UINT32> { using type = uint32_t; };
+template <> struct DtypeType<ACCORD_INT64> { using type = int64_t; };
+template <> struct DtypeType<ACCORD_UINT64> { using type = uint64_t; };
+template <> struct DtypeType<ACCORD_FLOAT16> { using type = Half; };
+template <> struct DtypeType<ACCORD_FLOAT32> { using type = float; };
+template <> struct DtypeType<ACCORD_FLOAT64> { using type = double; };
+template <> struct DtypeType<ACCORD_BFLOAT16> { using type = BFloat16; };
+template <> struct OpType<ACCORD_SUM> { using type = OpSum; };
+template <> struct OpType<ACCORD_PROD> { using type = OpProd; };
+template <> struct OpType<ACCORD_MAX> { using type = OpMax; };
+template <> struct OpType<ACCORD_MIN> { using type = OpMin; };
+template <> struct OpType<ACCORD_AVG> { using type = OpSum; };  // the divisor is the post-op
+// clang-format on
 
 }  // namespace ACCORD_EOPS_NS
 }  // namespace accord::kernels

@@ -31,378 +31,381 @@
 #define ACCORD_ISA_STR2(x) #x
 #define ACCORD_ISA_STR(x) ACCORD_ISA_STR2(x)
 
+// isa_sse2, isa_avx2 ...: one namespace per build, so the objects link together.
+#define ACCORD_ISA_NS ACCORD_EOPS_CAT(isa_, ACCORD_KERNEL_ISA)
+
 namespace accord::kernels {
-namespace ACCORD_EOPS_CAT(isa_, ACCORD_KERNEL_ISA) {
-  namespace {
+namespace ACCORD_ISA_NS {
+namespace {
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-  constexpr size_t kVecBytes = 64;
+constexpr size_t kVecBytes = 64;
 #elif defined(__AVX2__)
-  constexpr size_t kVecBytes = 32;
+constexpr size_t kVecBytes = 32;
 #else
-  constexpr size_t kVecBytes = 16;
+constexpr size_t kVecBytes = 16;
 #endif
 
-  template <class E, size_t B>
-  struct VT {
-    typedef E type __attribute__((vector_size(B)));
-  };
-  template <class E>
-  using Vec = typename VT<E, kVecBytes>::type;
-  template <size_t S>
-  using SInt = std::conditional_t<S == 1, int8_t, std::conditional_t<S == 4, int32_t, int64_t>>;
-  template <size_t S>
-  using UInt = std::make_unsigned_t<SInt<S>>;
+template <class E, size_t B>
+struct VT {
+  typedef E type __attribute__((vector_size(B)));
+};
+template <class E>
+using Vec = typename VT<E, kVecBytes>::type;
+template <size_t S>
+using SInt = std::conditional_t<S == 1, int8_t, std::conditional_t<S == 4, int32_t, int64_t>>;
+template <size_t S>
+using UInt = std::make_unsigned_t<SInt<S>>;
 
-  using F32V = Vec<float>;
-  using U32V = Vec<uint32_t>;
-  using I32V = Vec<int32_t>;
-  using U16H = typename VT<uint16_t, kVecBytes / 2>::type;  // as many u16 lanes as F32V has lanes
+using F32V = Vec<float>;
+using U32V = Vec<uint32_t>;
+using I32V = Vec<int32_t>;
+using U16H = typename VT<uint16_t, kVecBytes / 2>::type;  // as many u16 lanes as F32V has lanes
 
-  template <class V>
-  inline V loadu(const uint8_t* p) {
-    V v;
-    memcpy(&v, p, sizeof v);
-    return v;
-  }
-  template <class V>
-  inline void storeu(uint8_t* p, V v) {
-    memcpy(p, &v, sizeof v);
-  }
+template <class V>
+inline V loadu(const uint8_t* p) {
+  V v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V>
+inline void storeu(uint8_t* p, V v) {
+  memcpy(p, &v, sizeof v);
+}
 
-  // ---- 16-bit floats, a vector of F32V's lane count at a time ------------------------------
+// ---- 16-bit floats, a vector of F32V's lane count at a time ------------------------------
 
-  // Integer-only f16 -> f32 except for subnormals, which go through an exact int -> float
-  // conversion and a multiply with a normal result, so FTZ/DAZ modes cannot change them.
-  inline F32V f16_to_f32_generic(U32V h) {
-    const U32V sign = (h & 0x8000u) << 16;
-    const U32V em = h & 0x7fffu;
-    const U32V normal = (em << 13) + ((127u - 15u) << 23);
-    const U32V quiet = (U32V)(em > 0x7c00u) & 0x00400000u;
-    const U32V infnan = (em << 13) | 0x7f800000u | quiet;
-    const F32V sub = __builtin_convertvector((I32V)em, F32V) * 0x1p-24f;
-    const U32V r = em >= 0x7c00u ? infnan : (em < 0x400u ? (U32V)sub : normal);
-    return (F32V)(r | sign);
-  }
+// Integer-only f16 -> f32 except for subnormals, which go through an exact int -> float
+// conversion and a multiply with a normal result, so FTZ/DAZ modes cannot change them.
+inline F32V f16_to_f32_generic(U32V h) {
+  const U32V sign = (h & 0x8000u) << 16;
+  const U32V em = h & 0x7fffu;
+  const U32V normal = (em << 13) + ((127u - 15u) << 23);
+  const U32V quiet = (U32V)(em > 0x7c00u) & 0x00400000u;
+  const U32V infnan = (em << 13) | 0x7f800000u | quiet;
+  const F32V sub = __builtin_convertvector((I32V)em, F32V) * 0x1p-24f;
+  const U32V r = em >= 0x7c00u ? infnan : (em < 0x400u ? (U32V)sub : normal);
+  return (F32V)(r | sign);
+}
 
-  // Round to nearest even as element_ops.hpp's f32_to_f16; subnormals by the magic-number add
-  // (the hardware's RNE does the rounding; its inputs and result are normal floats).
-  inline U32V f32_to_f16_generic(F32V f) {
-    const U32V x = (U32V)f;
-    const U32V sign = (x >> 16) & 0x8000u;
-    const U32V ax = x & 0x7fffffffu;
-    const U32V nan = 0x7e00u | ((ax >> 13) & 0x3ffu);
-    const U32V r = ax - ((127u - 15u) << 23);
-    const U32V normal = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
-    const F32V magic = (F32V)(U32V{} + (126u << 23));  // 0.5f: ulp 2^-24 = the half subnormal step
-    const U32V sub = (U32V)((F32V)ax + magic) - (126u << 23);
-    const U32V out = ax > 0x7f800000u    ? nan
-                     : ax >= 0x477ff000u ? U32V{} + 0x7c00u
-                     : ax >= 0x38800000u ? normal
-                                         : sub;
-    return out | sign;
-  }
+// Round to nearest even as element_ops.hpp's f32_to_f16; subnormals by the magic-number add
+// (the hardware's RNE does the rounding; its inputs and result are normal floats).
+inline U32V f32_to_f16_generic(F32V f) {
+  const U32V x = (U32V)f;
+  const U32V sign = (x >> 16) & 0x8000u;
+  const U32V ax = x & 0x7fffffffu;
+  const U32V nan = 0x7e00u | ((ax >> 13) & 0x3ffu);
+  const U32V r = ax - ((127u - 15u) << 23);
+  const U32V normal = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
+  const F32V magic = (F32V)(U32V{} + (126u << 23));  // 0.5f: ulp 2^-24 = the half subnormal step
+  const U32V sub = (U32V)((F32V)ax + magic) - (126u << 23);
+  const U32V out = ax > 0x7f800000u    ? nan
+                   : ax >= 0x477ff000u ? U32V{} + 0x7c00u
+                   : ax >= 0x38800000u ? normal
+                                       : sub;
+  return out | sign;
+}
 
-  inline F32V load_half(const uint8_t* p) {
+inline F32V load_half(const uint8_t* p) {
 #if defined(__AVX512F__)
-    // The maskz forms: GCC 12 warns of the unmasked ones' undefined pass-through operand.
-    return (F32V)_mm512_maskz_cvtph_ps(0xffff,
-                                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  // The maskz forms: GCC 12 warns of the unmasked ones' undefined pass-through operand.
+  return (F32V)_mm512_maskz_cvtph_ps(0xffff,
+                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 #elif defined(__F16C__) && defined(__AVX2__)
-    return (F32V)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return (F32V)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 #else
-    return f16_to_f32_generic(__builtin_convertvector(loadu<U16H>(p), U32V));
+  return f16_to_f32_generic(__builtin_convertvector(loadu<U16H>(p), U32V));
 #endif
-  }
+}
 
-  inline void store_half(uint8_t* p, F32V v) {
+inline void store_half(uint8_t* p, F32V v) {
 #if defined(__AVX512F__)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                        _mm512_maskz_cvtps_ph(0xffff, (__m512)v, _MM_FROUND_TO_NEAREST_INT));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      _mm512_maskz_cvtps_ph(0xffff, (__m512)v, _MM_FROUND_TO_NEAREST_INT));
 #elif defined(__F16C__) && defined(__AVX2__)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
-                     _mm256_cvtps_ph((__m256)v, _MM_FROUND_TO_NEAREST_INT));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm256_cvtps_ph((__m256)v, _MM_FROUND_TO_NEAREST_INT));
 #else
-    storeu(p, __builtin_convertvector(f32_to_f16_generic(v), U16H));
+  storeu(p, __builtin_convertvector(f32_to_f16_generic(v), U16H));
 #endif
+}
+
+inline F32V load_bf16(const uint8_t* p) {
+  return (F32V)(__builtin_convertvector(loadu<U16H>(p), U32V) << 16);
+}
+
+inline void store_bf16(uint8_t* p, F32V v) {
+  const U32V x = (U32V)v;
+  const U32V nan = (x >> 16) | 0x40u;
+  const U32V rne = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  storeu(p, __builtin_convertvector((x & 0x7fffffffu) > 0x7f800000u ? nan : rne, U16H));
+}
+
+// ---- lanes: how a storage type is loaded into and stored from a compute vector ----------
+
+template <class T>
+struct Lanes {  // integers, float, double: the vector is of the type itself
+  using E = T;
+  using V = Vec<T>;
+  static constexpr size_t kN = kVecBytes / sizeof(T);
+  static V load(const uint8_t* p) { return loadu<V>(p); }
+  static void store(uint8_t* p, V v) { storeu(p, v); }
+};
+template <>
+struct Lanes<Half> {
+  using E = float;
+  using V = F32V;
+  static constexpr size_t kN = kVecBytes / 4;
+  static V load(const uint8_t* p) { return load_half(p); }
+  static void store(uint8_t* p, V v) { store_half(p, v); }
+};
+template <>
+struct Lanes<BFloat16> {
+  using E = float;
+  using V = F32V;
+  static constexpr size_t kN = kVecBytes / 4;
+  static V load(const uint8_t* p) { return load_bf16(p); }
+  static void store(uint8_t* p, V v) { store_bf16(p, v); }
+};
+
+// ---- ops on vectors: the same meaning as element_ops.hpp's ops --------------------------
+
+// Note [Canonical NaN] in element_ops.hpp.
+template <class E, class V>
+inline V vcanon(V r) {
+  using I = typename VT<SInt<sizeof(E)>, sizeof(V)>::type;
+  const I canon =
+      I{} + static_cast<SInt<sizeof(E)>>(sizeof(E) == 4 ? kCanonicalNaN32 : kCanonicalNaN64);
+  return (V)(r != r ? canon : (I)r);
+}
+
+template <class Op, class E, class V>
+inline V vapply(V a, V b) {
+  using U = typename VT<UInt<sizeof(E)>, sizeof(V)>::type;
+  using I = typename VT<SInt<sizeof(E)>, sizeof(V)>::type;
+  if constexpr (std::is_same_v<Op, OpSum>) {
+    if constexpr (std::is_integral_v<E>)
+      return (V)((U)a + (U)b);  // wraps, no signed overflow
+    else
+      return vcanon<E>(a + b);
+  } else if constexpr (std::is_same_v<Op, OpProd>) {
+    if constexpr (std::is_integral_v<E>)
+      return (V)((U)a * (U)b);
+    else
+      return vcanon<E>(a * b);
+  } else if constexpr (std::is_integral_v<E>) {
+    if constexpr (std::is_same_v<Op, OpMax>)
+      return a > b ? a : b;
+    else
+      return a < b ? a : b;
+  } else {  // Note [NaN in max and min] in element_ops.hpp
+    const I ai = (I)a, bi = (I)b;
+    if constexpr (std::is_same_v<Op, OpMax>) {
+      return (V)(((a > b) | (a != a)) ? ai : (a == b ? (ai & bi) : bi));
+    } else {
+      return (V)(((a < b) | (a != a)) ? ai : (a == b ? (ai | bi) : bi));
+    }
   }
+}
 
-  inline F32V load_bf16(const uint8_t* p) {
-    return (F32V)(__builtin_convertvector(loadu<U16H>(p), U32V) << 16);
-  }
+// Integer division has no vector instruction and narrow types would need widening; integer
+// averages are rare, so they take the scalar path (which element_ops.hpp defines anyway).
+template <class T>
+constexpr bool kVectorDivide = !std::is_integral_v<T>;
 
-  inline void store_bf16(uint8_t* p, F32V v) {
-    const U32V x = (U32V)v;
-    const U32V nan = (x >> 16) | 0x40u;
-    const U32V rne = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-    storeu(p, __builtin_convertvector((x & 0x7fffffffu) > 0x7f800000u ? nan : rne, U16H));
-  }
+template <class T>
+inline T load_elem(const uint8_t* p) {
+  T v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+inline void store_elem(uint8_t* p, T v) {
+  memcpy(p, &v, sizeof v);
+}
 
-  // ---- lanes: how a storage type is loaded into and stored from a compute vector ----------
-
-  template <class T>
-  struct Lanes {  // integers, float, double: the vector is of the type itself
-    using E = T;
-    using V = Vec<T>;
-    static constexpr size_t kN = kVecBytes / sizeof(T);
-    static V load(const uint8_t* p) { return loadu<V>(p); }
-    static void store(uint8_t* p, V v) { storeu(p, v); }
-  };
-  template <>
-  struct Lanes<Half> {
-    using E = float;
-    using V = F32V;
-    static constexpr size_t kN = kVecBytes / 4;
-    static V load(const uint8_t* p) { return load_half(p); }
-    static void store(uint8_t* p, V v) { store_half(p, v); }
-  };
-  template <>
-  struct Lanes<BFloat16> {
-    using E = float;
-    using V = F32V;
-    static constexpr size_t kN = kVecBytes / 4;
-    static V load(const uint8_t* p) { return load_bf16(p); }
-    static void store(uint8_t* p, V v) { store_bf16(p, v); }
-  };
-
-  // ---- ops on vectors: the same meaning as element_ops.hpp's ops --------------------------
-
-  // Note [Canonical NaN] in element_ops.hpp.
-  template <class E, class V>
-  inline V vcanon(V r) {
-    using I = typename VT<SInt<sizeof(E)>, sizeof(V)>::type;
-    const I canon =
-        I{} + static_cast<SInt<sizeof(E)>>(sizeof(E) == 4 ? kCanonicalNaN32 : kCanonicalNaN64);
-    return (V)(r != r ? canon : (I)r);
-  }
-
-  template <class Op, class E, class V>
-  inline V vapply(V a, V b) {
-    using U = typename VT<UInt<sizeof(E)>, sizeof(V)>::type;
-    using I = typename VT<SInt<sizeof(E)>, sizeof(V)>::type;
-    if constexpr (std::is_same_v<Op, OpSum>) {
-      if constexpr (std::is_integral_v<E>)
-        return (V)((U)a + (U)b);  // wraps, no signed overflow
-      else
-        return vcanon<E>(a + b);
-    } else if constexpr (std::is_same_v<Op, OpProd>) {
-      if constexpr (std::is_integral_v<E>)
-        return (V)((U)a * (U)b);
-      else
-        return vcanon<E>(a * b);
-    } else if constexpr (std::is_integral_v<E>) {
-      if constexpr (std::is_same_v<Op, OpMax>)
-        return a > b ? a : b;
-      else
-        return a < b ? a : b;
-    } else {  // Note [NaN in max and min] in element_ops.hpp
-      const I ai = (I)a, bi = (I)b;
-      if constexpr (std::is_same_v<Op, OpMax>) {
-        return (V)(((a > b) | (a != a)) ? ai : (a == b ? (ai & bi) : bi));
-      } else {
-        return (V)(((a < b) | (a != a)) ? ai : (a == b ? (ai | bi) : bi));
+// out[i] = a[i] op b[i] (then / divisor when divisor > 1), for i < n. out may equal a or b.
+template <class T, class Op>
+void compute(uint8_t* out, const uint8_t* a, const uint8_t* b, size_t n, int divisor) {
+  using L = Lanes<T>;
+  using E = typename L::E;
+  constexpr size_t kN = L::kN;
+  constexpr size_t kS = sizeof(T);
+  constexpr size_t kUnroll = 4;
+  size_t i = 0;
+  if (divisor <= 1) {
+    for (; i + kUnroll * kN <= n; i += kUnroll * kN) {
+      typename L::V r[kUnroll];
+      for (size_t k = 0; k < kUnroll; ++k) {
+        r[k] = vapply<Op, E>(L::load(a + (i + k * kN) * kS), L::load(b + (i + k * kN) * kS));
       }
+      for (size_t k = 0; k < kUnroll; ++k) L::store(out + (i + k * kN) * kS, r[k]);
+    }
+    for (; i + kN <= n; i += kN) {
+      L::store(out + i * kS, vapply<Op, E>(L::load(a + i * kS), L::load(b + i * kS)));
+    }
+  } else if constexpr (kVectorDivide<T>) {
+    const E d = static_cast<E>(divisor);
+    for (; i + kN <= n; i += kN) {
+      L::store(out + i * kS,
+               vcanon<E>(vapply<Op, E>(L::load(a + i * kS), L::load(b + i * kS)) / d));
     }
   }
-
-  // Integer division has no vector instruction and narrow types would need widening; integer
-  // averages are rare, so they take the scalar path (which element_ops.hpp defines anyway).
-  template <class T>
-  constexpr bool kVectorDivide = !std::is_integral_v<T>;
-
-  template <class T>
-  inline T load_elem(const uint8_t* p) {
-    T v;
-    memcpy(&v, p, sizeof v);
-    return v;
+  for (; i < n; ++i) {
+    store_elem(out + i * kS,
+               reduce_elem<T, Op>(load_elem<T>(a + i * kS), load_elem<T>(b + i * kS), divisor));
   }
-  template <class T>
-  inline void store_elem(uint8_t* p, T v) {
-    memcpy(p, &v, sizeof v);
+}
+
+// out[i] = a[i] / divisor (divisor > 1): the b == nullptr case with a post-op.
+template <class T>
+void divide_copy(uint8_t* out, const uint8_t* a, size_t n, int divisor) {
+  using L = Lanes<T>;
+  constexpr size_t kN = L::kN;
+  constexpr size_t kS = sizeof(T);
+  size_t i = 0;
+  if constexpr (kVectorDivide<T>) {
+    const typename L::E d = static_cast<typename L::E>(divisor);
+    for (; i + kN <= n; i += kN)
+      L::store(out + i * kS, vcanon<typename L::E>(L::load(a + i * kS) / d));
   }
+  for (; i < n; ++i) store_elem(out + i * kS, copy_elem<T>(load_elem<T>(a + i * kS), divisor));
+}
 
-  // out[i] = a[i] op b[i] (then / divisor when divisor > 1), for i < n. out may equal a or b.
-  template <class T, class Op>
-  void compute(uint8_t* out, const uint8_t* a, const uint8_t* b, size_t n, int divisor) {
-    using L = Lanes<T>;
-    using E = typename L::E;
-    constexpr size_t kN = L::kN;
-    constexpr size_t kS = sizeof(T);
-    constexpr size_t kUnroll = 4;
-    size_t i = 0;
-    if (divisor <= 1) {
-      for (; i + kUnroll * kN <= n; i += kUnroll * kN) {
-        typename L::V r[kUnroll];
-        for (size_t k = 0; k < kUnroll; ++k) {
-          r[k] = vapply<Op, E>(L::load(a + (i + k * kN) * kS), L::load(b + (i + k * kN) * kS));
-        }
-        for (size_t k = 0; k < kUnroll; ++k) L::store(out + (i + k * kN) * kS, r[k]);
-      }
-      for (; i + kN <= n; i += kN) {
-        L::store(out + i * kS, vapply<Op, E>(L::load(a + i * kS), L::load(b + i * kS)));
-      }
-    } else if constexpr (kVectorDivide<T>) {
-      const E d = static_cast<E>(divisor);
-      for (; i + kN <= n; i += kN) {
-        L::store(out + i * kS,
-                 vcanon<E>(vapply<Op, E>(L::load(a + i * kS), L::load(b + i * kS)) / d));
-      }
-    }
-    for (; i < n; ++i) {
-      store_elem(out + i * kS,
-                 reduce_elem<T, Op>(load_elem<T>(a + i * kS), load_elem<T>(b + i * kS), divisor));
-    }
+template <class T, class Op>
+void compute_any(uint8_t* out, const uint8_t* a, const uint8_t* b, size_t n, int divisor) {
+  if (b != nullptr) {
+    compute<T, Op>(out, a, b, n, divisor);
+  } else if (divisor > 1) {
+    divide_copy<T>(out, a, n, divisor);
+  } else if (out != a) {
+    memcpy(out, a, n * sizeof(T));
   }
+}
 
-  // out[i] = a[i] / divisor (divisor > 1): the b == nullptr case with a post-op.
-  template <class T>
-  void divide_copy(uint8_t* out, const uint8_t* a, size_t n, int divisor) {
-    using L = Lanes<T>;
-    constexpr size_t kN = L::kN;
-    constexpr size_t kS = sizeof(T);
-    size_t i = 0;
-    if constexpr (kVectorDivide<T>) {
-      const typename L::E d = static_cast<typename L::E>(divisor);
-      for (; i + kN <= n; i += kN)
-        L::store(out + i * kS, vcanon<typename L::E>(L::load(a + i * kS) / d));
-    }
-    for (; i < n; ++i) store_elem(out + i * kS, copy_elem<T>(load_elem<T>(a + i * kS), divisor));
-  }
+// ---- stores that bypass the cache ---------------------------------------------------------
 
-  template <class T, class Op>
-  void compute_any(uint8_t* out, const uint8_t* a, const uint8_t* b, size_t n, int divisor) {
-    if (b != nullptr) {
-      compute<T, Op>(out, a, b, n, divisor);
-    } else if (divisor > 1) {
-      divide_copy<T>(out, a, n, divisor);
-    } else if (out != a) {
-      memcpy(out, a, n * sizeof(T));
-    }
-  }
-
-  // ---- stores that bypass the cache ---------------------------------------------------------
-
-  // Ordinary stores for the unaligned head and tail, non-temporal ones for the aligned middle.
-  // The caller issues the sfence.
-  void stream_copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
+// Ordinary stores for the unaligned head and tail, non-temporal ones for the aligned middle.
+// The caller issues the sfence.
+void stream_copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
 #if defined(__SSE2__)
-    const size_t head =
-        (kVecBytes - (reinterpret_cast<uintptr_t>(dst) & (kVecBytes - 1))) & (kVecBytes - 1);
-    if (head >= bytes) {
-      memcpy(dst, src, bytes);
-      return;
-    }
-    memcpy(dst, src, head);
-    dst += head;
-    src += head;
-    bytes -= head;
-    using V = Vec<long long>;
-    for (; bytes >= kVecBytes; bytes -= kVecBytes, dst += kVecBytes, src += kVecBytes) {
-      const V v = loadu<V>(src);
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), (__m512i)v);
-#elif defined(__AVX2__)
-      _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), (__m256i)v);
-#else
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst), (__m128i)v);
-#endif
-    }
-#endif
+  const size_t head =
+      (kVecBytes - (reinterpret_cast<uintptr_t>(dst) & (kVecBytes - 1))) & (kVecBytes - 1);
+  if (head >= bytes) {
     memcpy(dst, src, bytes);
+    return;
   }
-
-  inline void store_fence() {
-#if defined(__SSE2__)
-    _mm_sfence();  // orders the non-temporal stores before whatever publishes the result
+  memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  bytes -= head;
+  using V = Vec<long long>;
+  for (; bytes >= kVecBytes; bytes -= kVecBytes, dst += kVecBytes, src += kVecBytes) {
+    const V v = loadu<V>(src);
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), (__m512i)v);
+#elif defined(__AVX2__)
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), (__m256i)v);
+#else
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst), (__m128i)v);
 #endif
   }
+#endif
+  memcpy(dst, src, bytes);
+}
 
-  // ---- the entry points ---------------------------------------------------------------------
+inline void store_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();  // orders the non-temporal stores before whatever publishes the result
+#endif
+}
 
-  template <class T, class Op>
-  void reduce_entry(const ReduceArgs& args) {
-    const size_t n = args.count;
-    if (n == 0) return;
-    constexpr size_t kS = sizeof(T);
-    const int divisor = args.divisor > 1 ? args.divisor : 1;
-    auto* dst0 = static_cast<uint8_t*>(args.dst0);
-    auto* dst1 = static_cast<uint8_t*>(args.dst1);
-    const auto* a = static_cast<const uint8_t*>(args.a);
-    const auto* b = static_cast<const uint8_t*>(args.b);
-    if (dst1 == nullptr && !args.dst0_streaming) {
-      compute_any<T, Op>(dst0, a, b, n, divisor);
-      return;
+// ---- the entry points ---------------------------------------------------------------------
+
+template <class T, class Op>
+void reduce_entry(const ReduceArgs& args) {
+  const size_t n = args.count;
+  if (n == 0) return;
+  constexpr size_t kS = sizeof(T);
+  const int divisor = args.divisor > 1 ? args.divisor : 1;
+  auto* dst0 = static_cast<uint8_t*>(args.dst0);
+  auto* dst1 = static_cast<uint8_t*>(args.dst1);
+  const auto* a = static_cast<const uint8_t*>(args.a);
+  const auto* b = static_cast<const uint8_t*>(args.b);
+  if (dst1 == nullptr && !args.dst0_streaming) {
+    compute_any<T, Op>(dst0, a, b, n, divisor);
+    return;
+  }
+
+  constexpr size_t kBlockElems = kBlockBytes / kS;
+  alignas(64) uint8_t buf[kBlockBytes];
+  // With streaming, end the first block where dst0 reaches a cache-line boundary (when its
+  // misalignment is a whole number of elements), so every later block streams whole lines.
+  size_t block = kBlockElems;
+  const size_t mis = reinterpret_cast<uintptr_t>(dst0) & 63;
+  if (args.dst0_streaming && mis != 0 && mis % kS == 0) {
+    block = (64 - mis) / kS + kBlockElems - 64 / kS;
+  }
+  for (size_t i = 0; i < n; i += block, block = kBlockElems) {
+    const size_t m = n - i < block ? n - i : block;
+    const size_t off = i * kS;
+    const uint8_t* bb = b ? b + off : nullptr;
+    if (args.dst0_streaming) {
+      compute_any<T, Op>(buf, a + off, bb, m, divisor);
+      stream_copy(dst0 + off, buf, m * kS);
+      if (dst1) memcpy(dst1 + off, buf, m * kS);
+    } else {
+      // dst1 may be a or b: the block was read into dst0 before dst1 overwrites it.
+      compute_any<T, Op>(dst0 + off, a + off, bb, m, divisor);
+      if (dst1 != dst0) memcpy(dst1 + off, dst0 + off, m * kS);
     }
-
-    constexpr size_t kBlockElems = kBlockBytes / kS;
-    alignas(64) uint8_t buf[kBlockBytes];
-    // With streaming, end the first block where dst0 reaches a cache-line boundary (when its
-    // misalignment is a whole number of elements), so every later block streams whole lines.
-    size_t block = kBlockElems;
-    const size_t mis = reinterpret_cast<uintptr_t>(dst0) & 63;
-    if (args.dst0_streaming && mis != 0 && mis % kS == 0) {
-      block = (64 - mis) / kS + kBlockElems - 64 / kS;
-    }
-    for (size_t i = 0; i < n; i += block, block = kBlockElems) {
-      const size_t m = n - i < block ? n - i : block;
-      const size_t off = i * kS;
-      const uint8_t* bb = b ? b + off : nullptr;
-      if (args.dst0_streaming) {
-        compute_any<T, Op>(buf, a + off, bb, m, divisor);
-        stream_copy(dst0 + off, buf, m * kS);
-        if (dst1) memcpy(dst1 + off, buf, m * kS);
-      } else {
-        // dst1 may be a or b: the block was read into dst0 before dst1 overwrites it.
-        compute_any<T, Op>(dst0 + off, a + off, bb, m, divisor);
-        if (dst1 != dst0) memcpy(dst1 + off, dst0 + off, m * kS);
-      }
-    }
-    if (args.dst0_streaming) store_fence();
   }
+  if (args.dst0_streaming) store_fence();
+}
 
-  void copy_impl(void* dst, const void* src, size_t bytes, bool streaming) {
-    if (bytes == 0 || dst == src) return;
-    if (!streaming || bytes < kStreamMinBytes) {
-      memcpy(dst, src, bytes);
-      return;
-    }
-    stream_copy(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes);
-    store_fence();
+void copy_impl(void* dst, const void* src, size_t bytes, bool streaming) {
+  if (bytes == 0 || dst == src) return;
+  if (!streaming || bytes < kStreamMinBytes) {
+    memcpy(dst, src, bytes);
+    return;
   }
+  stream_copy(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes);
+  store_fence();
+}
 
-  template <accord_datatype_t D>
-  void fill_dtype(IsaKernels* k) {
-    using T = typename DtypeType<D>::type;
-    k->reduce[D][ACCORD_SUM] = &reduce_entry<T, OpSum>;
-    k->reduce[D][ACCORD_PROD] = &reduce_entry<T, OpProd>;
-    k->reduce[D][ACCORD_MAX] = &reduce_entry<T, OpMax>;
-    k->reduce[D][ACCORD_MIN] = &reduce_entry<T, OpMin>;
-    k->reduce[D][ACCORD_AVG] = &reduce_entry<T, OpSum>;  // the divisor is the post-op
-  }
+template <accord_datatype_t D>
+void fill_dtype(IsaKernels* k) {
+  using T = typename DtypeType<D>::type;
+  k->reduce[D][ACCORD_SUM] = &reduce_entry<T, OpSum>;
+  k->reduce[D][ACCORD_PROD] = &reduce_entry<T, OpProd>;
+  k->reduce[D][ACCORD_MAX] = &reduce_entry<T, OpMax>;
+  k->reduce[D][ACCORD_MIN] = &reduce_entry<T, OpMin>;
+  k->reduce[D][ACCORD_AVG] = &reduce_entry<T, OpSum>;  // the divisor is the post-op
+}
 
-  IsaKernels make_kernels() {
-    IsaKernels k{};
-    k.name = ACCORD_ISA_STR(ACCORD_KERNEL_ISA);
-    fill_dtype<ACCORD_INT8>(&k);
-    fill_dtype<ACCORD_UINT8>(&k);
-    fill_dtype<ACCORD_INT32>(&k);
-    fill_dtype<ACCORD_UINT32>(&k);
-    fill_dtype<ACCORD_INT64>(&k);
-    fill_dtype<ACCORD_UINT64>(&k);
-    fill_dtype<ACCORD_FLOAT16>(&k);
-    fill_dtype<ACCORD_FLOAT32>(&k);
-    fill_dtype<ACCORD_FLOAT64>(&k);
-    fill_dtype<ACCORD_BFLOAT16>(&k);
-    k.copy = &copy_impl;
-    return k;
-  }
+IsaKernels make_kernels() {
+  IsaKernels k{};
+  k.name = ACCORD_ISA_STR(ACCORD_KERNEL_ISA);
+  fill_dtype<ACCORD_INT8>(&k);
+  fill_dtype<ACCORD_UINT8>(&k);
+  fill_dtype<ACCORD_INT32>(&k);
+  fill_dtype<ACCORD_UINT32>(&k);
+  fill_dtype<ACCORD_INT64>(&k);
+  fill_dtype<ACCORD_UINT64>(&k);
+  fill_dtype<ACCORD_FLOAT16>(&k);
+  fill_dtype<ACCORD_FLOAT32>(&k);
+  fill_dtype<ACCORD_FLOAT64>(&k);
+  fill_dtype<ACCORD_BFLOAT16>(&k);
+  k.copy = &copy_impl;
+  return k;
+}
 
-  }  // namespace
+}  // namespace
 
-  const IsaKernels& kernels() {
-    static const IsaKernels k = make_kernels();
-    return k;
-  }
+const IsaKernels& kernels() {
+  static const IsaKernels k = make_kernels();
+  return k;
+}
 
-}  // namespace )
+}  // namespace ACCORD_ISA_NS
 }  // namespace accord::kernels
