@@ -1,12 +1,17 @@
 // CUDA kernels: (1) CudaKernels: launch every dtype x op on a GPU and compare with the host
 // kernels bit for bit (skips without a usable GPU); (2) CudaFatbin: the built object carries
 // a cubin for every architecture the build asked for and PTX for the newest (skips without
-// cuobjdump). meson passes the object, the architectures and the toolkit's bin directory.
+// cuobjdump), and, read directly from the object's .nv_fatbin section, the same facts (CUDA 13
+// here ships no cuobjdump). meson passes the object, the architectures and the toolkit's bin.
 #include <cuda_runtime_api.h>
+#include <elf.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -151,6 +156,91 @@ TEST(CudaFatbin, HasEveryArchitecture) {
   const std::string ptx = run("'" + tool + "' --list-ptx '" + object + "' 2>&1", &status);
   ASSERT_EQ(status, 0) << ptx;
   EXPECT_NE(ptx.find("sm_" + newest), std::string::npos) << "no PTX for " << newest << ":\n" << ptx;
+}
+
+// The fatbin layout (stable since CUDA 4, and what cuobjdump reads): a 16-byte header (magic
+// 0xba55ed50, u16 version, u16 header size, u64 size of the entries), then entries, each with a
+// header of u16 kind (1 PTX, 2 ELF cubin), u16 version, u32 header size, u64 payload size, ...,
+// u32 architecture at byte 28 (75 for sm_75 / compute_75).
+struct FatbinEntry {
+  int kind;
+  unsigned arch;
+};
+
+std::vector<FatbinEntry> read_fatbin_entries(const std::string& path, std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string obj((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<FatbinEntry> out;
+  Elf64_Ehdr eh;
+  if (obj.size() < sizeof eh) {
+    *error = "cannot read " + path;
+    return out;
+  }
+  memcpy(&eh, obj.data(), sizeof eh);
+  if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+      eh.e_shoff + static_cast<size_t>(eh.e_shnum) * sizeof(Elf64_Shdr) > obj.size()) {
+    *error = path + " is not a 64-bit ELF object";
+    return out;
+  }
+  std::vector<Elf64_Shdr> sh(eh.e_shnum);
+  memcpy(sh.data(), obj.data() + eh.e_shoff, sh.size() * sizeof(Elf64_Shdr));
+  const Elf64_Shdr& names = sh.at(eh.e_shstrndx);
+  for (const Elf64_Shdr& s : sh) {
+    const char* name = obj.data() + names.sh_offset + s.sh_name;
+    if (strcmp(name, ".nv_fatbin") != 0 || s.sh_offset + s.sh_size > obj.size()) continue;
+    const char* base = obj.data() + s.sh_offset;
+    size_t off = 0;
+    while (off + 16 <= s.sh_size) {
+      uint32_t magic;
+      uint16_t header;
+      uint64_t size;
+      memcpy(&magic, base + off, 4);
+      memcpy(&header, base + off + 6, 2);
+      memcpy(&size, base + off + 8, 8);
+      if (magic != 0xba55ed50u) break;
+      size_t p = off + header;
+      const size_t end = p + size;
+      while (p + 32 <= end && end <= s.sh_size) {
+        uint16_t kind;
+        uint32_t ehsize, arch;
+        uint64_t payload;
+        memcpy(&kind, base + p, 2);
+        memcpy(&ehsize, base + p + 4, 4);
+        memcpy(&payload, base + p + 8, 8);
+        memcpy(&arch, base + p + 28, 4);
+        out.push_back({kind, arch});
+        p += ehsize + payload;
+      }
+      off = end;
+    }
+  }
+  if (out.empty()) *error = "no .nv_fatbin entries in " + path;
+  return out;
+}
+
+TEST(CudaFatbin, SectionHasEveryArchitecture) {
+  const char* object = getenv("ACCORD_TEST_CUDA_OBJECT");
+  const char* archs = getenv("ACCORD_TEST_CUDA_ARCHS");
+  if (object == nullptr || archs == nullptr) GTEST_SKIP() << "run through meson test";
+  std::string error;
+  const std::vector<FatbinEntry> entries = read_fatbin_entries(object, &error);
+  ASSERT_FALSE(entries.empty()) << error;
+  const auto has = [&](int kind, unsigned arch) {
+    for (const FatbinEntry& e : entries) {
+      if (e.kind == kind && e.arch == arch) return true;
+    }
+    return false;
+  };
+  std::stringstream list(archs);
+  std::string arch;
+  unsigned newest = 0;
+  while (std::getline(list, arch, ',')) {
+    const unsigned a = static_cast<unsigned>(std::stoul(arch));
+    EXPECT_TRUE(has(2, a)) << "no sm_" << a << " cubin";
+    newest = a > newest ? a : newest;
+  }
+  EXPECT_TRUE(has(1, newest)) << "no compute_" << newest << " PTX";
+  EXPECT_FALSE(has(2, 70)) << "sm_70 cannot come from CUDA 13";
 }
 
 }  // namespace
