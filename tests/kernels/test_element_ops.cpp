@@ -20,6 +20,7 @@ namespace accord::kernels {
 namespace {
 
 using testing::available_isas;
+using testing::op_name;
 
 // ---- references from double math ------------------------------------------------------
 
@@ -261,19 +262,26 @@ TEST(CanonicalNaN, SumProdAndDivide) {
 
 // The same rule through every variant's vector body and tail, for each float dtype.
 TEST(MaxMin, KernelsFollowTheRule) {
-  const float qa = f32_from_bits(0x7fc00001u), qb = f32_from_bits(0xffc00002u);
-  const float as[] = {qa, 1.0f, qa, 0.0f, -0.0f, 5.0f, -INFINITY, 2.0f};
-  const float bs[] = {1.0f, qb, qb, -0.0f, 0.0f, 3.0f, qb, 2.0f};
-  const float want_max[] = {qa, qb, qa, 0.0f, 0.0f, 5.0f, qb, 2.0f};
-  const float want_min[] = {qa, qb, qa, -0.0f, -0.0f, 3.0f, qb, 2.0f};
+  // Bits, not float constants, so that no compiler folds one NaN into another.
+  constexpr uint32_t qa = 0x7fc00001u, qb = 0xffc00002u, one = 0x3f800000u, pz = 0,
+                     nz = 0x80000000u, five = 0x40a00000u, three = 0x40400000u, ninf = 0xff800000u,
+                     two = 0x40000000u;
+  const uint32_t as[] = {qa, one, qa, pz, nz, five, ninf, two};
+  const uint32_t bs[] = {one, qb, qb, nz, pz, three, qb, two};
+  const uint32_t want_max[] = {qa, qb, qa, pz, pz, five, qb, two};
+  const uint32_t want_min[] = {qa, qb, qa, nz, nz, three, qb, two};
   constexpr size_t kN = 8 * 40 + 3;  // vector body and a tail
   std::vector<float> a(kN), b(kN), out(kN);
+  std::vector<uint16_t> ha(kN), hb(kN), hout(kN);
   for (size_t i = 0; i < kN; ++i) {
-    a[i] = as[i % 8];
-    b[i] = bs[i % 8];
+    a[i] = f32_from_bits(as[i % 8]);
+    b[i] = f32_from_bits(bs[i % 8]);
+    ha[i] = f32_to_f16(a[i]);  // NaNs become quiet, keeping the payload's top bits
+    hb[i] = f32_to_f16(b[i]);
   }
   for (const Isa isa : available_isas()) {
     for (const accord_red_op_t op : {ACCORD_MAX, ACCORD_MIN}) {
+      const uint32_t* want = op == ACCORD_MAX ? want_max : want_min;
       ReduceArgs args;
       args.a = a.data();
       args.b = b.data();
@@ -281,22 +289,15 @@ TEST(MaxMin, KernelsFollowTheRule) {
       args.count = kN;
       get_reduce_fn(ACCORD_FLOAT32, op, isa)(args);
       for (size_t i = 0; i < kN; ++i) {
-        const float want = (op == ACCORD_MAX ? want_max : want_min)[i % 8];
-        ASSERT_EQ(f32_bits(out[i]), f32_bits(want)) << isa_name(isa) << " " << i;
-      }
-      // float16: the halves of the same values; NaNs come back quiet with the payload's top.
-      std::vector<uint16_t> ha(kN), hb(kN), hout(kN);
-      for (size_t i = 0; i < kN; ++i) {
-        ha[i] = f32_to_f16(a[i]);
-        hb[i] = f32_to_f16(b[i]);
+        ASSERT_EQ(f32_bits(out[i]), want[i % 8]) << isa_name(isa) << " " << op_name(op) << " " << i;
       }
       args.a = ha.data();
       args.b = hb.data();
       args.dst0 = hout.data();
       get_reduce_fn(ACCORD_FLOAT16, op, isa)(args);
       for (size_t i = 0; i < kN; ++i) {
-        const float want = (op == ACCORD_MAX ? want_max : want_min)[i % 8];
-        ASSERT_EQ(hout[i], f32_to_f16(want)) << isa_name(isa) << " " << i;
+        ASSERT_EQ(hout[i], f32_to_f16(f32_from_bits(want[i % 8])))
+            << isa_name(isa) << " " << op_name(op) << " " << i;
       }
     }
   }

@@ -4,6 +4,7 @@
 // every buffer catch writes out of range.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -124,10 +125,10 @@ void run_case(Isa isa, accord_datatype_t d, accord_red_op_t op, size_t n, const 
     EXPECT_EQ(first_mismatch(D1.data(), want.data(), n, s), "") << "dst1";
   }
   if (c.alias != Alias::kDst0IsA) {
-    EXPECT_EQ(memcmp(A.data(), a0.data(), bytes), 0) << "a changed";
+    EXPECT_TRUE(std::equal(a0.begin(), a0.end(), A.data())) << "a changed";
   }
   if (c.alias != Alias::kDst0IsB) {
-    EXPECT_EQ(memcmp(B.data(), b0.data(), bytes), 0) << "b changed";
+    EXPECT_TRUE(std::equal(b0.begin(), b0.end(), B.data())) << "b changed";
   }
   EXPECT_TRUE(A.guards_intact() && B.guards_intact() && D0.guards_intact() && D1.guards_intact())
       << "write out of range";
