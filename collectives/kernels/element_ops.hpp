@@ -18,6 +18,11 @@
 //  - Integer sum and prod wrap: computed in the unsigned type, so there is no signed overflow.
 //  - Integer divide (avg) truncates toward zero (C division), computed in 64 bits so that a
 //    divisor wider than the element type is still right.
+//  - Note [Canonical NaN]: when a float sum, product or divide gives NaN, the result is the
+//    canonical quiet NaN (positive, empty payload: 0x7fc00000, 0x7ff8000000000000, and so
+//    0x7e00 / 0x7fc0 for the halves). Which input's payload x86 propagates depends on operand
+//    order, which the compiler may swap in a commutative add; GPUs return their own NaN. Fixing
+//    it costs one compare and select and makes results identical on every variant and device.
 //  - Floating max / min (Note [NaN in max and min]): if either operand is NaN the result is NaN,
 //    and it is a when a is NaN, else b (the first NaN operand's payload survives). Otherwise the
 //    larger (smaller) value; for equal operands max returns the bitwise AND and min the bitwise
@@ -151,7 +156,7 @@ ACCORD_HD_INLINE uint16_t f32_to_f16(float f) {
   // Subnormal half: value / 2^-24, rounded to nearest even. The float's exponent is in [102, 112].
   const uint32_t e = ax >> 23;
   const uint32_t m = (ax & 0x7fffffu) | 0x800000u;  // 24-bit significand, value = m * 2^(e-150)
-  const uint32_t shift = 126u - e;                   // m * 2^(e-150) / 2^-24 = m >> (126 - e)
+  const uint32_t shift = 126u - e;                  // m * 2^(e-150) / 2^-24 = m >> (126 - e)
   const uint32_t q = m >> shift;
   const uint32_t rem = m & ((1u << shift) - 1u);
   const uint32_t half = 1u << (shift - 1u);
@@ -194,10 +199,23 @@ struct ElemTraits<BFloat16> {
 
 // Unsigned type of at least int's width, so that narrow types do not promote to signed int.
 template <class C>
-using WrapType = std::conditional_t<(sizeof(C) < sizeof(unsigned)), unsigned,
-                                    std::make_unsigned_t<C>>;
+using WrapType =
+    std::conditional_t<(sizeof(C) < sizeof(unsigned)), unsigned, std::make_unsigned_t<C>>;
 
 // ---- ops on the compute type -------------------------------------------------------------
+
+// Note [Canonical NaN] (file comment).
+inline constexpr uint32_t kCanonicalNaN32 = 0x7fc00000u;
+inline constexpr uint64_t kCanonicalNaN64 = 0x7ff8000000000000ull;
+
+template <class C>
+ACCORD_HD_INLINE C canonical_nan(C x) {
+  if constexpr (sizeof(C) == 4) {
+    return x != x ? f32_from_bits(kCanonicalNaN32) : x;
+  } else {
+    return x != x ? f64_from_bits(kCanonicalNaN64) : x;
+  }
+}
 
 struct OpSum {
   template <class C>
@@ -206,7 +224,7 @@ struct OpSum {
       using U = WrapType<C>;
       return static_cast<C>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
     } else {
-      return a + b;
+      return canonical_nan(a + b);
     }
   }
 };
@@ -218,7 +236,7 @@ struct OpProd {
       using U = WrapType<C>;
       return static_cast<C>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
     } else {
-      return a * b;
+      return canonical_nan(a * b);
     }
   }
 };
@@ -263,7 +281,7 @@ ACCORD_HD_INLINE C divide(C x, int divisor) {
   } else if constexpr (std::is_integral_v<C>) {
     return static_cast<C>(static_cast<uint64_t>(x) / static_cast<uint64_t>(divisor));
   } else {
-    return x / static_cast<C>(divisor);
+    return canonical_nan(x / static_cast<C>(divisor));
   }
 }
 
@@ -290,6 +308,9 @@ ACCORD_HD_INLINE T copy_elem(T a, int divisor) {
 // Storage type of each dtype, and op struct of each op (avg is sum plus the divide post-op).
 template <accord_datatype_t D>
 struct DtypeType;
+template <accord_red_op_t O>
+struct OpType;
+// clang-format off
 template <> struct DtypeType<ACCORD_INT8> { using type = int8_t; };
 template <> struct DtypeType<ACCORD_UINT8> { using type = uint8_t; };
 template <> struct DtypeType<ACCORD_INT32> { using type = int32_t; };
@@ -300,14 +321,12 @@ template <> struct DtypeType<ACCORD_FLOAT16> { using type = Half; };
 template <> struct DtypeType<ACCORD_FLOAT32> { using type = float; };
 template <> struct DtypeType<ACCORD_FLOAT64> { using type = double; };
 template <> struct DtypeType<ACCORD_BFLOAT16> { using type = BFloat16; };
-
-template <accord_red_op_t O>
-struct OpType;
 template <> struct OpType<ACCORD_SUM> { using type = OpSum; };
 template <> struct OpType<ACCORD_PROD> { using type = OpProd; };
 template <> struct OpType<ACCORD_MAX> { using type = OpMax; };
 template <> struct OpType<ACCORD_MIN> { using type = OpMin; };
-template <> struct OpType<ACCORD_AVG> { using type = OpSum; };
+template <> struct OpType<ACCORD_AVG> { using type = OpSum; };  // the divisor is the post-op
+// clang-format on
 
-}  // inline namespace ACCORD_EOPS_NS
+}  // namespace ACCORD_EOPS_NS
 }  // namespace accord::kernels

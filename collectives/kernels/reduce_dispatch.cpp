@@ -16,18 +16,23 @@ const char* const kIsaNames[kNumIsas] = {"generic", "sse2", "avx2", "avx512"};
 const IsaKernels* built_kernels(Isa isa) {
   switch (isa) {
 #if defined(ACCORD_KERNELS_HAVE_GENERIC)
-    case Isa::kGeneric: return &isa_generic::kernels();
+    case Isa::kGeneric:
+      return &isa_generic::kernels();
 #endif
 #if defined(ACCORD_KERNELS_HAVE_SSE2)
-    case Isa::kSse2: return &isa_sse2::kernels();
+    case Isa::kSse2:
+      return &isa_sse2::kernels();
 #endif
 #if defined(ACCORD_KERNELS_HAVE_AVX2)
-    case Isa::kAvx2: return &isa_avx2::kernels();
+    case Isa::kAvx2:
+      return &isa_avx2::kernels();
 #endif
 #if defined(ACCORD_KERNELS_HAVE_AVX512)
-    case Isa::kAvx512: return &isa_avx512::kernels();
+    case Isa::kAvx512:
+      return &isa_avx512::kernels();
 #endif
-    default: return nullptr;
+    default:
+      return nullptr;
   }
 }
 
@@ -36,9 +41,12 @@ bool cpu_supports(Isa isa) {
   // libgcc's cpu model also checks that the OS saves the AVX / AVX-512 state (XCR0).
   __builtin_cpu_init();
   switch (isa) {
-    case Isa::kGeneric: return true;
-    case Isa::kSse2: return __builtin_cpu_supports("sse2");
-    case Isa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    case Isa::kGeneric:
+      return true;
+    case Isa::kSse2:
+      return __builtin_cpu_supports("sse2");
+    case Isa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
     case Isa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
@@ -82,8 +90,8 @@ const IsaKernels& selected() {
 }
 
 bool valid(accord_datatype_t dtype, accord_red_op_t op) {
-  return static_cast<int>(dtype) >= 0 && dtype < ACCORD_NUM_DTYPES &&
-         static_cast<int>(op) >= 0 && op < ACCORD_NUM_OPS;
+  return static_cast<int>(dtype) >= 0 && dtype < ACCORD_NUM_DTYPES && static_cast<int>(op) >= 0 &&
+         op < ACCORD_NUM_OPS;
 }
 
 }  // namespace

@@ -12,12 +12,13 @@
 // work goes through a 4 KiB stack block (L1) that is then copied out: the extra L1 traffic is
 // small next to the memory traffic that streaming saves (an ordinary store first reads the line
 // it overwrites; see shared/research/host-baselines.md).
+#include "collectives/kernels/reduce_isa.hpp"
+
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
 #include "collectives/kernels/element_ops.hpp"
-#include "collectives/kernels/reduce_isa.hpp"
 
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -30,8 +31,11 @@
 #define ACCORD_ISA_STR2(x) #x
 #define ACCORD_ISA_STR(x) ACCORD_ISA_STR2(x)
 
+// isa_sse2, isa_avx2 ...: one namespace per build, so the objects link together.
+#define ACCORD_ISA_NS ACCORD_EOPS_CAT(isa_, ACCORD_KERNEL_ISA)
+
 namespace accord::kernels {
-namespace ACCORD_EOPS_CAT(isa_, ACCORD_KERNEL_ISA) {
+namespace ACCORD_ISA_NS {
 namespace {
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
@@ -95,7 +99,7 @@ inline U32V f32_to_f16_generic(F32V f) {
   const U32V normal = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
   const F32V magic = (F32V)(U32V{} + (126u << 23));  // 0.5f: ulp 2^-24 = the half subnormal step
   const U32V sub = (U32V)((F32V)ax + magic) - (126u << 23);
-  const U32V out = ax > 0x7f800000u  ? nan
+  const U32V out = ax > 0x7f800000u    ? nan
                    : ax >= 0x477ff000u ? U32V{} + 0x7c00u
                    : ax >= 0x38800000u ? normal
                                        : sub;
@@ -114,15 +118,14 @@ inline F32V load_half(const uint8_t* p) {
 #endif
 }
 
-inline void store_half(uint8_t* p, F32V v) {
+// f32 lanes -> the halves' bits, for an ordinary or a streaming store.
+inline U16H pack_half(F32V v) {
 #if defined(__AVX512F__)
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                      _mm512_maskz_cvtps_ph(0xffff, (__m512)v, _MM_FROUND_TO_NEAREST_INT));
+  return (U16H)_mm512_maskz_cvtps_ph(0xffff, (__m512)v, _MM_FROUND_TO_NEAREST_INT);
 #elif defined(__F16C__) && defined(__AVX2__)
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
-                   _mm256_cvtps_ph((__m256)v, _MM_FROUND_TO_NEAREST_INT));
+  return (U16H)_mm256_cvtps_ph((__m256)v, _MM_FROUND_TO_NEAREST_INT);
 #else
-  storeu(p, __builtin_convertvector(f32_to_f16_generic(v), U16H));
+  return __builtin_convertvector(f32_to_f16_generic(v), U16H);
 #endif
 }
 
@@ -130,55 +133,99 @@ inline F32V load_bf16(const uint8_t* p) {
   return (F32V)(__builtin_convertvector(loadu<U16H>(p), U32V) << 16);
 }
 
-inline void store_bf16(uint8_t* p, F32V v) {
+inline U16H pack_bf16(F32V v) {
   const U32V x = (U32V)v;
   const U32V nan = (x >> 16) | 0x40u;
   const U32V rne = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  storeu(p, __builtin_convertvector((x & 0x7fffffffu) > 0x7f800000u ? nan : rne, U16H));
+  return __builtin_convertvector((x & 0x7fffffffu) > 0x7f800000u ? nan : rne, U16H);
 }
 
 // ---- lanes: how a storage type is loaded into and stored from a compute vector ----------
 
+// V: the compute vector (kN lanes of E); S: the stored bits of kN elements (pack(V)).
 template <class T>
 struct Lanes {  // integers, float, double: the vector is of the type itself
   using E = T;
   using V = Vec<T>;
+  using S = V;
   static constexpr size_t kN = kVecBytes / sizeof(T);
   static V load(const uint8_t* p) { return loadu<V>(p); }
+  static S pack(V v) { return v; }
   static void store(uint8_t* p, V v) { storeu(p, v); }
 };
 template <>
 struct Lanes<Half> {
   using E = float;
   using V = F32V;
+  using S = U16H;
   static constexpr size_t kN = kVecBytes / 4;
   static V load(const uint8_t* p) { return load_half(p); }
-  static void store(uint8_t* p, V v) { store_half(p, v); }
+  static S pack(V v) { return pack_half(v); }
+  static void store(uint8_t* p, V v) { storeu(p, pack(v)); }
 };
 template <>
 struct Lanes<BFloat16> {
   using E = float;
   using V = F32V;
+  using S = U16H;
   static constexpr size_t kN = kVecBytes / 4;
   static V load(const uint8_t* p) { return load_bf16(p); }
-  static void store(uint8_t* p, V v) { store_bf16(p, v); }
+  static S pack(V v) { return pack_bf16(v); }
+  static void store(uint8_t* p, V v) { storeu(p, pack(v)); }
 };
 
+#if defined(__SSE2__)
+// A non-temporal store of one packed vector; p is aligned to its size.
+template <class S>
+inline void stream_store(uint8_t* p, S v) {
+  if constexpr (sizeof(S) == 64) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(p), (__m512i)v);
+  } else if constexpr (sizeof(S) == 32) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), (__m256i)v);
+  } else if constexpr (sizeof(S) == 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), (__m128i)v);
+  } else {
+    static_assert(sizeof(S) == 8);
+    long long x;
+    memcpy(&x, &v, 8);
+    _mm_stream_si64(reinterpret_cast<long long*>(p), x);
+  }
+}
+#endif
+
 // ---- ops on vectors: the same meaning as element_ops.hpp's ops --------------------------
+
+// Note [Canonical NaN] in element_ops.hpp.
+template <class E, class V>
+inline V vcanon(V r) {
+  using I = typename VT<SInt<sizeof(E)>, sizeof(V)>::type;
+  const I canon =
+      I{} + static_cast<SInt<sizeof(E)>>(sizeof(E) == 4 ? kCanonicalNaN32 : kCanonicalNaN64);
+  return (V)(r != r ? canon : (I)r);
+}
 
 template <class Op, class E, class V>
 inline V vapply(V a, V b) {
   using U = typename VT<UInt<sizeof(E)>, sizeof(V)>::type;
   using I = typename VT<SInt<sizeof(E)>, sizeof(V)>::type;
   if constexpr (std::is_same_v<Op, OpSum>) {
-    if constexpr (std::is_integral_v<E>) return (V)((U)a + (U)b);  // wraps, no signed overflow
-    else return a + b;
+    if constexpr (std::is_integral_v<E>) {
+      return (V)((U)a + (U)b);  // wraps, no signed overflow
+    } else {
+      return vcanon<E>(a + b);
+    }
   } else if constexpr (std::is_same_v<Op, OpProd>) {
-    if constexpr (std::is_integral_v<E>) return (V)((U)a * (U)b);
-    else return a * b;
+    if constexpr (std::is_integral_v<E>) {
+      return (V)((U)a * (U)b);
+    } else {
+      return vcanon<E>(a * b);
+    }
   } else if constexpr (std::is_integral_v<E>) {
-    if constexpr (std::is_same_v<Op, OpMax>) return a > b ? a : b;
-    else return a < b ? a : b;
+    if constexpr (std::is_same_v<Op, OpMax>) {
+      return a > b ? a : b;
+    } else {
+      return a < b ? a : b;
+    }
   } else {  // Note [NaN in max and min] in element_ops.hpp
     const I ai = (I)a, bi = (I)b;
     if constexpr (std::is_same_v<Op, OpMax>) {
@@ -228,7 +275,8 @@ void compute(uint8_t* out, const uint8_t* a, const uint8_t* b, size_t n, int div
   } else if constexpr (kVectorDivide<T>) {
     const E d = static_cast<E>(divisor);
     for (; i + kN <= n; i += kN) {
-      L::store(out + i * kS, vapply<Op, E>(L::load(a + i * kS), L::load(b + i * kS)) / d);
+      L::store(out + i * kS,
+               vcanon<E>(vapply<Op, E>(L::load(a + i * kS), L::load(b + i * kS)) / d));
     }
   }
   for (; i < n; ++i) {
@@ -246,7 +294,8 @@ void divide_copy(uint8_t* out, const uint8_t* a, size_t n, int divisor) {
   size_t i = 0;
   if constexpr (kVectorDivide<T>) {
     const typename L::E d = static_cast<typename L::E>(divisor);
-    for (; i + kN <= n; i += kN) L::store(out + i * kS, L::load(a + i * kS) / d);
+    for (; i + kN <= n; i += kN)
+      L::store(out + i * kS, vcanon<typename L::E>(L::load(a + i * kS) / d));
   }
   for (; i < n; ++i) store_elem(out + i * kS, copy_elem<T>(load_elem<T>(a + i * kS), divisor));
 }
@@ -268,8 +317,8 @@ void compute_any(uint8_t* out, const uint8_t* a, const uint8_t* b, size_t n, int
 // The caller issues the sfence.
 void stream_copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
 #if defined(__SSE2__)
-  const size_t head = (kVecBytes - (reinterpret_cast<uintptr_t>(dst) & (kVecBytes - 1))) &
-                      (kVecBytes - 1);
+  const size_t head =
+      (kVecBytes - (reinterpret_cast<uintptr_t>(dst) & (kVecBytes - 1))) & (kVecBytes - 1);
   if (head >= bytes) {
     memcpy(dst, src, bytes);
     return;
@@ -299,6 +348,52 @@ inline void store_fence() {
 #endif
 }
 
+#if defined(__SSE2__)
+// Streams dst0 straight from registers when its misalignment is whole elements: ordinary
+// stores up to the first kVecBytes boundary, then a non-temporal store per vector (and an
+// ordinary one to dst1), then ordinary stores for the tail. Returns false (nothing done) for
+// the cases without a vector body (integer averages), which go through the block buffer.
+template <class T, class Op>
+bool stream_direct(uint8_t* dst0, uint8_t* dst1, const uint8_t* a, const uint8_t* b, size_t n,
+                   int divisor) {
+  using L = Lanes<T>;
+  using E = typename L::E;
+  constexpr size_t kN = L::kN;
+  constexpr size_t kS = sizeof(T);
+  const size_t mis = reinterpret_cast<uintptr_t>(dst0) & (kVecBytes - 1);
+  if (mis % kS != 0 || (divisor > 1 && !kVectorDivide<T>)) return false;
+  if (b == nullptr && divisor <= 1) {  // a plain copy
+    if (dst0 != a) stream_copy(dst0, a, n * kS);
+    if (dst1 != nullptr && dst1 != a) memcpy(dst1, a, n * kS);
+    return true;
+  }
+  const auto finish = [&](size_t from, size_t count) {  // ordinary stores
+    compute_any<T, Op>(dst0 + from * kS, a + from * kS, b ? b + from * kS : nullptr, count,
+                       divisor);
+    if (dst1 != nullptr) memcpy(dst1 + from * kS, dst0 + from * kS, count * kS);
+  };
+  size_t i = ((kVecBytes - mis) & (kVecBytes - 1)) / kS;
+  if (i >= n) {
+    finish(0, n);
+    return true;
+  }
+  finish(0, i);
+  const E d = static_cast<E>(divisor);
+  for (; i + kN <= n; i += kN) {
+    typename L::V r = L::load(a + i * kS);
+    if (b != nullptr) r = vapply<Op, E>(r, L::load(b + i * kS));
+    if constexpr (kVectorDivide<T>) {
+      if (divisor > 1) r = vcanon<E>(r / d);
+    }
+    const typename L::S packed = L::pack(r);
+    stream_store(dst0 + i * kS, packed);
+    if (dst1 != nullptr) storeu(dst1 + i * kS, packed);
+  }
+  finish(i, n - i);
+  return true;
+}
+#endif
+
 // ---- the entry points ---------------------------------------------------------------------
 
 template <class T, class Op>
@@ -316,6 +411,14 @@ void reduce_entry(const ReduceArgs& args) {
     return;
   }
 
+#if defined(__SSE2__)
+  if (args.dst0_streaming && stream_direct<T, Op>(dst0, dst1, a, b, n, divisor)) {
+    store_fence();
+    return;
+  }
+#endif
+  // Streaming to a dst0 misaligned by part of an element, integer averages, and dst1 without
+  // streaming: compute a block, then copy it out.
   constexpr size_t kBlockElems = kBlockBytes / kS;
   alignas(64) uint8_t buf[kBlockBytes];
   // With streaming, end the first block where dst0 reaches a cache-line boundary (when its
@@ -386,5 +489,5 @@ const IsaKernels& kernels() {
   return k;
 }
 
-}  // namespace ACCORD_EOPS_CAT(isa_, ACCORD_KERNEL_ISA)
+}  // namespace ACCORD_ISA_NS
 }  // namespace accord::kernels

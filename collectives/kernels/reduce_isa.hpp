@@ -19,10 +19,18 @@ struct IsaKernels {
 
 // One per built variant; which ones exist is decided by collectives/kernels/meson.build
 // (ACCORD_KERNELS_HAVE_<ISA> in the dispatch build).
-namespace isa_generic { const IsaKernels& kernels(); }
-namespace isa_sse2 { const IsaKernels& kernels(); }
-namespace isa_avx2 { const IsaKernels& kernels(); }
-namespace isa_avx512 { const IsaKernels& kernels(); }
+namespace isa_generic {
+const IsaKernels& kernels();
+}
+namespace isa_sse2 {
+const IsaKernels& kernels();
+}
+namespace isa_avx2 {
+const IsaKernels& kernels();
+}
+namespace isa_avx512 {
+const IsaKernels& kernels();
+}
 
 // Blocking used when the result goes to two places or with streaming stores: compute one
 // block into an L1-resident buffer, then copy it out. A multiple of 64 bytes so that block

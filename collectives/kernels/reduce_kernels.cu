@@ -104,7 +104,8 @@ __global__ void reduce_scalar(ReduceArgs args) {
         x = copy_elem<T>(x, args.divisor);
       }
       memcpy(static_cast<char*>(args.dst0) + i * sizeof(T), &x, sizeof(T));
-      if (args.dst1 != nullptr) memcpy(static_cast<char*>(args.dst1) + i * sizeof(T), &x, sizeof(T));
+      if (args.dst1 != nullptr)
+        memcpy(static_cast<char*>(args.dst1) + i * sizeof(T), &x, sizeof(T));
     }
   }
 }
@@ -139,11 +140,16 @@ template <class T>
 cudaError_t launch_op(const ReduceArgs& args, accord_red_op_t op, cudaStream_t stream) {
   switch (op) {
     case ACCORD_SUM:
-    case ACCORD_AVG: return launch<T, OpSum>(args, stream);  // avg: the divisor is the post-op
-    case ACCORD_PROD: return launch<T, OpProd>(args, stream);
-    case ACCORD_MAX: return launch<T, OpMax>(args, stream);
-    case ACCORD_MIN: return launch<T, OpMin>(args, stream);
-    default: return cudaErrorInvalidValue;
+    case ACCORD_AVG:
+      return launch<T, OpSum>(args, stream);  // avg: the divisor is the post-op
+    case ACCORD_PROD:
+      return launch<T, OpProd>(args, stream);
+    case ACCORD_MAX:
+      return launch<T, OpMax>(args, stream);
+    case ACCORD_MIN:
+      return launch<T, OpMin>(args, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
@@ -154,17 +160,28 @@ cudaError_t cuda_reduce(const ReduceArgs& args, accord_datatype_t dtype, accord_
   if (args.count == 0) return cudaSuccess;
   if (args.dst0 == nullptr || args.a == nullptr) return cudaErrorInvalidValue;
   switch (dtype) {
-    case ACCORD_INT8: return launch_op<int8_t>(args, op, stream);
-    case ACCORD_UINT8: return launch_op<uint8_t>(args, op, stream);
-    case ACCORD_INT32: return launch_op<int32_t>(args, op, stream);
-    case ACCORD_UINT32: return launch_op<uint32_t>(args, op, stream);
-    case ACCORD_INT64: return launch_op<int64_t>(args, op, stream);
-    case ACCORD_UINT64: return launch_op<uint64_t>(args, op, stream);
-    case ACCORD_FLOAT16: return launch_op<Half>(args, op, stream);
-    case ACCORD_FLOAT32: return launch_op<float>(args, op, stream);
-    case ACCORD_FLOAT64: return launch_op<double>(args, op, stream);
-    case ACCORD_BFLOAT16: return launch_op<BFloat16>(args, op, stream);
-    default: return cudaErrorInvalidValue;
+    case ACCORD_INT8:
+      return launch_op<int8_t>(args, op, stream);
+    case ACCORD_UINT8:
+      return launch_op<uint8_t>(args, op, stream);
+    case ACCORD_INT32:
+      return launch_op<int32_t>(args, op, stream);
+    case ACCORD_UINT32:
+      return launch_op<uint32_t>(args, op, stream);
+    case ACCORD_INT64:
+      return launch_op<int64_t>(args, op, stream);
+    case ACCORD_UINT64:
+      return launch_op<uint64_t>(args, op, stream);
+    case ACCORD_FLOAT16:
+      return launch_op<Half>(args, op, stream);
+    case ACCORD_FLOAT32:
+      return launch_op<float>(args, op, stream);
+    case ACCORD_FLOAT64:
+      return launch_op<double>(args, op, stream);
+    case ACCORD_BFLOAT16:
+      return launch_op<BFloat16>(args, op, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 

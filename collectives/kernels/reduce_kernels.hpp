@@ -3,14 +3,23 @@
 // element_ops.hpp so that the CUDA kernels share it.
 //
 // Contract used by the executor (collectives/executor.cpp):
-//  - dst may alias a or b exactly (in place); other overlap is not allowed.
+//  - dst0 and dst1 may each alias a or b exactly (in place); other overlap is not allowed
+//    (and dst0 and dst1 must not overlap each other).
 //  - No alignment is required of any pointer; counts may be anything including 0.
-//  - float16 / bfloat16: each a op b is computed in float32 and rounded to nearest even.
-//  - Integer sum and prod wrap (two's complement); avg divides the sum by `divisor`
-//    truncating toward zero for integers. Floats divide (x / divisor) in the element type
-//    (float32 for halves).
+//  - float16 / bfloat16: a op b (then / divisor) is computed in float32 and rounded to nearest
+//    even once, at the end.
+//  - Integer sum and prod wrap (two's complement). The divisor (avg's post-op) is applied
+//    whenever divisor > 1, whatever the op: integers truncate toward zero, floats divide
+//    (x / divisor) in the element type (float32 for halves). ACCORD_AVG's kernel is the sum's:
+//    the caller passes divisor = nranks on the step that finishes an element, 0 elsewhere.
+//  - NaN: a float sum, product or divide that gives NaN gives the canonical quiet NaN; max and
+//    min return the first NaN operand (element_ops.hpp: Note [Canonical NaN], Note [NaN in
+//    max and min]).
 //  - Results are a pure function of the inputs: same inputs give the same bits on every call,
-//    every thread and every ISA variant (no FMA contraction, no reassociation).
+//    every thread, every ISA variant and the CUDA kernels (no FMA contraction, no
+//    reassociation), assuming the default floating-point environment (no FTZ/DAZ).
+//  - With dst0_streaming the call ends with an sfence, so a flag stored after it (a FIFO's
+//    "ready") is not seen before the data.
 #pragma once
 
 #include <cstddef>
@@ -20,13 +29,13 @@
 namespace accord::kernels {
 
 struct ReduceArgs {
-  void* dst0 = nullptr;            // required
-  void* dst1 = nullptr;            // optional second copy of the result (e.g. the next rank's FIFO slot)
-  const void* a = nullptr;         // first operand (left side: result = a op b)
-  const void* b = nullptr;         // second operand; nullptr = no reduction, copy a (then apply divisor)
-  size_t count = 0;                // elements
-  int divisor = 0;                 // > 1: divide the result by this (avg post-op); 0 or 1: none
-  bool dst0_streaming = false;     // write dst0 with non-temporal stores (large outputs)
+  void* dst0 = nullptr;     // required
+  void* dst1 = nullptr;     // optional second copy of the result (e.g. the next rank's FIFO slot)
+  const void* a = nullptr;  // first operand (left side: result = a op b)
+  const void* b = nullptr;  // second operand; nullptr = no reduction, copy a (then apply divisor)
+  size_t count = 0;         // elements
+  int divisor = 0;          // > 1: divide the result by this (avg post-op); 0 or 1: none
+  bool dst0_streaming = false;  // write dst0 with non-temporal stores (large outputs)
 };
 
 // Resolved once per (dtype, op) and ISA; calling it does no dispatch.
