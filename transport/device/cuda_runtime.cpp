@@ -54,6 +54,7 @@ CudaRuntime::~CudaRuntime() {
   // Streams and events die with the process's contexts; destroy ours so that a runtime made
   // twice in one process does not leak them.
   for (auto& [id, h] : streams_) {
+    if (!h.owned) continue;
     cudaSetDevice(h.device);
     cudaStreamSynchronize(static_cast<cudaStream_t>(h.native));
     cudaStreamDestroy(static_cast<cudaStream_t>(h.native));

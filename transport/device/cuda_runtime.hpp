@@ -65,12 +65,16 @@ class CudaRuntime final : public DeviceRuntime {
 
   // The cudaStream_t behind a stream, for code that launches its own kernels; nullptr if unknown.
   void* native_stream(Stream stream) const;
+  // Makes a caller's cudaStream_t of `device` usable as a Stream (NCCL-style: collectives run
+  // on the user's stream). The runtime never destroys it: destroy_stream only forgets it.
+  Status wrap_stream(int device, void* cuda_stream, Stream* out);
 
  private:
   CudaRuntime() = default;
   struct Handle {
     void* native = nullptr;  // cudaStream_t or cudaEvent_t
     int device = -1;
+    bool owned = true;       // false: a caller's stream (wrap_stream)
   };
   struct Block {
     size_t bytes = 0;

@@ -31,7 +31,16 @@ Status CudaRuntime::create_stream(int device, Stream* out) {
   ACCORD_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), device, "create_stream");
   std::lock_guard<std::mutex> lock(mu_);
   out->id = next_id_++;
-  streams_[out->id] = Handle{s, device};
+  streams_[out->id] = Handle{s, device, true};
+  return Status();
+}
+
+Status CudaRuntime::wrap_stream(int device, void* cuda_stream, Stream* out) {
+  ACCORD_TRY(check_device(device, "wrap_stream"));
+  if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: wrap_stream: null output", device);
+  std::lock_guard<std::mutex> lock(mu_);
+  out->id = next_id_++;
+  streams_[out->id] = Handle{cuda_stream, device, false};
   return Status();
 }
 
@@ -42,6 +51,7 @@ Status CudaRuntime::destroy_stream(Stream stream) {
     std::lock_guard<std::mutex> lock(mu_);
     streams_.erase(stream.id);
   }
+  if (!s.owned) return Status();  // the caller's stream: forget it, nothing more
   ACCORD_TRY(use_device(s.device, "destroy_stream"));
   Status st;
   cudaError_t e = cudaStreamSynchronize(native(s.native));
@@ -72,7 +82,7 @@ Status CudaRuntime::create_event(int device, Event* out) {
   ACCORD_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), device, "create_event");
   std::lock_guard<std::mutex> lock(mu_);
   out->id = next_id_++;
-  events_[out->id] = Handle{e, device};
+  events_[out->id] = Handle{e, device, true};
   return Status();
 }
 
