@@ -1,5 +1,6 @@
 // Simulated streams and events: many asynchronous operations on one stream complete in order,
 // events order two streams, and reductions on a stream give exact results for every dtype x op.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -22,11 +23,19 @@ TEST(SimStreams, ManyAsyncOpsOnOneStreamCompleteInOrder) {
   ASSERT_OK(rt->copy(CopyKind::kHostToDevice, 3, ones, &one, 4));
   // Each round overwrites the cell, adds one to it twice on the device, and reads it back:
   // any reordering shows up as a wrong snapshot.
+  // Pinned memory, so that every copy is asynchronous.
   const int kRounds = 300;
-  std::vector<int32_t> values(kRounds), snapshots(kRounds, -1);
+  void *values_mem, *snapshots_mem;
+  ASSERT_OK(rt->alloc_host_pinned(kRounds * 4, &values_mem));
+  ASSERT_OK(rt->alloc_host_pinned(kRounds * 4, &snapshots_mem));
+  auto* values = static_cast<int32_t*>(values_mem);
+  auto* snapshots = static_cast<int32_t*>(snapshots_mem);
   for (int i = 0; i < kRounds; ++i) {
-    values[static_cast<size_t>(i)] = i * 10;
-    ASSERT_OK(rt->copy_async(CopyKind::kHostToDevice, cell, &values[static_cast<size_t>(i)], 4, s));
+    values[i] = i * 10;
+    snapshots[i] = -1;
+  }
+  for (int i = 0; i < kRounds; ++i) {
+    ASSERT_OK(rt->copy_async(CopyKind::kHostToDevice, cell, &values[i], 4, s));
     kernels::ReduceArgs add;
     add.dst0 = cell;
     add.a = cell;
@@ -34,10 +43,12 @@ TEST(SimStreams, ManyAsyncOpsOnOneStreamCompleteInOrder) {
     add.count = 1;
     ASSERT_OK(rt->reduce_async(add, ACCORD_INT32, ACCORD_SUM, s));
     ASSERT_OK(rt->reduce_async(add, ACCORD_INT32, ACCORD_SUM, s));
-    ASSERT_OK(rt->copy_async(CopyKind::kDeviceToHost, &snapshots[static_cast<size_t>(i)], cell, 4, s));
+    ASSERT_OK(rt->copy_async(CopyKind::kDeviceToHost, &snapshots[i], cell, 4, s));
   }
   ASSERT_OK(rt->synchronize_stream(s));
-  for (int i = 0; i < kRounds; ++i) ASSERT_EQ(snapshots[static_cast<size_t>(i)], i * 10 + 2) << "round " << i;
+  for (int i = 0; i < kRounds; ++i) ASSERT_EQ(snapshots[i], i * 10 + 2) << "round " << i;
+  ASSERT_OK(rt->free_host_pinned(values_mem));
+  ASSERT_OK(rt->free_host_pinned(snapshots_mem));
   ASSERT_OK(rt->destroy_stream(s));
   ASSERT_OK(rt->free_device(cell));
   ASSERT_OK(rt->free_device(ones));
@@ -110,6 +121,31 @@ TEST(SimStreams, EnqueueReturnsAtOnceAndSynchronizeWaits) {
   ASSERT_OK(rt->destroy_stream(s));
   ASSERT_OK(rt->free_device(d));
   ASSERT_OK(rt->free_host_pinned(pinned));
+}
+
+TEST(SimStreams, PageableHostMemoryBehavesAsWithCuda) {
+  SimOptions slow;
+  slow.throttle = true;
+  auto rt = make_sim(kTf4, slow);
+  ASSERT_TRUE(rt);
+  const size_t n = 1 << 20;
+  void* d;
+  ASSERT_OK(rt->alloc_device(2, n * 4, &d));
+  Stream s;
+  ASSERT_OK(rt->create_stream(2, &s));
+  {
+    // The source may be overwritten (here: destroyed) as soon as the call returns.
+    std::vector<int32_t> src(n, 11);
+    ASSERT_OK(rt->copy_async(CopyKind::kHostToDevice, d, src.data(), n * 4, s));
+    std::fill(src.begin(), src.end(), -1);
+  }
+  // The destination holds the result when the call returns, without a synchronize.
+  std::vector<int32_t> out(n, 0);
+  ASSERT_OK(rt->copy_async(CopyKind::kDeviceToHost, out.data(), d, n * 4, s));
+  EXPECT_EQ(out[0], 11);
+  EXPECT_EQ(out[n - 1], 11);
+  ASSERT_OK(rt->destroy_stream(s));
+  ASSERT_OK(rt->free_device(d));
 }
 
 TEST(SimStreams, DestroyingAStreamFinishesItsWork) {

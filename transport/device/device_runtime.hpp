@@ -123,7 +123,10 @@ class DeviceRuntime {
   // Synchronous: done when the call returns. `device` is the device doing the copy; its memory
   // (or a peer's it has access to) must be on the device side of `kind`.
   virtual Status copy(CopyKind kind, int device, void* dst, const void* src, size_t bytes) = 0;
-  // Asynchronous on `stream` (whose device does the copy): returns at once.
+  // Asynchronous on `stream` (whose device does the copy): returns at once, except with
+  // pageable host memory, as in CUDA: from it, the call returns once the source is staged (it
+  // may be reused at once); into it, the call returns when the copy is done. Use pinned memory
+  // for copies that overlap.
   virtual Status copy_async(CopyKind kind, void* dst, const void* src, size_t bytes,
                             Stream stream) = 0;
   // Direct copy between the memory of two devices. The synchronous form is pushed by

@@ -181,12 +181,14 @@ Status SimulatedRuntime::check_device_range(int device, const void* ptr, size_t 
   return Status();
 }
 
-Status SimulatedRuntime::check_host_range(const void* ptr, size_t, const char* op, const char* what) const {
+Status SimulatedRuntime::check_host_range(const void* ptr, const char* op, const char* what, bool* pageable) const {
   if (!ptr) return error(ACCORD_ERR_INVALID_ARGUMENT, "%s: %s is null", op, what);
   sim::Allocation a;
-  if (memory_.find(ptr, 0, &a) && a.kind == MemoryKind::kDevice)
+  const bool known = memory_.find(ptr, 0, &a);
+  if (known && a.kind == MemoryKind::kDevice)
     return error(ACCORD_ERR_INVALID_ARGUMENT, "%s: %s %p is device memory of device %d, not host memory; use "
                  "copy_d2d or copy_peer", op, what, ptr, a.device);
+  *pageable = !known;
   return Status();
 }
 
@@ -199,12 +201,12 @@ Status SimulatedRuntime::plan_copy(CopyKind kind, int device, void* dst, const v
   switch (kind) {
     case CopyKind::kHostToDevice:
       ACCORD_TRY(check_device_range(device, dst, bytes, false, op, "dst", &plan->to));
-      ACCORD_TRY(check_host_range(src, bytes, op, "src"));
+      ACCORD_TRY(check_host_range(src, op, "src", &plan->pageable));
       plan->from = kHostNode;
       break;
     case CopyKind::kDeviceToHost:
       ACCORD_TRY(check_device_range(device, src, bytes, false, op, "src", &plan->from));
-      ACCORD_TRY(check_host_range(dst, bytes, op, "dst"));
+      ACCORD_TRY(check_host_range(dst, op, "dst", &plan->pageable));
       plan->to = kHostNode;
       break;
     case CopyKind::kDeviceToDevice:
@@ -301,10 +303,27 @@ Status SimulatedRuntime::copy_async(CopyKind kind, void* dst, const void* src, s
   ACCORD_TRY(find_stream(stream, copy_kind_name(kind), &s));
   CopyPlan plan;
   ACCORD_TRY(plan_copy(kind, s->device(), dst, src, bytes, &plan));
+  // Pageable host memory behaves as with CUDA, so that code correct there is correct here: a
+  // copy from it returns once the source was staged (the caller may reuse it at once), and a
+  // copy into it returns only when done.
+  if (plan.pageable && kind == CopyKind::kHostToDevice) {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + bytes);
+    plan.src = staged->data();
+    s->enqueue([this, plan, staged] {
+      run_copy(plan);
+      return Status();
+    });
+    return Status();
+  }
   s->enqueue([this, plan] {
     run_copy(plan);
     return Status();
   });
+  if (plan.pageable && kind == CopyKind::kDeviceToHost) {
+    // Errors stay with the stream, for its synchronize to report.
+    (void)s->synchronize();
+  }
   return Status();
 }
 

@@ -87,6 +87,7 @@ class SimulatedRuntime final : public DeviceRuntime {
     const void* src;
     size_t bytes;
     int from, to;  // link endpoints for the throttle: a device index, or kHostNode
+    bool pageable = false;  // the host side is pageable memory (not from alloc_host_pinned)
   };
   static constexpr int kHostNode = -1;
 
@@ -96,8 +97,8 @@ class SimulatedRuntime final : public DeviceRuntime {
   // enabled access to); with allow_pinned, pinned host memory too. `what` names the argument.
   Status check_device_range(int device, const void* ptr, size_t bytes, bool allow_pinned, const char* op,
                             const char* what, int* owner) const;
-  // A host pointer: anything but device memory.
-  Status check_host_range(const void* ptr, size_t bytes, const char* op, const char* what) const;
+  // A host pointer: anything but device memory. Sets *pageable unless it is pinned.
+  Status check_host_range(const void* ptr, const char* op, const char* what, bool* pageable) const;
   Status plan_copy(CopyKind kind, int device, void* dst, const void* src, size_t bytes, CopyPlan* plan) const;
   Status plan_peer(int runner, int dst_device, void* dst, int src_device, const void* src, size_t bytes,
                    const char* op, CopyPlan* plan) const;
