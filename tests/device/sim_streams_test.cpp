@@ -1,8 +1,10 @@
 // Simulated streams and events: many asynchronous operations on one stream complete in order,
 // events order two streams, and reductions on a stream give exact results for every dtype x op.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "tests/device/sim_util.hpp"
@@ -54,41 +56,59 @@ TEST(SimStreams, ManyAsyncOpsOnOneStreamCompleteInOrder) {
   ASSERT_OK(rt->free_device(ones));
 }
 
+// A host callback that holds its stream until the test opens the gate: ordering checks that
+// do not depend on timing.
+struct Gate {
+  std::atomic<bool> open{false};
+  static void wait(void* self) {
+    auto* g = static_cast<Gate*>(self);
+    while (!g->open.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+};
+
 TEST(SimStreams, EventsOrderTwoStreams) {
-  // Throttled, so that the producer's copy takes milliseconds and a consumer that did not wait
-  // would read the old contents.
-  SimOptions slow;
-  slow.throttle = true;
-  auto rt = make_sim(kTf4, slow);
+  auto rt = make_sim(kTf4);
   ASSERT_TRUE(rt);
-  const size_t n = 4 << 20;  // 16 MiB of int32: about 1.4 ms at the default 12 GB/s
-  std::vector<int32_t> src(n, 7), out(n, 0);
-  void* d;
+  const size_t n = 1 << 16;
+  void *d, *src, *out;
   ASSERT_OK(rt->alloc_device(0, n * 4, &d));
-  ASSERT_OK(rt->copy(CopyKind::kHostToDevice, 0, d, out.data(), n * 4));  // zeros
+  ASSERT_OK(rt->alloc_host_pinned(n * 4, &src));
+  ASSERT_OK(rt->alloc_host_pinned(n * 4, &out));
+  std::fill_n(static_cast<int32_t*>(src), n, 7);
+  std::fill_n(static_cast<int32_t*>(out), n, 0);
+  ASSERT_OK(rt->copy(CopyKind::kHostToDevice, 0, d, out, n * 4));  // zeros
   Stream producer, consumer;
   Event ready;
   ASSERT_OK(rt->create_stream(0, &producer));
-  ASSERT_OK(rt->create_stream(0, &consumer));
+  ASSERT_OK(rt->create_stream(1, &consumer));  // another device: events order across devices too
   ASSERT_OK(rt->create_event(0, &ready));
+  ASSERT_OK(rt->enable_peer(1, 0));
   bool done = false;
   ASSERT_OK(rt->query_event(ready, &done));
   EXPECT_TRUE(done) << "an event never recorded counts as complete";
   ASSERT_OK(rt->stream_wait_event(consumer, ready));  // no-op: nothing recorded yet
-  ASSERT_OK(rt->copy_async(CopyKind::kHostToDevice, d, src.data(), n * 4, producer));
+  Gate gate;
+  ASSERT_OK(rt->launch_host_func(producer, Gate::wait, &gate));
+  ASSERT_OK(rt->copy_async(CopyKind::kHostToDevice, d, src, n * 4, producer));
   ASSERT_OK(rt->record_event(ready, producer));
   ASSERT_OK(rt->stream_wait_event(consumer, ready));
-  ASSERT_OK(rt->copy_async(CopyKind::kDeviceToHost, out.data(), d, n * 4, consumer));
+  ASSERT_OK(rt->copy_async(CopyKind::kDeviceToHost, out, d, n * 4, consumer));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_OK(rt->query_event(ready, &done));
+  EXPECT_FALSE(done) << "the producer is held at the gate";
+  EXPECT_EQ(static_cast<int32_t*>(out)[0], 0) << "the consumer ran before the event it waits for";
+  gate.open = true;
   ASSERT_OK(rt->synchronize_stream(consumer));
   ASSERT_OK(rt->query_event(ready, &done));
   EXPECT_TRUE(done);
-  for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(out[i], 7) << "element " << i;
-  ASSERT_EQ(out[n - 1], 7);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(static_cast<int32_t*>(out)[i], 7) << "element " << i;
   ASSERT_OK(rt->synchronize_event(ready));
   ASSERT_OK(rt->destroy_event(ready));
   ASSERT_OK(rt->destroy_stream(producer));
   ASSERT_OK(rt->destroy_stream(consumer));
   ASSERT_OK(rt->free_device(d));
+  ASSERT_OK(rt->free_host_pinned(src));
+  ASSERT_OK(rt->free_host_pinned(out));
 }
 
 TEST(SimStreams, EnqueueReturnsAtOnceAndSynchronizeWaits) {
@@ -96,27 +116,33 @@ TEST(SimStreams, EnqueueReturnsAtOnceAndSynchronizeWaits) {
   slow.throttle = true;
   auto rt = make_sim(kTf4, slow);
   ASSERT_TRUE(rt);
-  const size_t bytes = 48 << 20;  // ~4 ms at 12 GB/s
+  const size_t bytes = 24 << 20;  // ~2 ms at 12 GB/s
   void *d, *pinned;
   ASSERT_OK(rt->alloc_device(1, bytes, &d));
   ASSERT_OK(rt->alloc_host_pinned(bytes, &pinned));
+  std::memset(pinned, 3, bytes);
   Stream s;
   ASSERT_OK(rt->create_stream(1, &s));
   Event e;
   ASSERT_OK(rt->create_event(1, &e));
-  using Clock = std::chrono::steady_clock;
-  auto t0 = Clock::now();
+  Gate gate;
+  ASSERT_OK(rt->launch_host_func(s, Gate::wait, &gate));
   ASSERT_OK(rt->copy_async(CopyKind::kHostToDevice, d, pinned, bytes, s));
   ASSERT_OK(rt->record_event(e, s));
-  auto enqueued = Clock::now() - t0;
+  bool done = true;
+  ASSERT_OK(rt->query_event(e, &done));
+  EXPECT_FALSE(done) << "enqueue returned, the work has not run";
+  using Clock = std::chrono::steady_clock;
+  auto t0 = Clock::now();
+  gate.open = true;
   ASSERT_OK(rt->synchronize_device(1));
-  auto total = Clock::now() - t0;
-  bool done = false;
+  auto took = std::chrono::duration<double>(Clock::now() - t0).count();
   ASSERT_OK(rt->query_event(e, &done));
   EXPECT_TRUE(done);
-  const double want_s = static_cast<double>(bytes) / (topo::kDefaultPciGbs * 1e9);
-  EXPECT_GE(std::chrono::duration<double>(total).count(), want_s * 0.99);
-  EXPECT_LT(std::chrono::duration<double>(enqueued).count(), want_s / 2) << "enqueue must not wait for the copy";
+  EXPECT_GE(took, static_cast<double>(bytes) / (topo::kDefaultPciGbs * 1e9) * 0.99) << "throttled to PCIe speed";
+  char back = 0;
+  ASSERT_OK(rt->copy(CopyKind::kDeviceToHost, 1, &back, static_cast<char*>(d) + bytes - 1, 1));
+  EXPECT_EQ(back, 3);
   ASSERT_OK(rt->destroy_event(e));
   ASSERT_OK(rt->destroy_stream(s));
   ASSERT_OK(rt->free_device(d));

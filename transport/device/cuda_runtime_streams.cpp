@@ -141,6 +141,15 @@ Status CudaRuntime::query_event(Event event, bool* done) {
   return Status();
 }
 
+Status CudaRuntime::launch_host_func(Stream stream, HostFn fn, void* arg) {
+  Handle s;
+  ACCORD_TRY(find(streams_, stream.id, "stream", "launch_host_func", &s));
+  if (!fn) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: launch_host_func: null function", s.device);
+  ACCORD_TRY(use_device(s.device, "launch_host_func"));
+  ACCORD_CUDA_CHECK(cudaLaunchHostFunc(native(s.native), fn, arg), s.device, "launch_host_func");
+  return Status();
+}
+
 // ---- IPC ----
 
 Status CudaRuntime::ipc_get_handle(const void* ptr, IpcHandle* out) {

@@ -154,6 +154,10 @@ class DeviceRuntime {
   virtual Status stream_wait_event(Stream stream, Event event) = 0;
   virtual Status synchronize_event(Event event) = 0;
   virtual Status query_event(Event event, bool* done) = 0;
+  // Runs fn(arg) on a host thread when the stream reaches this point; later work waits for it
+  // (cudaLaunchHostFunc). fn must not call the runtime.
+  using HostFn = void (*)(void* arg);
+  virtual Status launch_host_func(Stream stream, HostFn fn, void* arg) = 0;
 
   // ---- IPC between processes of one host ----
   // Exports device memory (ptr may point inside an allocation). The handle stays valid while

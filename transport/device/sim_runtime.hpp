@@ -72,6 +72,7 @@ class SimulatedRuntime final : public DeviceRuntime {
   Status stream_wait_event(Stream stream, Event event) override;
   Status synchronize_event(Event event) override;
   Status query_event(Event event, bool* done) override;
+  Status launch_host_func(Stream stream, HostFn fn, void* arg) override;
 
   Status ipc_get_handle(const void* ptr, IpcHandle* out) override;
   Status ipc_open_handle(int device, const IpcHandle& handle, void** out) override;

@@ -152,6 +152,17 @@ Status SimulatedRuntime::query_event(Event event, bool* done) {
   return Status();
 }
 
+Status SimulatedRuntime::launch_host_func(Stream stream, HostFn fn, void* arg) {
+  std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(find_stream(stream, "launch_host_func", &s));
+  if (!fn) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: launch_host_func: null function", s->device());
+  s->enqueue([fn, arg] {
+    fn(arg);
+    return Status();
+  });
+  return Status();
+}
+
 // ---- IPC ----
 
 Status SimulatedRuntime::ipc_get_handle(const void* ptr, IpcHandle* out) {
