@@ -1,0 +1,190 @@
+// IPC handles between simulated ranks in different processes of one host: one forked process
+// allocates and writes, another opens the handle, reads, writes back and closes; after the
+// owner frees, the handle is dead; nothing is left in /dev/shm. Plus the in-process rules.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "tests/device/sim_util.hpp"
+
+namespace accord::testing {
+namespace {
+
+// Names in /dev/shm that the simulated runtime could have made.
+std::vector<std::string> our_shm_names() {
+  std::vector<std::string> names;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d))
+      if (std::strstr(e->d_name, "accord-gpu")) names.push_back(e->d_name);
+    closedir(d);
+  }
+  return names;
+}
+
+// In a forked child: report and exit non-zero instead of asserting.
+#define CHILD_CHECK(cond, ...)                                     \
+  do {                                                             \
+    if (!(cond)) {                                                 \
+      std::fprintf(stderr, "[%s:%d] %s: ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                           \
+      std::fprintf(stderr, "\n");                                  \
+      _exit(1);                                                    \
+    }                                                              \
+  } while (0)
+#define CHILD_OK(expr)                                             \
+  do {                                                             \
+    Status child_st_ = (expr);                                     \
+    CHILD_CHECK(child_st_.ok(), "%s", child_st_.message().c_str()); \
+  } while (0)
+
+bool read_all(int fd, void* buf, size_t n) {
+  char* p = static_cast<char*>(buf);
+  while (n) {
+    ssize_t r = read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+bool write_all(int fd, const void* buf, size_t n) { return write(fd, buf, n) == static_cast<ssize_t>(n); }
+
+constexpr size_t kInts = 1 << 18;     // 1 MiB allocation
+constexpr size_t kOffsetInts = 1024;  // the exported pointer is 4 KiB inside it
+constexpr int32_t kReply = 424242;
+
+// Process A: owns the memory.
+void owner(int handle_out, int read_done_in, int freed_out) {
+  auto rt = make_sim(kDgx1);
+  CHILD_CHECK(rt != nullptr, "no runtime");
+  void* d;
+  CHILD_OK(rt->alloc_device(0, kInts * 4, &d));
+  std::vector<int32_t> v(kInts);
+  for (size_t i = 0; i < kInts; ++i) v[i] = static_cast<int32_t>(i * 3);
+  CHILD_OK(rt->copy(CopyKind::kHostToDevice, 0, d, v.data(), kInts * 4));
+  IpcHandle h;
+  CHILD_OK(rt->ipc_get_handle(static_cast<int32_t*>(d) + kOffsetInts, &h));
+  CHILD_CHECK(h.device == 0 && h.offset == kOffsetInts * 4 && h.bytes == kInts * 4, "handle header");
+  CHILD_CHECK(our_shm_names().empty(), "device memory must not appear in /dev/shm");
+  CHILD_CHECK(write_all(handle_out, &h, sizeof h), "write handle");
+  char c;
+  CHILD_CHECK(read_all(read_done_in, &c, 1), "peer died before reading");
+  int32_t reply = 0;
+  CHILD_OK(rt->copy(CopyKind::kDeviceToHost, 0, &reply, static_cast<int32_t*>(d) + kOffsetInts, 4));
+  CHILD_CHECK(reply == kReply, "the peer's write is not visible: %d", reply);
+  CHILD_OK(rt->free_device(d));
+  CHILD_CHECK(write_all(freed_out, "f", 1), "write freed");
+  CHILD_CHECK(read_all(read_done_in, &c, 1), "peer died before the end");
+  _exit(0);
+}
+
+// Process B: opens the owner's memory from device 1 (NV1 to device 0 on a DGX-1).
+void opener(int handle_in, int read_done_out, int freed_in) {
+  IpcHandle h;
+  CHILD_CHECK(read_all(handle_in, &h, sizeof h), "owner died before sending the handle");
+  auto rt = make_sim(kDgx1);
+  CHILD_CHECK(rt != nullptr, "no runtime");
+  void* p = nullptr;
+  // Device 5 cannot peer with device 0 (SYS): opening there fails like enabling peer access.
+  Status st = rt->ipc_open_handle(5, h, &p);
+  CHILD_CHECK(st.code() == ACCORD_ERR_UNSUPPORTED && st.message().find(kPeerAccessUnsupportedText) != std::string::npos,
+              "open on device 5: %s", st.message().c_str());
+  CHILD_OK(rt->ipc_open_handle(1, h, &p));
+  PointerInfo info;
+  CHILD_OK(rt->pointer_info(p, &info));
+  CHILD_CHECK(info.kind == MemoryKind::kDevice && info.device == 0 && info.imported && info.bytes == kInts * 4,
+              "pointer_info of imported memory");
+  const size_t n = kInts - kOffsetInts;
+  std::vector<int32_t> got(n);
+  CHILD_OK(rt->copy(CopyKind::kDeviceToHost, 1, got.data(), p, n * 4));  // peer access enabled by the open
+  for (size_t i = 0; i < n; ++i)
+    CHILD_CHECK(got[i] == static_cast<int32_t>((i + kOffsetInts) * 3), "element %zu: %d", i, got[i]);
+  // A reduction on device 1 reading the peer process's memory.
+  void* local;
+  CHILD_OK(rt->alloc_device(1, n * 4, &local));
+  Stream s;
+  CHILD_OK(rt->create_stream(1, &s));
+  kernels::ReduceArgs args;
+  args.dst0 = local;
+  args.a = p;
+  args.b = p;
+  args.count = n;
+  CHILD_OK(rt->reduce_async(args, ACCORD_INT32, ACCORD_SUM, s));
+  CHILD_OK(rt->copy_async(CopyKind::kDeviceToHost, got.data(), local, n * 4, s));
+  CHILD_OK(rt->synchronize_stream(s));
+  CHILD_CHECK(got[n - 1] == static_cast<int32_t>((kInts - 1) * 6), "reduced %d", got[n - 1]);
+  CHILD_OK(rt->copy(CopyKind::kHostToDevice, 1, p, &kReply, 4));
+  CHILD_CHECK(rt->free_device(p).code() == ACCORD_ERR_INVALID_ARGUMENT, "imported memory must not be freed");
+  CHILD_OK(rt->ipc_close_handle(p));
+  CHILD_CHECK(rt->ipc_close_handle(p).code() == ACCORD_ERR_INVALID_ARGUMENT, "closing twice must fail");
+  CHILD_CHECK(write_all(read_done_out, "r", 1), "write read-done");
+  char c;
+  CHILD_CHECK(read_all(freed_in, &c, 1), "owner died before freeing");
+  st = rt->ipc_open_handle(1, h, &p);
+  CHILD_CHECK(!st.ok() && st.message().find("gone") != std::string::npos, "open after free: %s",
+              st.ok() ? "succeeded" : st.message().c_str());
+  CHILD_CHECK(write_all(read_done_out, "e", 1), "write end");
+  _exit(0);
+}
+
+pid_t spawn(const std::function<void()>& body) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(30);  // a hung child dies instead of hanging the suite
+    body();
+    _exit(2);
+  }
+  return pid;
+}
+
+TEST(SimIpc, TwoProcessesShareDeviceMemoryAndLeaveNothingBehind) {
+  const std::vector<std::string> before = our_shm_names();
+  int handle_pipe[2], done_pipe[2], freed_pipe[2];
+  ASSERT_EQ(pipe(handle_pipe), 0);
+  ASSERT_EQ(pipe(done_pipe), 0);
+  ASSERT_EQ(pipe(freed_pipe), 0);
+  pid_t a = spawn([&] { owner(handle_pipe[1], done_pipe[0], freed_pipe[1]); });
+  pid_t b = spawn([&] { opener(handle_pipe[0], done_pipe[1], freed_pipe[0]); });
+  for (int fd : {handle_pipe[0], handle_pipe[1], done_pipe[0], done_pipe[1], freed_pipe[0], freed_pipe[1]}) close(fd);
+  int status_a = 0, status_b = 0;
+  ASSERT_EQ(waitpid(b, &status_b, 0), b);
+  ASSERT_EQ(waitpid(a, &status_a, 0), a);
+  EXPECT_TRUE(WIFEXITED(status_b) && WEXITSTATUS(status_b) == 0) << "opener status " << status_b;
+  EXPECT_TRUE(WIFEXITED(status_a) && WEXITSTATUS(status_a) == 0) << "owner status " << status_a;
+  EXPECT_EQ(our_shm_names(), before) << "nothing may be left in /dev/shm";
+}
+
+TEST(SimIpc, InProcessRules) {
+  auto rt = make_sim(kTf4);
+  ASSERT_TRUE(rt);
+  void* d;
+  ASSERT_OK(rt->alloc_device(3, 4096, &d));
+  IpcHandle h;
+  ASSERT_OK(rt->ipc_get_handle(d, &h));
+  void* p;
+  EXPECT_TRUE(fails_with(rt->ipc_open_handle(3, h, &p), ACCORD_ERR_INVALID_USAGE, "this process"));
+  IpcHandle bad = h;
+  bad.magic = 0;
+  EXPECT_TRUE(fails_with(rt->ipc_open_handle(3, bad, &p), ACCORD_ERR_INVALID_ARGUMENT, "not an IPC handle"));
+  bad = h;
+  bad.runtime = static_cast<uint32_t>(IpcRuntime::kCuda);
+  EXPECT_TRUE(fails_with(rt->ipc_open_handle(3, bad, &p), ACCORD_ERR_INVALID_ARGUMENT, "CUDA runtime"));
+  bad = h;
+  bad.device = 6;
+  EXPECT_TRUE(fails_with(rt->ipc_open_handle(3, bad, &p), ACCORD_ERR_INVALID_ARGUMENT, "same machine"));
+  // 1 cannot peer with 3 on this machine.
+  EXPECT_TRUE(fails_with(rt->ipc_open_handle(1, h, &p), ACCORD_ERR_UNSUPPORTED, kPeerAccessUnsupportedText));
+  int local = 0;
+  EXPECT_TRUE(fails_with(rt->ipc_get_handle(&local, &h), ACCORD_ERR_INVALID_ARGUMENT, "not device memory"));
+  EXPECT_TRUE(fails_with(rt->ipc_close_handle(d), ACCORD_ERR_INVALID_ARGUMENT, "not memory opened"));
+  EXPECT_TRUE(our_shm_names().empty());
+  ASSERT_OK(rt->free_device(d));
+}
+
+}  // namespace
+}  // namespace accord::testing

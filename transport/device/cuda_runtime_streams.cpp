@@ -1,0 +1,232 @@
+// CudaRuntime: streams, events, IPC handles and reductions (memory, peer access and copies are
+// cuda_runtime.cpp).
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+#include "transport/device/cuda_runtime.hpp"
+#include "transport/device/cuda_check.hpp"
+
+// Note [CUDA reduction hook] (cuda_runtime.cpp).
+#if __has_include("collectives/kernels/cuda_kernels.hpp")
+#include "collectives/kernels/cuda_kernels.hpp"
+#define ACCORD_DEVICE_CUDA_KERNELS 1
+#else
+#define ACCORD_DEVICE_CUDA_KERNELS 0
+#endif
+
+namespace accord {
+namespace {
+
+cudaStream_t native(void* s) { return static_cast<cudaStream_t>(s); }
+cudaEvent_t native_event(void* e) { return static_cast<cudaEvent_t>(e); }
+
+}  // namespace
+
+Status CudaRuntime::create_stream(int device, Stream* out) {
+  ACCORD_TRY(use_device(device, "create_stream"));
+  if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: create_stream: null output", device);
+  cudaStream_t s;
+  // Non-blocking: our streams never wait for the legacy default stream (Note [Device runtime rules]).
+  ACCORD_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), device, "create_stream");
+  std::lock_guard<std::mutex> lock(mu_);
+  out->id = next_id_++;
+  streams_[out->id] = Handle{s, device, true};
+  return Status();
+}
+
+Status CudaRuntime::wrap_stream(int device, void* cuda_stream, Stream* out) {
+  ACCORD_TRY(check_device(device, "wrap_stream"));
+  if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: wrap_stream: null output", device);
+  std::lock_guard<std::mutex> lock(mu_);
+  out->id = next_id_++;
+  streams_[out->id] = Handle{cuda_stream, device, false};
+  return Status();
+}
+
+Status CudaRuntime::destroy_stream(Stream stream) {
+  Handle s;
+  ACCORD_TRY(find(streams_, stream.id, "stream", "destroy_stream", &s));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_.erase(stream.id);
+  }
+  if (!s.owned) return Status();  // the caller's stream: forget it, nothing more
+  ACCORD_TRY(use_device(s.device, "destroy_stream"));
+  Status st;
+  cudaError_t e = cudaStreamSynchronize(native(s.native));
+  if (e != cudaSuccess) st = cuda_error(e, s.device, "destroy_stream", "cudaStreamSynchronize");
+  e = cudaStreamDestroy(native(s.native));
+  if (e != cudaSuccess && st.ok()) st = cuda_error(e, s.device, "destroy_stream", "cudaStreamDestroy");
+  return st;
+}
+
+Status CudaRuntime::synchronize_stream(Stream stream) {
+  Handle s;
+  ACCORD_TRY(find(streams_, stream.id, "stream", "synchronize_stream", &s));
+  ACCORD_TRY(use_device(s.device, "synchronize_stream"));
+  ACCORD_CUDA_CHECK(cudaStreamSynchronize(native(s.native)), s.device, "synchronize_stream");
+  return Status();
+}
+
+Status CudaRuntime::synchronize_device(int device) {
+  ACCORD_TRY(use_device(device, "synchronize_device"));
+  ACCORD_CUDA_CHECK(cudaDeviceSynchronize(), device, "synchronize_device");
+  return Status();
+}
+
+Status CudaRuntime::create_event(int device, Event* out) {
+  ACCORD_TRY(use_device(device, "create_event"));
+  if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: create_event: null output", device);
+  cudaEvent_t e;
+  ACCORD_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), device, "create_event");
+  std::lock_guard<std::mutex> lock(mu_);
+  out->id = next_id_++;
+  events_[out->id] = Handle{e, device, true};
+  return Status();
+}
+
+Status CudaRuntime::destroy_event(Event event) {
+  Handle e;
+  ACCORD_TRY(find(events_, event.id, "event", "destroy_event", &e));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.erase(event.id);
+  }
+  ACCORD_CUDA_CHECK(cudaEventDestroy(native_event(e.native)), e.device, "destroy_event");
+  return Status();
+}
+
+Status CudaRuntime::record_event(Event event, Stream stream) {
+  Handle e, s;
+  ACCORD_TRY(find(events_, event.id, "event", "record_event", &e));
+  ACCORD_TRY(find(streams_, stream.id, "stream", "record_event", &s));
+  if (e.device != s.device)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "record_event: event %llu belongs to device %d but stream %llu to "
+                 "device %d; record an event of the stream's device", (unsigned long long)event.id, e.device,
+                 (unsigned long long)stream.id, s.device);
+  ACCORD_TRY(use_device(s.device, "record_event"));
+  ACCORD_CUDA_CHECK(cudaEventRecord(native_event(e.native), native(s.native)), s.device, "record_event");
+  return Status();
+}
+
+Status CudaRuntime::stream_wait_event(Stream stream, Event event) {
+  Handle e, s;
+  ACCORD_TRY(find(streams_, stream.id, "stream", "stream_wait_event", &s));
+  ACCORD_TRY(find(events_, event.id, "event", "stream_wait_event", &e));
+  ACCORD_TRY(use_device(s.device, "stream_wait_event"));
+  ACCORD_CUDA_CHECK(cudaStreamWaitEvent(native(s.native), native_event(e.native), 0), s.device, "stream_wait_event");
+  return Status();
+}
+
+Status CudaRuntime::synchronize_event(Event event) {
+  Handle e;
+  ACCORD_TRY(find(events_, event.id, "event", "synchronize_event", &e));
+  ACCORD_CUDA_CHECK(cudaEventSynchronize(native_event(e.native)), e.device, "synchronize_event");
+  return Status();
+}
+
+Status CudaRuntime::query_event(Event event, bool* done) {
+  Handle e;
+  ACCORD_TRY(find(events_, event.id, "event", "query_event", &e));
+  if (!done) return error(ACCORD_ERR_INVALID_ARGUMENT, "query_event: null output");
+  cudaError_t err = cudaEventQuery(native_event(e.native));
+  if (err == cudaErrorNotReady) {
+    cudaGetLastError();
+    *done = false;
+    return Status();
+  }
+  ACCORD_CUDA_CHECK(err, e.device, "query_event");
+  *done = true;
+  return Status();
+}
+
+Status CudaRuntime::launch_host_func(Stream stream, HostFn fn, void* arg) {
+  Handle s;
+  ACCORD_TRY(find(streams_, stream.id, "stream", "launch_host_func", &s));
+  if (!fn) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: launch_host_func: null function", s.device);
+  ACCORD_TRY(use_device(s.device, "launch_host_func"));
+  ACCORD_CUDA_CHECK(cudaLaunchHostFunc(native(s.native), fn, arg), s.device, "launch_host_func");
+  return Status();
+}
+
+// ---- IPC ----
+
+Status CudaRuntime::ipc_get_handle(const void* ptr, IpcHandle* out) {
+  if (!ptr || !out) return error(ACCORD_ERR_INVALID_ARGUMENT, "ipc_get_handle(%p): null pointer or output", ptr);
+  uintptr_t base;
+  Block b;
+  // cudaIpcGetMemHandle needs the start of a cudaMalloc allocation; only ours are known.
+  if (!find_block(ptr, &base, &b) || b.imported)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "ipc_get_handle(%p): not memory from alloc_device of this runtime "
+                 "(freed, a host pointer, or itself opened from an IPC handle)", ptr);
+  ACCORD_TRY(use_device(b.device, "ipc_get_handle"));
+  cudaIpcMemHandle_t h;
+  ACCORD_CUDA_CHECK(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base)), b.device, "ipc_get_handle");
+  static_assert(sizeof h <= sizeof(IpcHandle::payload), "cudaIpcMemHandle_t must fit the payload");
+  IpcHandle r;
+  r.magic = IpcHandle::kMagic;
+  r.runtime = static_cast<uint32_t>(IpcRuntime::kCuda);
+  r.device = b.device;
+  r.offset = reinterpret_cast<uintptr_t>(ptr) - base;
+  r.bytes = b.bytes;
+  std::memcpy(r.payload, &h, sizeof h);
+  *out = r;
+  return Status();
+}
+
+Status CudaRuntime::ipc_open_handle(int device, const IpcHandle& h, void** out) {
+  ACCORD_TRY(use_device(device, "ipc_open_handle"));
+  if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: ipc_open_handle: null output", device);
+  if (h.magic != IpcHandle::kMagic || h.runtime != static_cast<uint32_t>(IpcRuntime::kCuda))
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: ipc_open_handle: not a CUDA IPC handle (every rank must "
+                 "use the same runtime; is ACCORD_SIM_TOPO set for some of them only?)", device);
+  cudaIpcMemHandle_t native_handle;
+  std::memcpy(&native_handle, h.payload, sizeof native_handle);
+  void* base = nullptr;
+  ACCORD_CUDA_CHECK(cudaIpcOpenMemHandle(&base, native_handle, cudaIpcMemLazyEnablePeerAccess), device, "ipc_open_handle");
+  std::lock_guard<std::mutex> lock(mu_);
+  blocks_[reinterpret_cast<uintptr_t>(base)] = Block{static_cast<size_t>(h.bytes), h.device, true};
+  if (h.device != device && h.device >= 0 && h.device < count_)
+    peer_[static_cast<size_t>(device * count_ + h.device)] = 1;  // lazily enabled by the open
+  *out = static_cast<char*>(base) + h.offset;
+  return Status();
+}
+
+Status CudaRuntime::ipc_close_handle(void* ptr) {
+  uintptr_t base;
+  Block b;
+  if (!ptr || !find_block(ptr, &base, &b) || !b.imported)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "ipc_close_handle(%p): not memory opened with ipc_open_handle "
+                 "(closed already?)", ptr);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_.erase(base);
+  }
+  ACCORD_CUDA_CHECK(cudaIpcCloseMemHandle(reinterpret_cast<void*>(base)), b.device, "ipc_close_handle");
+  return Status();
+}
+
+// ---- reductions ----
+
+Status CudaRuntime::reduce_async(const kernels::ReduceArgs& args, accord_datatype_t dtype, accord_red_op_t op,
+                                 Stream stream) {
+  Handle s;
+  ACCORD_TRY(find(streams_, stream.id, "stream", "reduce_async", &s));
+  ACCORD_TRY(use_device(s.device, "reduce_async"));
+  if (dtype_bytes(dtype) == 0 || op < 0 || op >= ACCORD_NUM_OPS)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: reduce_async: unknown dtype %d or op %d", s.device,
+                 static_cast<int>(dtype), static_cast<int>(op));
+  if (args.count == 0) return Status();
+  if (!args.dst0 || !args.a)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: reduce_async: dst0 and a are required", s.device);
+#if ACCORD_DEVICE_CUDA_KERNELS
+  ACCORD_CUDA_CHECK(kernels::cuda_reduce(args, dtype, op, native(s.native)), s.device, "reduce_async");
+  return Status();
+#else
+  return error(ACCORD_ERR_UNSUPPORTED, "device %d: reduce_async: this build has no CUDA reduction kernels "
+               "(collectives/kernels/cuda_kernels.hpp is missing)", s.device);
+#endif
+}
+
+}  // namespace accord

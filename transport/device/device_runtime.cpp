@@ -1,0 +1,76 @@
+// Choosing the device runtime (ACCORD_SIM_TOPO, then CUDA, then none) and the small helpers
+// shared by the implementations.
+#include "transport/device/device_runtime.hpp"
+
+#include "accord_config.h"
+#include "core/log.hpp"
+#include "transport/device/sim_runtime.hpp"
+#if ACCORD_HAVE_CUDA
+#include "transport/device/cuda_runtime.hpp"
+#endif
+
+namespace accord {
+
+const char* memory_kind_name(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::kHost: return "host memory";
+    case MemoryKind::kHostPinned: return "pinned host memory";
+    case MemoryKind::kDevice: return "device memory";
+  }
+  return "unknown memory";
+}
+
+const char* copy_kind_name(CopyKind kind) {
+  switch (kind) {
+    case CopyKind::kHostToDevice: return "copy_h2d";
+    case CopyKind::kDeviceToHost: return "copy_d2h";
+    case CopyKind::kDeviceToDevice: return "copy_d2d";
+  }
+  return "copy";
+}
+
+size_t dtype_bytes(accord_datatype_t dtype) {
+  switch (dtype) {
+    case ACCORD_INT8:
+    case ACCORD_UINT8: return 1;
+    case ACCORD_FLOAT16:
+    case ACCORD_BFLOAT16: return 2;
+    case ACCORD_INT32:
+    case ACCORD_UINT32:
+    case ACCORD_FLOAT32: return 4;
+    case ACCORD_INT64:
+    case ACCORD_UINT64:
+    case ACCORD_FLOAT64: return 8;
+    default: return 0;
+  }
+}
+
+Status make_device_runtime(const Settings& settings, std::unique_ptr<DeviceRuntime>* out) {
+  if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "make_device_runtime: null output");
+  if (!settings.sim_topo.empty()) {
+    std::unique_ptr<SimulatedRuntime> sim;
+    ACCORD_TRY(SimulatedRuntime::from_file(settings.sim_topo, SimOptions{}, &sim));
+    LOG_INFO(kGpu, "device runtime: %s (ACCORD_SIM_TOPO)", sim->description().c_str());
+    *out = std::move(sim);
+    return Status();
+  }
+  std::string reason = "this build has no CUDA (-Dcuda=disabled or no toolkit)";
+#if ACCORD_HAVE_CUDA
+  std::unique_ptr<CudaRuntime> cuda;
+  ACCORD_TRY(CudaRuntime::create(&cuda));
+  if (cuda->device_count() > 0) {
+    LOG_INFO(kGpu, "device runtime: %s", cuda->description().c_str());
+    *out = std::move(cuda);
+    return Status();
+  }
+  reason = cuda->unavailable_reason();
+#endif
+  SimOptions none;
+  none.no_devices_reason = reason;
+  auto empty = std::make_unique<SimulatedRuntime>(topo::System{}, none);
+  LOG_INFO(kGpu, "device runtime: %s", empty->description().c_str());
+  *out = std::move(empty);
+  return Status();
+}
+
+}  // namespace accord

@@ -1,0 +1,188 @@
+// The device runtime: the one interface through which Accord touches GPUs. Collectives and
+// transports allocate, copy, order work on streams and events, map a peer process's memory
+// (IPC) and launch reductions through it, and never call CUDA directly. Two implementations:
+// CudaRuntime (cuda_runtime.hpp, the thin adapter over the CUDA runtime API) and
+// SimulatedRuntime (sim_runtime.hpp: GPUs made of host memory that obey a topology file, so
+// multi-GPU behaviour is tested on machines without any GPU). make_device_runtime() picks one.
+//
+// Note [Device runtime rules]: both implementations enforce the same rules, so that code which
+// works on simulated GPUs does not fail on real ones for a reason the simulation hid.
+//  - Every call returns a Status; bad input (device out of range, a pointer that is not what
+//    the call needs, a destroyed stream) is an error naming the operation, the device and the
+//    pointer, never an abort.
+//  - Device memory of device X may be touched by work of device Y only if X == Y or
+//    enable_peer(Y, X) succeeded before. copy_peer*() are *direct* copies and follow the same
+//    rule (CUDA's cudaMemcpyPeer would silently stage through the host; we refuse, so that the
+//    transport that stages does so on purpose and the cost model stays true). Copies staged
+//    through pinned host memory (copy_d2h into a pinned buffer, copy_h2d out of it) always work.
+//  - enable_peer(a, b) fails with ACCORD_ERR_UNSUPPORTED and the driver's text where the
+//    machine cannot peer; enabling twice is not an error.
+//  - Streams are non-blocking and belong to one device; synchronous copies do not wait for
+//    streams (synchronize the stream first). Work on one stream runs in order; events order
+//    work across streams (record on one, wait on another), as in CUDA.
+//  - Freeing memory waits for all streams first (as cudaFree does), so queued work never
+//    touches freed memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "collectives/kernels/reduce_kernels.hpp"
+#include "core/settings.hpp"
+#include "core/status.hpp"
+#include "include/accord/accord.h"
+
+namespace accord {
+
+// What a pointer points at.
+enum class MemoryKind {
+  kHost,        // ordinary (pageable) host memory, or memory this runtime does not know
+  kHostPinned,  // pinned host memory from alloc_host_pinned: copies and kernels may use it
+  kDevice,      // device memory (including a peer process's memory opened from an IPC handle)
+};
+const char* memory_kind_name(MemoryKind kind);
+
+struct PointerInfo {
+  MemoryKind kind = MemoryKind::kHost;
+  int device = -1;         // kDevice: the device that owns the memory
+  void* base = nullptr;    // start of the allocation holding the pointer; nullptr if unknown
+  size_t bytes = 0;        // size of that allocation; 0 if unknown
+  bool imported = false;   // opened from another process's IPC handle
+};
+
+struct DeviceInfo {
+  std::string name;        // "Tesla V100-SXM2-16GB", or "simulated GPU 3"
+  std::string pci_bus_id;  // "0000:07:00.0"; simulated GPUs without one get "00ff:0N:00.0"
+  int sm = 0;              // compute capability x 10, 0 unknown
+};
+
+// Handles are small values. 0 is never a valid id; a destroyed handle's id is never reused,
+// so using it is an error instead of touching another stream.
+struct Stream {
+  uint64_t id = 0;
+};
+struct Event {
+  uint64_t id = 0;
+};
+
+// Plain bytes, so that a rank can publish it through the bootstrap store. The header is common;
+// the payload belongs to the runtime that made it (the CUDA handle, or the simulated one).
+struct IpcHandle {
+  static constexpr uint32_t kMagic = 0x41434950;  // "ACIP"
+  uint32_t magic = 0;
+  uint32_t runtime = 0;  // IpcRuntime
+  int32_t device = -1;   // owner of the memory
+  uint32_t reserved = 0;
+  uint64_t offset = 0;   // of the exported pointer inside its allocation
+  uint64_t bytes = 0;    // size of the allocation
+  uint8_t payload[96] = {};
+};
+static_assert(sizeof(IpcHandle) == 128, "IpcHandle travels as 128 plain bytes");
+enum class IpcRuntime : uint32_t { kSimulated = 1, kCuda = 2 };
+
+// The CUDA runtime's own words (cudaGetErrorName: cudaGetErrorString), which the simulation
+// repeats so that its errors read like a real machine's.
+inline constexpr char kPeerAccessUnsupportedText[] =
+    "cudaErrorPeerAccessUnsupported: peer access is not supported between these two devices";
+inline constexpr char kPeerAccessNotEnabledText[] =
+    "cudaErrorPeerAccessNotEnabled: peer access has not been enabled";
+
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+const char* copy_kind_name(CopyKind kind);  // "copy_h2d", ...
+
+class DeviceRuntime {
+ public:
+  virtual ~DeviceRuntime() = default;
+
+  // "simulated", "cuda" or "none".
+  virtual const char* kind() const = 0;
+  // One line for logs: "simulated: 8 GPUs of dgx1-v100-topo-m.txt".
+  virtual std::string description() const = 0;
+
+  // ---- devices ----
+  virtual int device_count() const = 0;
+  virtual Status device_info(int device, DeviceInfo* out) const = 0;
+
+  // ---- memory ----
+  // alloc of 0 bytes gives nullptr and succeeds; freeing nullptr succeeds (as in CUDA).
+  virtual Status alloc_device(int device, size_t bytes, void** out) = 0;
+  virtual Status free_device(void* ptr) = 0;
+  virtual Status alloc_host_pinned(size_t bytes, void** out) = 0;
+  virtual Status free_host_pinned(void* ptr) = 0;
+  virtual Status pointer_info(const void* ptr, PointerInfo* out) = 0;
+
+  // ---- peer access ----
+  // Whether device may be given access to peer's memory (false for device == peer).
+  virtual Status can_access_peer(int device, int peer, bool* out) = 0;
+  // Lets work on `device` touch memory of `peer` (one direction, as cudaDeviceEnablePeerAccess).
+  virtual Status enable_peer(int device, int peer) = 0;
+
+  // ---- copies ----
+  // Synchronous: done when the call returns. `device` is the device doing the copy; its memory
+  // (or a peer's it has access to) must be on the device side of `kind`.
+  virtual Status copy(CopyKind kind, int device, void* dst, const void* src, size_t bytes) = 0;
+  // Asynchronous on `stream` (whose device does the copy): returns at once, except with
+  // pageable host memory, as in CUDA: from it, the call returns once the source is staged (it
+  // may be reused at once); into it, the call returns when the copy is done. Use pinned memory
+  // for copies that overlap.
+  virtual Status copy_async(CopyKind kind, void* dst, const void* src, size_t bytes,
+                            Stream stream) = 0;
+  // Direct copy between the memory of two devices. The synchronous form is pushed by
+  // src_device and needs enable_peer(src_device, dst_device); the asynchronous form runs on a
+  // stream of src_device or dst_device and needs peer access from that device to the other.
+  virtual Status copy_peer(int dst_device, void* dst, int src_device, const void* src,
+                           size_t bytes) = 0;
+  virtual Status copy_peer_async(int dst_device, void* dst, int src_device, const void* src,
+                                 size_t bytes, Stream stream) = 0;
+
+  // ---- streams and events ----
+  virtual Status create_stream(int device, Stream* out) = 0;
+  // Waits for the stream's work, then destroys it.
+  virtual Status destroy_stream(Stream stream) = 0;
+  // Waits for all work enqueued so far; returns the first error any of it hit.
+  virtual Status synchronize_stream(Stream stream) = 0;
+  // Waits for every stream of the device.
+  virtual Status synchronize_device(int device) = 0;
+  virtual Status create_event(int device, Event* out) = 0;
+  virtual Status destroy_event(Event event) = 0;
+  // The event completes when the work enqueued on `stream` so far has completed.
+  virtual Status record_event(Event event, Stream stream) = 0;
+  // Work enqueued on `stream` after this waits for the event's latest record (a no-op if it
+  // was never recorded).
+  virtual Status stream_wait_event(Stream stream, Event event) = 0;
+  virtual Status synchronize_event(Event event) = 0;
+  virtual Status query_event(Event event, bool* done) = 0;
+  // Runs fn(arg) on a host thread when the stream reaches this point; later work waits for it
+  // (cudaLaunchHostFunc). fn must not call the runtime.
+  using HostFn = void (*)(void* arg);
+  virtual Status launch_host_func(Stream stream, HostFn fn, void* arg) = 0;
+
+  // ---- IPC between processes of one host ----
+  // Exports device memory (ptr may point inside an allocation). The handle stays valid while
+  // the allocation lives.
+  virtual Status ipc_get_handle(const void* ptr, IpcHandle* out) = 0;
+  // Maps another process's exported memory for use by `device`; peer access to the owner is
+  // enabled on the way (cudaIpcMemLazyEnablePeerAccess). Opening a handle exported by this
+  // same process is an error, as in CUDA: use the pointer.
+  virtual Status ipc_open_handle(int device, const IpcHandle& handle, void** out) = 0;
+  virtual Status ipc_close_handle(void* ptr) = 0;
+
+  // ---- reductions ----
+  // dst0 (and dst1) = a op b (or a when b is null), divided by divisor when > 1, on `stream`,
+  // with the host kernels' contract (collectives/kernels/reduce_kernels.hpp). Every buffer must
+  // be device memory the stream's device may touch, or pinned host memory.
+  virtual Status reduce_async(const kernels::ReduceArgs& args, accord_datatype_t dtype,
+                              accord_red_op_t op, Stream stream) = 0;
+};
+
+// Picks the runtime: ACCORD_SIM_TOPO set -> simulated GPUs of that machine (any topology file
+// format); else CUDA when built with it and a device exists; else a runtime with no devices,
+// whose description() says why and whose device calls fail saying so. Logs the choice at info.
+Status make_device_runtime(const Settings& settings, std::unique_ptr<DeviceRuntime>* out);
+
+// Bytes per element; 0 for an unknown dtype.
+size_t dtype_bytes(accord_datatype_t dtype);
+
+}  // namespace accord

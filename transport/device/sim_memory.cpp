@@ -1,0 +1,228 @@
+// Simulated device memory as memfds, pinned host memory as anonymous mappings, and IPC between
+// processes through /proc/<pid>/fd. Note [Simulated device memory] (sim_memory.hpp) says why.
+#include "transport/device/sim_memory.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/crypto.hpp"
+
+namespace accord::sim {
+namespace {
+
+// What the simulated runtime puts in IpcHandle::payload.
+struct Payload {
+  int32_t pid;
+  int32_t fd;
+  char name[64];  // memfd name, NUL-terminated
+};
+static_assert(sizeof(Payload) <= sizeof(IpcHandle::payload), "payload must fit the handle");
+
+size_t page_round(size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (bytes + page - 1) / page * page;
+}
+
+// The link text of an open memfd: "/memfd:NAME (deleted)".
+std::string memfd_link(const std::string& name) { return "/memfd:" + name + " (deleted)"; }
+
+std::string read_link(const std::string& path) {
+  char buf[256];
+  ssize_t n = readlink(path.c_str(), buf, sizeof buf - 1);
+  return n < 0 ? std::string() : std::string(buf, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+SimMemory::~SimMemory() {
+  for (auto& [addr, a] : allocs_) {
+    munmap(a.base, a.map_bytes);
+    if (a.fd >= 0) close(a.fd);
+  }
+}
+
+Status SimMemory::alloc_device(int device, size_t bytes, void** out) {
+  uint8_t rnd[16];
+  ACCORD_TRY(random_bytes(rnd, sizeof rnd));
+  Allocation a;
+  a.name = format("accord-gpu%d-%s", device, to_hex(rnd, sizeof rnd).c_str());
+  a.kind = MemoryKind::kDevice;
+  a.device = device;
+  a.bytes = bytes;
+  a.map_bytes = page_round(bytes);
+  a.fd = memfd_create(a.name.c_str(), MFD_CLOEXEC);
+  if (a.fd < 0) return system_error(errno, "device %d: alloc_device(%zu bytes): memfd_create", device, bytes);
+  int rc = fchmod(a.fd, 0600);
+  if (rc == 0) rc = ftruncate(a.fd, static_cast<off_t>(a.map_bytes));
+  if (rc != 0) rc = errno;
+  if (rc == 0) rc = posix_fallocate(a.fd, 0, static_cast<off_t>(a.map_bytes));
+  if (rc != 0) {
+    close(a.fd);
+    return system_error(rc, "device %d: alloc_device(%zu bytes): reserving simulated device memory "
+                        "(is the host out of memory?)", device, bytes);
+  }
+  a.base = mmap(nullptr, a.map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd, 0);
+  if (a.base == MAP_FAILED) {
+    int err = errno;
+    close(a.fd);
+    return system_error(err, "device %d: alloc_device(%zu bytes): mmap", device, bytes);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  allocs_[reinterpret_cast<uintptr_t>(a.base)] = a;
+  *out = a.base;
+  return Status();
+}
+
+Status SimMemory::alloc_pinned(size_t bytes, void** out) {
+  Allocation a;
+  a.kind = MemoryKind::kHostPinned;
+  a.bytes = bytes;
+  a.map_bytes = page_round(bytes);
+  a.base = mmap(nullptr, a.map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (a.base == MAP_FAILED) return system_error(errno, "alloc_host_pinned(%zu bytes): mmap", bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  allocs_[reinterpret_cast<uintptr_t>(a.base)] = a;
+  *out = a.base;
+  return Status();
+}
+
+Status SimMemory::free(void* ptr, MemoryKind kind, const char* op) {
+  Allocation a;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = allocs_.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == allocs_.end()) {
+      Allocation inside;
+      bool interior = false;
+      for (auto& [addr, x] : allocs_)
+        if (reinterpret_cast<uintptr_t>(ptr) > addr && reinterpret_cast<uintptr_t>(ptr) < addr + x.bytes) {
+          interior = true;
+          inside = x;
+        }
+      if (interior)
+        return error(ACCORD_ERR_INVALID_ARGUMENT, "%s(%p): the pointer is inside an allocation that starts at %p; "
+                     "free the pointer the allocation returned", op, ptr, inside.base);
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "%s(%p): not an allocation of this runtime (freed already, "
+                   "or never allocated here)", op, ptr);
+    }
+    if (it->second.kind != kind || it->second.imported)
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "%s(%p): the pointer is %s%s, not %s; use %s", op, ptr,
+                   it->second.imported ? "imported " : "", memory_kind_name(it->second.kind), memory_kind_name(kind),
+                   it->second.imported ? "ipc_close_handle"
+                   : it->second.kind == MemoryKind::kDevice ? "free_device" : "free_host_pinned");
+    a = it->second;
+    allocs_.erase(it);
+  }
+  munmap(a.base, a.map_bytes);
+  if (a.fd >= 0) close(a.fd);
+  return Status();
+}
+
+bool SimMemory::find(const void* ptr, size_t bytes, Allocation* out) const {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocs_.upper_bound(p);
+  if (it == allocs_.begin()) return false;
+  --it;
+  const Allocation& a = it->second;
+  const uintptr_t base = it->first;
+  // A zero-byte range still needs its pointer inside (or at the end of) the allocation.
+  if (p < base || p > base + a.bytes || (bytes > 0 && (p == base + a.bytes || bytes > base + a.bytes - p)))
+    return false;
+  *out = a;
+  return true;
+}
+
+Status SimMemory::export_handle(const void* ptr, IpcHandle* out) const {
+  Allocation a;
+  if (!find(ptr, 0, &a) || a.kind != MemoryKind::kDevice)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "ipc_get_handle(%p): not device memory of this runtime "
+                 "(freed, or a host pointer)", ptr);
+  if (a.imported)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: ipc_get_handle(%p): the memory was itself opened "
+                 "from an IPC handle; export it from the process that allocated it", a.device, ptr);
+  IpcHandle h;
+  h.magic = IpcHandle::kMagic;
+  h.runtime = static_cast<uint32_t>(IpcRuntime::kSimulated);
+  h.device = a.device;
+  h.offset = static_cast<const char*>(ptr) - static_cast<const char*>(a.base);
+  h.bytes = a.bytes;
+  Payload pl{};
+  pl.pid = getpid();
+  pl.fd = a.fd;
+  std::snprintf(pl.name, sizeof pl.name, "%s", a.name.c_str());
+  std::memcpy(h.payload, &pl, sizeof pl);
+  *out = h;
+  return Status();
+}
+
+Status SimMemory::import_handle(const IpcHandle& h, void** out) {
+  Payload pl;
+  std::memcpy(&pl, h.payload, sizeof pl);
+  pl.name[sizeof pl.name - 1] = '\0';
+  if (pl.pid == getpid())
+    return error(ACCORD_ERR_INVALID_USAGE, "device %d: ipc_open_handle: the handle was exported by this "
+                 "process (pid %d); CUDA refuses this too, use the pointer itself", h.device, pl.pid);
+  const std::string path = format("/proc/%d/fd/%d", pl.pid, pl.fd);
+  const std::string want = memfd_link(pl.name);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT)
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: ipc_open_handle: the memory (%s) is gone: process %d "
+                   "exited or freed it", h.device, pl.name, pl.pid);
+    return system_error(err, "device %d: ipc_open_handle: opening %s of process %d (another user, or "
+                        "ptrace restrictions?)", h.device, path.c_str(), pl.pid);
+  }
+  // Check what we actually opened: the fd number and the pid may have been reused.
+  if (read_link(format("/proc/self/fd/%d", fd)) != want) {
+    close(fd);
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: ipc_open_handle: the memory (%s) is gone: process %d "
+                 "freed it", h.device, pl.name, pl.pid);
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < h.bytes || h.offset > h.bytes) {
+    close(fd);
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: ipc_open_handle: the handle is corrupt (%s: %llu bytes "
+                 "at offset %llu)", h.device, pl.name, (unsigned long long)h.bytes, (unsigned long long)h.offset);
+  }
+  Allocation a;
+  a.kind = MemoryKind::kDevice;
+  a.device = h.device;
+  a.bytes = h.bytes;
+  a.map_bytes = page_round(h.bytes);
+  a.name = pl.name;
+  a.imported = true;
+  a.base = mmap(nullptr, a.map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  close(fd);  // the mapping keeps the memory alive
+  if (a.base == MAP_FAILED) return system_error(err, "device %d: ipc_open_handle: mmap of %s", h.device, pl.name);
+  std::lock_guard<std::mutex> lock(mu_);
+  allocs_[reinterpret_cast<uintptr_t>(a.base)] = a;
+  *out = static_cast<char*>(a.base) + h.offset;
+  return Status();
+}
+
+Status SimMemory::close_imported(void* ptr) {
+  Allocation a;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = allocs_.upper_bound(reinterpret_cast<uintptr_t>(ptr));
+    if (it != allocs_.begin()) --it;
+    if (it == allocs_.end() || !it->second.imported || reinterpret_cast<uintptr_t>(ptr) < it->first ||
+        reinterpret_cast<uintptr_t>(ptr) > it->first + it->second.bytes)
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "ipc_close_handle(%p): not memory opened with ipc_open_handle "
+                   "(closed already?)", ptr);
+    a = it->second;
+    allocs_.erase(it);
+  }
+  munmap(a.base, a.map_bytes);
+  return Status();
+}
+
+}  // namespace accord::sim

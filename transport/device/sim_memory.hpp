@@ -1,0 +1,61 @@
+// Memory of the simulated GPUs: a registry of every allocation (device memory, pinned host
+// memory, and device memory mapped from another process), so that pointer queries work and
+// wrong-device use is caught.
+//
+// Note [Simulated device memory]: every device allocation is its own memfd (memfd_create,
+// mode 0600, close-on-exec), space reserved up front (fallocate: a full machine fails the
+// allocation instead of raising SIGBUS later) and mapped shared. A memfd has no name in any
+// file system, so nothing can be left in /dev/shm, even if the process is killed. Another
+// process opens it through /proc/<pid>/fd/<fd> (the kernel allows this to the same user, as
+// for ptrace-read); the handle also carries the memfd's random name, which the opener checks
+// on the file it actually opened, so a reused fd number or pid is an error, never someone
+// else's memory. The memory disappears when the owner frees it and every importer closed it.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "core/status.hpp"
+#include "transport/device/device_runtime.hpp"
+
+namespace accord::sim {
+
+struct Allocation {
+  void* base = nullptr;
+  size_t bytes = 0;
+  MemoryKind kind = MemoryKind::kHost;
+  int device = -1;         // kDevice: owner
+  int fd = -1;             // memfd of device memory we own; -1 otherwise
+  std::string name;        // memfd name (device memory, own or imported)
+  bool imported = false;   // mapped from another process's handle
+  size_t map_bytes = 0;    // length of the mapping (>= bytes, page-rounded)
+};
+
+class SimMemory {
+ public:
+  SimMemory() = default;
+  ~SimMemory();  // unmaps whatever is left
+  SimMemory(const SimMemory&) = delete;
+  SimMemory& operator=(const SimMemory&) = delete;
+
+  Status alloc_device(int device, size_t bytes, void** out);
+  Status alloc_pinned(size_t bytes, void** out);
+  // Frees an allocation of `kind` that starts at ptr (imported memory is closed, not freed).
+  Status free(void* ptr, MemoryKind kind, const char* op);
+
+  // The allocation holding [ptr, ptr + bytes), if any.
+  bool find(const void* ptr, size_t bytes, Allocation* out) const;
+
+  Status export_handle(const void* ptr, IpcHandle* out) const;
+  // Maps the memory of `h` and registers it as device memory of h.device.
+  Status import_handle(const IpcHandle& h, void** out);
+  Status close_imported(void* ptr);
+
+ private:
+  mutable std::mutex mu_;
+  std::map<uintptr_t, Allocation> allocs_;  // by base address
+};
+
+}  // namespace accord::sim

@@ -1,0 +1,205 @@
+// SimulatedRuntime: streams, events and IPC handles (the handle bookkeeping; the work queues
+// are sim_stream.cpp, the shared memory is sim_memory.cpp).
+#include "transport/device/sim_runtime.hpp"
+
+#include "core/log.hpp"
+
+namespace accord {
+
+Status SimulatedRuntime::find_stream(Stream s, const char* op, std::shared_ptr<sim::SimStream>* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(s.id);
+  if (it == streams_.end())
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "%s: stream %llu does not exist (destroyed, never created, or made "
+                 "by another runtime)", op, (unsigned long long)s.id);
+  *out = it->second;
+  return Status();
+}
+
+Status SimulatedRuntime::find_event(Event e, const char* op, std::shared_ptr<sim::SimEvent>* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = events_.find(e.id);
+  if (it == events_.end())
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "%s: event %llu does not exist (destroyed, never created, or made "
+                 "by another runtime)", op, (unsigned long long)e.id);
+  *out = it->second;
+  return Status();
+}
+
+void SimulatedRuntime::drain_all_streams() {
+  std::vector<std::shared_ptr<sim::SimStream>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, s] : streams_) all.push_back(s);
+  }
+  // Errors stay with their streams and are reported by their own synchronize.
+  for (auto& s : all) (void)s->synchronize();
+}
+
+Status SimulatedRuntime::create_stream(int device, Stream* out) {
+  ACCORD_TRY(check_device(device, "create_stream"));
+  if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: create_stream: null output", device);
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t id = next_id_++;
+  streams_[id] = std::make_shared<sim::SimStream>(id, device);
+  out->id = id;
+  return Status();
+}
+
+Status SimulatedRuntime::destroy_stream(Stream stream) {
+  std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(find_stream(stream, "destroy_stream", &s));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_.erase(stream.id);
+  }
+  // Like cudaStreamDestroy, queued work still runs; its errors have nobody left to hear them.
+  Status st = s->synchronize();
+  if (!st.ok()) LOG_DEBUG(kGpu, "stream %llu destroyed after an error: %s", (unsigned long long)stream.id,
+                          st.message().c_str());
+  return Status();
+}
+
+Status SimulatedRuntime::synchronize_stream(Stream stream) {
+  std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(find_stream(stream, "synchronize_stream", &s));
+  Status st = s->synchronize();
+  if (!st.ok()) return st.prefix(format("stream %llu (device %d): ", (unsigned long long)stream.id, s->device()));
+  return Status();
+}
+
+Status SimulatedRuntime::synchronize_device(int device) {
+  ACCORD_TRY(check_device(device, "synchronize_device"));
+  std::vector<std::shared_ptr<sim::SimStream>> mine;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, s] : streams_)
+      if (s->device() == device) mine.push_back(s);
+  }
+  Status first;
+  for (auto& s : mine) {
+    Status st = s->synchronize();
+    if (!st.ok() && first.ok())
+      first = st.prefix(format("stream %llu (device %d): ", (unsigned long long)s->id(), device));
+  }
+  return first;
+}
+
+Status SimulatedRuntime::create_event(int device, Event* out) {
+  ACCORD_TRY(check_device(device, "create_event"));
+  if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: create_event: null output", device);
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t id = next_id_++;
+  events_[id] = std::make_shared<sim::SimEvent>(id, device);
+  out->id = id;
+  return Status();
+}
+
+Status SimulatedRuntime::destroy_event(Event event) {
+  std::shared_ptr<sim::SimEvent> e;
+  ACCORD_TRY(find_event(event, "destroy_event", &e));
+  // Queued records and waits hold their own reference; the event lives until they ran.
+  std::lock_guard<std::mutex> lock(mu_);
+  events_.erase(event.id);
+  return Status();
+}
+
+Status SimulatedRuntime::record_event(Event event, Stream stream) {
+  std::shared_ptr<sim::SimEvent> e;
+  std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(find_event(event, "record_event", &e));
+  ACCORD_TRY(find_stream(stream, "record_event", &s));
+  if (e->device() != s->device())
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "record_event: event %llu belongs to device %d but stream %llu to "
+                 "device %d; record an event of the stream's device", (unsigned long long)event.id, e->device(),
+                 (unsigned long long)stream.id, s->device());
+  const uint64_t seq = e->begin_record();
+  s->enqueue(
+      [e, seq] {
+        e->complete(seq);
+        return Status();
+      },
+      /*always=*/true);
+  return Status();
+}
+
+Status SimulatedRuntime::stream_wait_event(Stream stream, Event event) {
+  std::shared_ptr<sim::SimEvent> e;
+  std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(find_stream(stream, "stream_wait_event", &s));
+  ACCORD_TRY(find_event(event, "stream_wait_event", &e));
+  const uint64_t seq = e->latest();
+  if (seq == 0) return Status();  // never recorded: nothing to wait for, as in CUDA
+  s->enqueue([e, seq] {
+    e->wait_for(seq);
+    return Status();
+  });
+  return Status();
+}
+
+Status SimulatedRuntime::synchronize_event(Event event) {
+  std::shared_ptr<sim::SimEvent> e;
+  ACCORD_TRY(find_event(event, "synchronize_event", &e));
+  e->wait_for(e->latest());
+  return Status();
+}
+
+Status SimulatedRuntime::query_event(Event event, bool* done) {
+  std::shared_ptr<sim::SimEvent> e;
+  ACCORD_TRY(find_event(event, "query_event", &e));
+  if (!done) return error(ACCORD_ERR_INVALID_ARGUMENT, "query_event: null output");
+  *done = e->done(e->latest());
+  return Status();
+}
+
+Status SimulatedRuntime::launch_host_func(Stream stream, HostFn fn, void* arg) {
+  std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(find_stream(stream, "launch_host_func", &s));
+  if (!fn) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: launch_host_func: null function", s->device());
+  s->enqueue([fn, arg] {
+    fn(arg);
+    return Status();
+  });
+  return Status();
+}
+
+// ---- IPC ----
+
+Status SimulatedRuntime::ipc_get_handle(const void* ptr, IpcHandle* out) {
+  if (!ptr || !out) return error(ACCORD_ERR_INVALID_ARGUMENT, "ipc_get_handle(%p): null pointer or output", ptr);
+  return memory_.export_handle(ptr, out);
+}
+
+Status SimulatedRuntime::ipc_open_handle(int device, const IpcHandle& h, void** out) {
+  ACCORD_TRY(check_device(device, "ipc_open_handle"));
+  if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: ipc_open_handle: null output", device);
+  if (h.magic != IpcHandle::kMagic)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: ipc_open_handle: not an IPC handle (bad magic 0x%08x)",
+                 device, h.magic);
+  if (h.runtime != static_cast<uint32_t>(IpcRuntime::kSimulated))
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: ipc_open_handle: the handle comes from the %s runtime; "
+                 "every rank must use the same runtime (is ACCORD_SIM_TOPO set for all of them?)", device,
+                 h.runtime == static_cast<uint32_t>(IpcRuntime::kCuda) ? "CUDA" : "an unknown");
+  if (h.device < 0 || h.device >= system_.gpu_count())
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: ipc_open_handle: the handle names device %d, but %s has "
+                 "devices 0-%d; do all ranks simulate the same machine?", device, h.device, system_.source.c_str(),
+                 system_.gpu_count() - 1);
+  if (h.device != device) {
+    // cudaIpcMemLazyEnablePeerAccess: opening enables peer access, or fails as enabling would.
+    if (!system_.p2p(device, h.device))
+      return error(ACCORD_ERR_UNSUPPORTED, "device %d: ipc_open_handle of device %d's memory: %s (simulated %s: "
+                   "%s); stage through pinned host memory instead", device, h.device, kPeerAccessUnsupportedText,
+                   system_.source.c_str(), system_.p2p_reason(device, h.device).c_str());
+    std::lock_guard<std::mutex> lock(mu_);
+    peer_[static_cast<size_t>(device * system_.gpu_count() + h.device)] = 1;
+  }
+  return memory_.import_handle(h, out);
+}
+
+Status SimulatedRuntime::ipc_close_handle(void* ptr) {
+  if (!ptr) return error(ACCORD_ERR_INVALID_ARGUMENT, "ipc_close_handle: null pointer");
+  drain_all_streams();
+  return memory_.close_imported(ptr);
+}
+
+}  // namespace accord
