@@ -72,6 +72,8 @@ const std::vector<Entry>& entries() {
       STR_ENTRY("ACCORD_SIM_TOPO", sim_topo, "",
                 "present simulated GPUs of the machine in this topology file"),
       BOOL_ENTRY("ACCORD_P2P_DISABLE", p2p_disable, "0", "never use GPU peer-to-peer; stage through host"),
+      BOOL_ENTRY("ACCORD_SIM_THROTTLE", sim_throttle, "0",
+                 "simulated GPUs: copies take at least bytes / the topology's link bandwidth"),
       STR_ENTRY("ACCORD_FAULT", fault, "",
                 "testing only: make a rank fail on purpose, POINT:RANK[:how=kill|abort|exit|stop][:seq=N][:step=K]"),
   };

@@ -49,7 +49,9 @@ Status make_device_runtime(const Settings& settings, std::unique_ptr<DeviceRunti
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "make_device_runtime: null output");
   if (!settings.sim_topo.empty()) {
     std::unique_ptr<SimulatedRuntime> sim;
-    ACCORD_TRY(SimulatedRuntime::from_file(settings.sim_topo, SimOptions{}, &sim));
+    SimOptions options;
+    options.throttle = settings.sim_throttle;
+    ACCORD_TRY(SimulatedRuntime::from_file(settings.sim_topo, options, &sim));
     LOG_INFO(kGpu, "device runtime: %s (ACCORD_SIM_TOPO)", sim->description().c_str());
     *out = std::move(sim);
     return Status();
