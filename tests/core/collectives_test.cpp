@@ -147,8 +147,9 @@ TEST_P(CollectivesEveryDtype, ExactResults) {
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesEveryDtype, ::testing::Values(1, 2, 3, 5));
 
-TEST(CollectivesProcesses, EveryDtypeFourRanks) {
-  for (const auto& f : run_processes(4, every_dtype_and_op)) ADD_FAILURE() << f;
+TEST(CollectivesProcesses, EveryDtypeThreeRanks) {
+  // Generous limit: under sanitizers on a loaded 2-core machine this takes minutes, not seconds.
+  for (const auto& f : run_processes(3, every_dtype_and_op, 300)) ADD_FAILURE() << f;
 }
 
 class CollectivesThreads : public ::testing::TestWithParam<int> {};

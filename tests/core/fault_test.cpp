@@ -204,6 +204,9 @@ TEST_F(FaultTest, DetectionLatencyFromDeathToError) {
   auto* shared = static_cast<Shared*>(
       mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(shared, MAP_FAILED);
+  // A long deadline: the measurement is death -> error, which must not be cut short by a
+  // timeout (under ThreadSanitizer, exit() itself takes about a second).
+  setenv("ACCORD_TIMEOUT_MS", "10000", 1);
   for (const char* how : {"kill", "abort", "exit"}) {
     shared->died_ns = 0;
     for (auto& n : shared->noticed_ns) n = 0;
@@ -230,7 +233,7 @@ TEST_F(FaultTest, DetectionLatencyFromDeathToError) {
       std::printf("death by %-5s -> rank %d notices after %7.2f ms\n", how, r, ms);
       std::fflush(stdout);  // or forked children flush this buffer again
       EXPECT_GT(shared->died_ns.load(), 0);
-      EXPECT_LT(ms, 1000.0) << how << " rank " << r;
+      EXPECT_LT(ms, kNoticeLimitS * 1000.0) << how << " rank " << r;
       RecordProperty(std::string(how) + "_rank" + std::to_string(r) + "_ms", static_cast<int>(ms * 1000));
     }
   }
