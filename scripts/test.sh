@@ -16,11 +16,15 @@ status=$?
 logs=("$build/meson-logs/testlog.json")
 
 # The unit and multiproc suites again under sanitizers (RELIABILITY.md): AddressSanitizer +
-# UBSan, then ThreadSanitizer; the kernels' own arithmetic tests (single-threaded, minutes
-# under TSan) are left to the plain run. Skip with ACCORD_SANITIZERS=0 (or a test filter).
+# UBSan, then ThreadSanitizer. Left out: the kernels' own arithmetic tests (single-threaded,
+# minutes under TSan) and, under TSan, the benchmark programs (the library paths they run are
+# the core tests' own; the tests shrink their largest sizes there, see tests/support/harness.hpp).
+# Skip with ACCORD_SANITIZERS=0 (or a test filter).
 if [ "${ACCORD_SANITIZERS:-1}" = 1 ] && [ $# -eq 0 ]; then
   for san in address,undefined thread; do
     dir="$build-${san%%,*}"
+    skip=(--no-suite kernels)
+    [ "$san" = thread ] && skip+=(--no-suite bench)
     if [ ! -f "$dir/build.ninja" ]; then
       meson setup "$dir" -Db_sanitize=$san -Db_lundef=false -Dbuildtype=debugoptimized -Dopenblas=disabled \
         -Dcuda=disabled >/dev/null || { echo "sanitizer build $san: setup failed"; status=1; continue; }
@@ -28,8 +32,8 @@ if [ "${ACCORD_SANITIZERS:-1}" = 1 ] && [ $# -eq 0 ]; then
     if ! ninja -C "$dir" >/dev/null; then echo "sanitizer build $san failed"; status=1; continue; fi
     echo "== core suites under -fsanitize=$san"
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 TSAN_OPTIONS=halt_on_error=1 \
-      meson test -C "$dir" --suite unit --suite multiproc --no-suite kernels --num-processes 1 --print-errorlogs \
-      || status=1
+      meson test -C "$dir" --suite unit --suite multiproc "${skip[@]}" --num-processes 1 --no-rebuild \
+      --print-errorlogs || status=1
     logs+=("$dir/meson-logs/testlog.json")
   done
 fi

@@ -145,10 +145,11 @@ class CollectivesEveryDtype : public ::testing::TestWithParam<int> {};
 TEST_P(CollectivesEveryDtype, ExactResults) {
   for (const auto& f : run_threads(GetParam(), every_dtype_and_op)) ADD_FAILURE() << f;
 }
-INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesEveryDtype, ::testing::Values(1, 2, 3, 5));
+INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesEveryDtype,
+                         ::testing::ValuesIn(kThreadSanitizer ? std::vector<int>{1, 3} : std::vector<int>{1, 2, 3, 5}));
 
 TEST(CollectivesProcesses, EveryDtypeThreeRanks) {
-  // Generous limit: under sanitizers on a loaded 2-core machine this takes minutes, not seconds.
+  if (kThreadSanitizer) GTEST_SKIP() << "processes share no memory ThreadSanitizer can see; the thread ranks cover it";
   for (const auto& f : run_processes(3, every_dtype_and_op, 300)) ADD_FAILURE() << f;
 }
 

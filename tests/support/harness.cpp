@@ -91,24 +91,48 @@ std::vector<std::string> run_threads(int nranks, const RankBody& body, const acc
 }
 
 std::vector<std::string> run_processes(int nranks, const RankBody& body, int timeout_s) {
-  accord_unique_id_t id;
-  if (accord_get_unique_id(&id) != ACCORD_SUCCESS) return {std::string("unique id: ") + accord_last_error(nullptr)};
+  // Fork every rank before the unique id exists: accord_get_unique_id starts the bootstrap
+  // store's thread in this process, and a fork while that thread is inside malloc leaves the
+  // child a locked allocator (glibc copes; GCC 12's AddressSanitizer does not, and the child
+  // hangs). The children read the id from a pipe instead.
   std::vector<pid_t> pids;
-  std::vector<int> pipes;
+  std::vector<int> pipes, id_pipes;
   for (int r = 0; r < nranks; ++r) {
-    int fds[2];
-    if (pipe(fds) != 0) return {"pipe failed"};
+    int fds[2], idfds[2];
+    if (pipe(fds) != 0 || pipe(idfds) != 0) return {"pipe failed"};
     pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
+      close(idfds[1]);
+      for (int f : id_pipes) close(f);
+      accord_unique_id_t id;
+      size_t got = 0;
+      while (got < sizeof id) {
+        ssize_t n = read(idfds[0], reinterpret_cast<char*>(&id) + got, sizeof id - got);
+        if (n <= 0) _exit(3);  // the parent could not make an id: it reports that itself
+        got += static_cast<size_t>(n);
+      }
+      close(idfds[0]);
       std::string msg = run_one(id, r, nranks, body);
       if (!msg.empty()) (void)!write(fds[1], msg.data(), msg.size());
       close(fds[1]);
       _exit(msg.empty() ? 0 : 1);
     }
     close(fds[1]);
+    close(idfds[0]);
     pids.push_back(pid);
     pipes.push_back(fds[0]);
+    id_pipes.push_back(idfds[1]);
+  }
+  accord_unique_id_t id;
+  const bool have_id = accord_get_unique_id(&id) == ACCORD_SUCCESS;
+  for (int f : id_pipes) {
+    if (have_id) (void)!write(f, &id, sizeof id);  // 128 bytes: one atomic pipe write
+    close(f);
+  }
+  if (!have_id) {
+    for (pid_t pid : pids) waitpid(pid, nullptr, 0);
+    return {std::string("unique id: ") + accord_last_error(nullptr)};
   }
   std::vector<std::string> failures;
   auto start = std::chrono::steady_clock::now();

@@ -10,6 +10,15 @@
 
 namespace accord::testing {
 
+// ThreadSanitizer sees races between threads only, and instruments every load: the TSan stage
+// of scripts/test.sh shrinks the largest sizes and process-only cases (the plain and ASan
+// stages keep them).
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kThreadSanitizer = true;
+#else
+inline constexpr bool kThreadSanitizer = false;
+#endif
+
 // Body of one rank. Returns an empty string on success, else what went wrong.
 using RankBody = std::function<std::string(accord_comm_t comm, int rank, int nranks)>;
 
@@ -18,7 +27,7 @@ using RankBody = std::function<std::string(accord_comm_t comm, int rank, int nra
 // `id` may be given (e.g. to attack its bootstrap server while the job runs).
 std::vector<std::string> run_threads(int nranks, const RankBody& body, const accord_unique_id_t* id = nullptr);
 
-// Same with nranks forked processes (the unique id is made before fork). A process that
+// Same with nranks forked processes (forked first; the unique id reaches them by pipe). A process that
 // crashes or hangs past timeout_s is reported too.
 std::vector<std::string> run_processes(int nranks, const RankBody& body, int timeout_s = 120);
 
