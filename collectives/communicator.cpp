@@ -1,6 +1,7 @@
 // Communicator creation and the collective entry point (see communicator.hpp).
 #include "collectives/communicator.hpp"
 
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -15,8 +16,14 @@ namespace {
 
 constexpr size_t kDefaultSlotBytes = 256 << 10;  // measured best of 32K..512K at 16-256 MiB
 constexpr size_t kDefaultSlots = 8;
-constexpr size_t kDefaultDirectMaxBytes = 32 << 10;
 constexpr size_t kDefaultStreamingBytes = 4 << 20;  // streaming loses at 1 MiB, wins from 16 MiB
+
+// CPUs this process may run on: more local ranks than this is oversubscription.
+int online_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+}
 
 std::string host_identity(const Settings& s) {
   if (!s.host_id.empty()) return s.host_id;
@@ -137,7 +144,7 @@ Status Communicator::init(const InitSpec& spec) {
                  shape.nslots);
   chunk_bytes_ = shape.slot_bytes;
   if (settings_.chunk_bytes > 0) chunk_bytes_ = std::min(chunk_bytes_, static_cast<size_t>(settings_.chunk_bytes));
-  direct_max_bytes_ = std::min(kDefaultDirectMaxBytes, shape.slot_bytes);
+  if (!settings_.tune_file.empty()) ACCORD_TRY(Tuner::load(settings_.tune_file, &tuner_));
   nt_threshold_ = settings_.nt_threshold_bytes > 0 ? static_cast<size_t>(settings_.nt_threshold_bytes)
                                                    : kDefaultStreamingBytes;
   links_.send.assign(static_cast<size_t>(nranks_), nullptr);
@@ -157,6 +164,7 @@ Status Communicator::init(const InitSpec& spec) {
     return s;
   }
   ACCORD_TRY(store->finish());
+  oversubscribed_ = static_cast<int>(local_ranks_.size()) > online_cores();
   LOG_INFO(kInit, "rank %d of %d ready: %zu local ranks over shm, chunk %zu KiB, wait spin %lld us%s", rank_, nranks_,
            local_ranks_.size(), chunk_bytes_ >> 10, static_cast<long long>(policy_.spin_ns / 1000),
            policy_.yields ? " then yield (oversubscribed)" : "");
@@ -308,22 +316,22 @@ Status Communicator::check_args(const CollArgs& a, size_t* in_bytes, size_t* out
   return Status::success();
 }
 
-Algo Communicator::choose_algo(const CollArgs& a, size_t bytes) {
-  const bool has_forced = has_forced_algo_;
-  const Algo forced = forced_algo_;
+// Note [Tuner model] (tuner.hpp): all-reduce asks the tuner for algorithm and chunk; the other
+// collectives have one algorithm each.
+Algo Communicator::choose_algo(const CollArgs& a, size_t bytes, size_t* chunk) {
+  *chunk = chunk_bytes_;
   Algo pick;
-  const char* why = "";
+  std::string why;
   switch (a.coll) {
     case Collective::kAllReduce:
-      if (has_forced && forced != Algo::kChain) {
-        pick = forced;
+      if (has_forced_algo_ && forced_algo_ != Algo::kChain) {
+        pick = forced_algo_;
         why = "forced by ACCORD_ALGO";
-      } else if (bytes <= direct_max_bytes_ && nranks_ <= 8) {
-        pick = Algo::kDirect;
-        why = "small message: one step of latency beats the ring's 2(n-1)";
       } else {
-        pick = Algo::kRing;
-        why = "large message: the ring moves the fewest bytes per rank";
+        TuneChoice c = tuner_.choose_all_reduce(bytes, nranks_, oversubscribed_, chunk_bytes_);
+        pick = c.pick.algo;
+        if (c.pick.chunk_bytes != 0) *chunk = std::min(chunk_bytes_, c.pick.chunk_bytes);
+        if (log_enabled(LogLevel::kInfo, LogCat::kTune)) why = std::move(c.why);
       }
       break;
     case Collective::kReduceScatter:
@@ -346,10 +354,11 @@ Algo Communicator::choose_algo(const CollArgs& a, size_t bytes) {
     int bucket = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);
     auto key = std::make_pair(static_cast<int>(a.coll), bucket);
     auto it = logged_choices_.find(key);
-    if (it == logged_choices_.end() || it->second != pick) {
-      logged_choices_[key] = pick;
+    const int code = static_cast<int>(pick) * 64 + (*chunk == chunk_bytes_ ? 0 : 1 + static_cast<int>(*chunk >> 16));
+    if (it == logged_choices_.end() || it->second != code) {
+      logged_choices_[key] = code;
       log_message(LogLevel::kInfo, LogCat::kTune, "%s of %zu bytes (%d ranks): %s, chunk %zu KiB (%s)",
-                  collective_name(a.coll), bytes, nranks_, algo_name(pick), chunk_bytes_ >> 10, why);
+                  collective_name(a.coll), bytes, nranks_, algo_name(pick), *chunk >> 10, why.c_str());
     }
   }
   return pick;
@@ -439,12 +448,11 @@ Status Communicator::run(const CollArgs& a) {
 
   ScheduleRequest req;
   req.coll = a.coll;
-  req.algo = choose_algo(a, bytes);
+  req.algo = choose_algo(a, bytes, &req.chunk_bytes);
   req.rank = rank_;
   req.nranks = nranks_;
   req.count = a.count;
   req.elem_bytes = esize;
-  req.chunk_bytes = chunk_bytes_;
   req.root = a.root;
   switch (a.coll) {
     case Collective::kReduceScatter:

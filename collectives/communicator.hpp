@@ -20,6 +20,7 @@
 
 #include "collectives/executor.hpp"
 #include "collectives/schedule.hpp"
+#include "collectives/tuner.hpp"
 #include "core/fault.hpp"
 #include "core/settings.hpp"
 #include "core/status.hpp"
@@ -82,7 +83,7 @@ class Communicator {
   Status check_args(const CollArgs& a, size_t* in_bytes, size_t* out_bytes) const;
   // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
   Status check_consistency(const CollArgs& a);
-  Algo choose_algo(const CollArgs& a, size_t bytes);
+  Algo choose_algo(const CollArgs& a, size_t bytes, size_t* chunk);
   const Schedule* schedule_for(const ScheduleRequest& req);
 
   int rank_ = 0;
@@ -101,7 +102,6 @@ class Communicator {
   uint64_t seq_ = 0;
   std::vector<uint8_t> scratch_;
   size_t chunk_bytes_ = 0;
-  size_t direct_max_bytes_ = 0;
   size_t nt_threshold_ = 0;
   using ScheduleKey = std::tuple<int, int, size_t, size_t, size_t, int, bool>;
   std::map<ScheduleKey, Schedule> schedules_;  // map nodes do not move: pointers stay valid
@@ -109,7 +109,9 @@ class Communicator {
   const Schedule* last_schedule_ = nullptr;
   bool has_forced_algo_ = false;  // ACCORD_ALGO, parsed once
   Algo forced_algo_ = Algo::kRing;
-  std::map<std::pair<int, int>, Algo> logged_choices_;  // (collective, log2 size) -> algo, for info logs
+  std::map<std::pair<int, int>, int> logged_choices_;  // (collective, log2 size) -> algo and chunk, for info logs
+  Tuner tuner_;
+  bool oversubscribed_ = false;  // more ranks on this host than CPUs to run them (the tuner's model)
   // Group worker (accord_group_end).
   std::thread worker_;
   std::mutex worker_mutex_;

@@ -1,0 +1,200 @@
+#include "collectives/tuner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <tuple>
+
+#include "core/status.hpp"
+
+namespace accord {
+namespace {
+
+constexpr const char* kHeader = "accord-tune 1";
+
+bool parse_algo_name(const std::string& s, Algo* out) {
+  if (s == "ring") return *out = Algo::kRing, true;
+  if (s == "tree") return *out = Algo::kTree, true;
+  if (s == "direct") return *out = Algo::kDirect, true;
+  if (s == "rd") return *out = Algo::kRecursiveDoubling, true;
+  return false;
+}
+
+size_t effective_chunk(const TuneCandidate& c, size_t max_chunk) {
+  return c.chunk_bytes == 0 ? max_chunk : std::min(c.chunk_bytes, max_chunk);
+}
+
+double ceil_div(double a, double b) { return std::max(1.0, std::ceil(a / b)); }
+
+auto point_key(const Tuner::Point& p) {
+  return std::make_tuple(p.nranks, static_cast<int>(p.cand.algo), p.cand.chunk_bytes, p.bytes);
+}
+
+}  // namespace
+
+std::string candidate_name(const TuneCandidate& c) {
+  std::string s = algo_name(c.algo);
+  if (c.chunk_bytes != 0) s += "/" + std::to_string(c.chunk_bytes >> 10) + "K";
+  return s;
+}
+
+Status Tuner::load(const std::string& path, Tuner* out) {
+  std::ifstream in(path);
+  if (!in)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_TUNE_FILE=%s cannot be opened; write one with "
+                 "bench/calibrate.sh, or unset it to use the built-in model", path.c_str());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse(ss.str(), path, out);
+}
+
+// Format: a first line "accord-tune 1", then lines "all_reduce NRANKS ALGO CHUNK_BYTES BYTES TIME_US";
+// '#' starts a comment.
+Status Tuner::parse(const std::string& text, const std::string& name, Tuner* out) {
+  Tuner t;
+  t.source_ = name;
+  std::istringstream in(text);
+  std::string line;
+  int lineno = 0;
+  bool header = false;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream f(line);
+    std::string coll, algo;
+    if (!(f >> coll)) continue;
+    if (!header) {
+      std::string version;
+      f >> version;
+      if (coll + " " + version != kHeader)
+        return error(ACCORD_ERR_INVALID_ARGUMENT, "%s:%d: expected the header '%s', found '%s'; is this a tune file "
+                     "written by bench/calibrate.sh?", name.c_str(), lineno, kHeader, line.c_str());
+      header = true;
+      continue;
+    }
+    Point p;
+    double chunk = -1, bytes = -1;
+    std::string extra;
+    if (coll != "all_reduce" || !(f >> p.nranks >> algo >> chunk >> bytes >> p.us) || (f >> extra))
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "%s:%d: expected 'all_reduce NRANKS ALGO CHUNK_BYTES BYTES TIME_US', "
+                   "found '%s'", name.c_str(), lineno, line.c_str());
+    if (!parse_algo_name(algo, &p.cand.algo))
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "%s:%d: '%s' is not an all-reduce algorithm (ring, tree, direct, rd)",
+                   name.c_str(), lineno, algo.c_str());
+    if (p.nranks < 1 || chunk < 0 || bytes < 0 || !(p.us > 0) || !std::isfinite(p.us))
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "%s:%d: NRANKS must be >= 1, CHUNK_BYTES and BYTES >= 0 and TIME_US a "
+                   "positive number: '%s'", name.c_str(), lineno, line.c_str());
+    p.cand.chunk_bytes = static_cast<size_t>(chunk);
+    p.bytes = static_cast<size_t>(bytes);
+    t.points_.push_back(p);
+  }
+  if (!header)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "%s: empty; expected the header '%s' and measurements", name.c_str(),
+                 kHeader);
+  std::sort(t.points_.begin(), t.points_.end(),
+            [](const Point& a, const Point& b) { return point_key(a) < point_key(b); });
+  for (size_t i = 1; i < t.points_.size(); ++i)
+    if (point_key(t.points_[i]) == point_key(t.points_[i - 1]))
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "%s: %s on %d ranks at %zu bytes is measured twice", name.c_str(),
+                   candidate_name(t.points_[i].cand).c_str(), t.points_[i].nranks, t.points_[i].bytes);
+  *out = std::move(t);
+  return Status::success();
+}
+
+bool Tuner::calibrated_for(int nranks) const {
+  return std::any_of(points_.begin(), points_.end(), [&](const Point& p) { return p.nranks == nranks; });
+}
+
+// Note [Tuner model]: hops of latency and bytes through the busiest rank, from the costs at the
+// top of algorithms/*.cpp.
+double Tuner::model_us(const TuneCandidate& c, size_t bytes, int nranks, bool oversubscribed, size_t max_chunk) const {
+  const double n = nranks, s = static_cast<double>(bytes);
+  const double chunk = static_cast<double>(effective_chunk(c, max_chunk));
+  const double hop = oversubscribed ? k_.oversubscribed_hop_us : k_.hop_us;
+  const double copy = k_.copy_bytes_per_us, red = k_.reduce_bytes_per_us;
+  switch (c.algo) {
+    case Algo::kRing: {
+      const double pieces = ceil_div(s / n, chunk);
+      return hop * (2 * (n - 1) + pieces - 1) + 2 * (n - 1) / n * s / copy + (n - 1) / n * s / red;
+    }
+    case Algo::kTree: {
+      const double depth = std::ceil(std::log2(n));
+      const double pieces = ceil_div(s / 2, chunk);
+      return hop * (2 * depth + pieces - 1) + 2 * s / copy + s / red;
+    }
+    case Algo::kDirect:
+      return hop * ceil_div(s, chunk) + (n - 1) * s / copy + (n - 1) * s / red;
+    case Algo::kRecursiveDoubling: {
+      const double p = std::exp2(std::floor(std::log2(n)));
+      const double rounds = std::log2(p) + (p < n ? 2 : 0);
+      return hop * rounds * ceil_div(s, chunk) + rounds * s / copy + std::log2(p) * s / red;
+    }
+    default:
+      return 1e30;
+  }
+}
+
+bool Tuner::measured_us(const TuneCandidate& c, size_t bytes, int nranks, size_t max_chunk, double* us) const {
+  if (c.chunk_bytes > max_chunk) return false;  // measured with chunks this transport cannot carry
+  std::vector<const Point*> pts;
+  for (const Point& p : points_)
+    if (p.nranks == nranks && p.cand.algo == c.algo && p.cand.chunk_bytes == c.chunk_bytes) pts.push_back(&p);
+  if (pts.empty()) return false;
+  if (bytes <= pts.front()->bytes || pts.size() == 1) {
+    // Below the smallest measured size: latency-bound, its time. One point only: scale the
+    // part above it linearly.
+    const Point& p = *pts.front();
+    *us = bytes <= p.bytes ? p.us : p.us * static_cast<double>(bytes) / static_cast<double>(std::max<size_t>(1, p.bytes));
+    return true;
+  }
+  size_t i = 1;
+  while (i + 1 < pts.size() && pts[i]->bytes < bytes) ++i;
+  const Point& a = *pts[i - 1];
+  const Point& b = *pts[i];
+  // The segment's own alpha + bytes / beta (extrapolated past the last point).
+  const double slope = (b.us - a.us) / static_cast<double>(b.bytes - a.bytes);
+  *us = std::max(a.us + slope * (static_cast<double>(bytes) - static_cast<double>(a.bytes)), 1e-3);
+  return true;
+}
+
+double Tuner::predict(const TuneCandidate& c, size_t bytes, int nranks, bool oversubscribed, size_t max_chunk) const {
+  double us = 0;
+  if (measured_us(c, bytes, nranks, max_chunk, &us)) return us;
+  return model_us(c, bytes, nranks, oversubscribed, max_chunk);
+}
+
+TuneChoice Tuner::choose_all_reduce(size_t bytes, int nranks, bool oversubscribed, size_t max_chunk) const {
+  TuneChoice best;
+  if (nranks <= 1) {
+    best.why = "one rank: a local copy";
+    return best;
+  }
+  std::vector<TuneCandidate> cands;
+  bool measured = false;
+  for (const Point& p : points_) {
+    if (p.nranks != nranks || p.cand.chunk_bytes > max_chunk) continue;
+    if (std::none_of(cands.begin(), cands.end(), [&](const TuneCandidate& c) {
+          return c.algo == p.cand.algo && c.chunk_bytes == p.cand.chunk_bytes;
+        }))
+      cands.push_back(p.cand);
+    measured = true;
+  }
+  if (!measured) cands = {{Algo::kRing, 0}, {Algo::kTree, 0}, {Algo::kDirect, 0}, {Algo::kRecursiveDoubling, 0}};
+  std::vector<std::pair<double, TuneCandidate>> scored;
+  for (const TuneCandidate& c : cands) scored.emplace_back(predict(c, bytes, nranks, oversubscribed, max_chunk), c);
+  std::stable_sort(scored.begin(), scored.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  best.pick = scored.front().second;
+  best.predicted_us = scored.front().first;
+  best.why = format("%s predicts %.1f us", measured ? source_.c_str() : "built-in model", best.predicted_us);
+  for (size_t i = 1; i < scored.size() && i < 4; ++i)
+    best.why += format(i == 1 ? " vs %s %.1f" : ", %s %.1f", candidate_name(scored[i].second).c_str(),
+                       scored[i].first);
+  if (!measured && !points_.empty())
+    best.why += format("; %s has no measurements for %d ranks", source_.c_str(), nranks);
+  return best;
+}
+
+}  // namespace accord

@@ -1,0 +1,84 @@
+// The tuner: which all-reduce algorithm, with which chunk size, for a call of S bytes on n ranks.
+//
+// Note [Tuner model]: each candidate (algorithm, chunk) has a time model t(S) = alpha + S / beta.
+// Built in, alpha and beta come from the algorithm's cost (hops of latency and bytes moved,
+// written at the top of each file in algorithms/) and three machine constants: the latency of
+// one shared-memory hop, the copy bandwidth and the reduce bandwidth, with the hop latency
+// raised when ranks outnumber cores (each hop then waits for a scheduler round). A calibration
+// run (bench/calibrate.sh) measures every candidate at sizes 8 B .. 256 MiB and saves the
+// times in a tune file (ACCORD_TUNE_FILE); between two measured sizes the model is the line
+// through them (its own alpha and beta for that size range), below the smallest it is the
+// smallest's time, above the largest it continues the last segment. A file covers the rank
+// counts it was measured with; other rank counts use the built-in model.
+//
+// Only all-reduce has several algorithms today; the other collectives have one each
+// (communicator.cpp).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "collectives/schedule.hpp"
+#include "core/status.hpp"
+
+namespace accord {
+
+struct TuneCandidate {
+  Algo algo = Algo::kRing;
+  size_t chunk_bytes = 0;  // 0: the transport's slot size
+};
+
+struct TuneChoice {
+  TuneCandidate pick;
+  double predicted_us = 0;
+  std::string why;  // for ACCORD_LOG=tune:info: the model used and the runners-up
+};
+
+// Built-in machine constants (measured on the 2-core development VM with bench/, see
+// bench/README.md; a tune file replaces them).
+struct TuneConstants {
+  double hop_us = 0.3;               // one message from a rank to its neighbour, spinning
+  double oversubscribed_hop_us = 6;  // the same when ranks outnumber cores (a scheduler round)
+  double copy_bytes_per_us = 9000;   // ~9 GB/s through a shared-memory slot
+  double reduce_bytes_per_us = 7000; // ~7 GB/s reading two operands, writing one
+};
+
+class Tuner {
+ public:
+  // Reads a tune file; an unreadable or malformed file is an error naming the file and line.
+  static Status load(const std::string& path, Tuner* out);
+  // Parses the text of a tune file (`name` for messages).
+  static Status parse(const std::string& text, const std::string& name, Tuner* out);
+
+  // Picks for an all-reduce of `bytes` on `nranks` ranks (more of them on a host than it has
+  // cores: `oversubscribed`), chunks of at most `max_chunk` bytes.
+  TuneChoice choose_all_reduce(size_t bytes, int nranks, bool oversubscribed, size_t max_chunk) const;
+
+  // The model's time for one candidate (microseconds).
+  double predict(const TuneCandidate& c, size_t bytes, int nranks, bool oversubscribed, size_t max_chunk) const;
+
+  bool calibrated_for(int nranks) const;
+  const std::string& source() const { return source_; }
+
+  struct Point {
+    int nranks = 0;
+    TuneCandidate cand;
+    size_t bytes = 0;
+    double us = 0;
+  };
+  const std::vector<Point>& points() const { return points_; }
+
+ private:
+  double model_us(const TuneCandidate& c, size_t bytes, int nranks, bool oversubscribed, size_t max_chunk) const;
+  bool measured_us(const TuneCandidate& c, size_t bytes, int nranks, size_t max_chunk, double* us) const;
+
+  TuneConstants k_;
+  std::vector<Point> points_;  // sorted by (nranks, algo, chunk, bytes)
+  std::string source_ = "built-in model";
+};
+
+// "ring", "ring/64K": the candidate as tune files and logs spell it.
+std::string candidate_name(const TuneCandidate& c);
+
+}  // namespace accord
