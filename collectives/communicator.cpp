@@ -328,10 +328,18 @@ Algo Communicator::choose_algo(const CollArgs& a, size_t bytes, size_t* chunk) {
         pick = forced_algo_;
         why = "forced by ACCORD_ALGO";
       } else {
+        // Training and benchmarks repeat a few sizes: the tuner runs once per size.
+        auto hit = tune_cache_.find(bytes);
+        if (hit != tune_cache_.end()) {
+          *chunk = hit->second.second;
+          return hit->second.first;
+        }
         TuneChoice c = tuner_.choose_all_reduce(bytes, nranks_, oversubscribed_, chunk_bytes_);
         pick = c.pick.algo;
         if (c.pick.chunk_bytes != 0) *chunk = std::min(chunk_bytes_, c.pick.chunk_bytes);
-        if (log_enabled(LogLevel::kInfo, LogCat::kTune)) why = std::move(c.why);
+        why = std::move(c.why);
+        if (tune_cache_.size() >= 256) tune_cache_.clear();
+        tune_cache_.emplace(bytes, std::make_pair(pick, *chunk));
       }
       break;
     case Collective::kReduceScatter:

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "collectives/executor.hpp"
@@ -111,6 +112,7 @@ class Communicator {
   Algo forced_algo_ = Algo::kRing;
   std::map<std::pair<int, int>, int> logged_choices_;  // (collective, log2 size) -> algo and chunk, for info logs
   Tuner tuner_;
+  std::unordered_map<size_t, std::pair<Algo, size_t>> tune_cache_;  // all-reduce bytes -> algorithm, chunk
   bool oversubscribed_ = false;  // more ranks on this host than CPUs to run them (the tuner's model)
   // Group worker (accord_group_end).
   std::thread worker_;
