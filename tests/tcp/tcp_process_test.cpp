@@ -23,8 +23,10 @@ constexpr size_t kVolumeBytes = size_t{64} << 20;  // sanitizers run ~10x slower
 constexpr size_t kVolumeBytes = size_t{1} << 30;
 #endif
 
-// Forks rank 1 running `child` (its exit code is the result), then sets up rank 0 here.
-// The store starts after the fork, so the child never inherits a half-held lock.
+// Forks rank 1 running `child` (its exit code is the result), then sets up rank 0 here. The
+// child runs the store and hands its endpoint over a pipe: the parent then starts no thread
+// that outlives a test, so the next fork is from a single-threaded process (ThreadSanitizer
+// cannot follow threads started after a multi-threaded fork).
 struct Pair {
   pid_t pid = -1;
   Rank rank0;
@@ -35,11 +37,13 @@ struct Pair {
     if (pipe(fds) != 0) std::abort();
     pid = fork();
     if (pid == 0) {
-      ::close(fds[1]);
+      ::close(fds[0]);
       StoreEndpoint ep;
-      if (read(fds[0], &ep, sizeof ep) != static_cast<ssize_t>(sizeof ep)) _exit(3);
+      Status s = start_store("127.0.0.1:0", &ep);
+      if (!s.ok() || write(fds[1], &ep, sizeof ep) != static_cast<ssize_t>(sizeof ep)) _exit(3);
+      ::close(fds[1]);
       Rank r;
-      Status s = open_rank(ep, 1, 2, options, &r);
+      s = open_rank(ep, 1, 2, options, &r);
       if (!s.ok()) {
         fprintf(stderr, "child setup: %s\n", s.message().c_str());
         _exit(2);
@@ -48,11 +52,11 @@ struct Pair {
       r.tcp.reset();  // flushes what is queued and says goodbye; _exit alone would drop it
       _exit(rc);
     }
-    ::close(fds[0]);
-    StoreEndpoint ep;
-    setup = start_store("127.0.0.1:0", &ep);
-    if (write(fds[1], &ep, sizeof ep) != static_cast<ssize_t>(sizeof ep)) setup = error(ACCORD_ERR_SYSTEM, "pipe");
     ::close(fds[1]);
+    StoreEndpoint ep;
+    if (read(fds[0], &ep, sizeof ep) != static_cast<ssize_t>(sizeof ep))
+      setup = error(ACCORD_ERR_SYSTEM, "the child did not start its store");
+    ::close(fds[0]);
     if (setup.ok()) setup = open_rank(ep, 0, 2, options, &rank0);
   }
   int join() {
