@@ -118,6 +118,7 @@ Status Communicator::create(const InitSpec& spec, std::unique_ptr<Communicator>*
 Status Communicator::init(const InitSpec& spec) {
   rank_ = spec.rank;
   nranks_ = spec.nranks;
+  endpoint_ = spec.endpoint;
   settings_ = spec.settings;
   RankScope scope(rank_, nranks_);
   log_settings(settings_);
@@ -144,6 +145,7 @@ Status Communicator::init(const InitSpec& spec) {
   links_.recv.assign(static_cast<size_t>(nranks_), nullptr);
   links_.pidfd.assign(static_cast<size_t>(nranks_), -1);
   local_ranks_ = {rank_};
+  hosts_ = {host_identity(settings_)};
   if (nranks_ == 1) return Status::success();
 
   const Deadline deadline = Deadline::after_ms(settings_.init_timeout_ms);
@@ -157,8 +159,8 @@ Status Communicator::init(const InitSpec& spec) {
     return s;
   }
   ACCORD_TRY(store->finish());
-  LOG_INFO(kInit, "rank %d of %d ready: %zu local ranks over shm, chunk %zu KiB, wait spin %lld us%s", rank_, nranks_,
-           local_ranks_.size(), chunk_bytes_ >> 10, static_cast<long long>(policy_.spin_ns / 1000),
+  LOG_INFO(kInit, "rank %d of %d ready: %zu local ranks over shm, %zu remote over tcp, chunk %zu KiB, wait spin %lld us%s", rank_, nranks_,
+           local_ranks_.size(), remote_ranks_.size(), chunk_bytes_ >> 10, static_cast<long long>(policy_.spin_ns / 1000),
            policy_.yields ? " then yield (oversubscribed)" : "");
   return Status::success();
 }
@@ -167,23 +169,10 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
   const std::string me = host_identity(settings_) + "\n" + std::to_string(getpid());
   std::vector<std::string> infos;
   ACCORD_TRY(store->all_gather("info", rank_, nranks_, me, &infos, deadline));
-  const std::string my_host = me.substr(0, me.find('\n'));
-  local_ranks_.clear();
   std::vector<long> job_pids;
-  for (int r = 0; r < nranks_; ++r) {
-    const std::string& info = infos[static_cast<size_t>(r)];
-    const size_t nl = info.find('\n');
-    if (info.substr(0, nl) != my_host)
-      return error(ACCORD_ERR_UNSUPPORTED, "rank %d: rank %d runs on another host (%s); this build of Accord "
-                   "connects ranks on one host only (shared memory). Run all ranks on one machine.",
-                   rank_, r, info.substr(0, nl).c_str());
-    local_ranks_.push_back(r);
-    hosts_.push_back(info.substr(0, nl));
-    const pid_t pid = static_cast<pid_t>(std::atol(info.c_str() + nl + 1));
-    job_pids.push_back(pid);
-    if (r != rank_ && pid != getpid()) links_.pidfd[static_cast<size_t>(r)] = open_pidfd(pid);
-  }
-  if (settings_.shm_disable)
+  group_by_host(infos, &job_pids);
+  const bool local_peers = local_ranks_.size() > 1;
+  if (settings_.shm_disable && local_peers)
     return error(ACCORD_ERR_UNSUPPORTED, "rank %d: ACCORD_SHM_DISABLE=1 leaves no transport between ranks on one "
                  "host in this build; unset it", rank_);
   ShmOptions options;
@@ -204,15 +193,62 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
     links_.send[static_cast<size_t>(r)] = shm_->sender(r);
     links_.recv[static_cast<size_t>(r)] = shm_->receiver(r);
   }
+  return connect_remote(store, deadline);
+}
+
+// Ranks on this host (same host identity: hostname + boot id, or ACCORD_HOST_ID) talk over
+// shared memory and watch each other's processes through pidfds; every other rank is remote.
+// A pid from another host means nothing here, so remote ranks get no pidfd: the TCP transport
+// notices their death by its sockets (Note [TCP liveness]).
+void Communicator::group_by_host(const std::vector<std::string>& infos, std::vector<long>* local_pids) {
+  const std::string& mine = infos[static_cast<size_t>(rank_)];
+  const std::string my_host = mine.substr(0, mine.find('\n'));
+  local_ranks_.clear();
+  remote_ranks_.clear();
+  hosts_.clear();
+  for (int r = 0; r < nranks_; ++r) {
+    const std::string& info = infos[static_cast<size_t>(r)];
+    const size_t nl = info.find('\n');
+    hosts_.push_back(info.substr(0, nl));
+    if (hosts_.back() != my_host) {
+      remote_ranks_.push_back(r);
+      continue;
+    }
+    local_ranks_.push_back(r);
+    const pid_t pid = static_cast<pid_t>(std::atol(info.c_str() + nl + 1));
+    local_pids->push_back(pid);
+    if (r != rank_ && pid != getpid()) links_.pidfd[static_cast<size_t>(r)] = open_pidfd(pid);
+  }
+}
+
+// TCP to every rank on another host, over channels of the same shape as shared memory's
+// (the executor cuts messages at chunk_bytes_ = slot size whatever the transport).
+Status Communicator::connect_remote(StoreClient* store, Deadline deadline) {
+  if (remote_ranks_.empty()) return Status::success();
+  TcpOptions options = make_tcp_options(settings_, endpoint_, shape_.slot_bytes, shape_.nslots);
+  ACCORD_TRY(TcpTransport::setup(store, rank_, nranks_, remote_ranks_, options, deadline, &tcp_));
+  for (int r : remote_ranks_) {
+    links_.send[static_cast<size_t>(r)] = tcp_->sender(r);
+    links_.recv[static_cast<size_t>(r)] = tcp_->receiver(r);
+  }
+  LOG_INFO(kInit, "rank %d: TCP to %zu ranks on other hosts over %s (%s), %d sockets per peer", rank_,
+           remote_ranks_.size(), tcp_->interface_name().c_str(), tcp_->listen_address().to_string().c_str(),
+           tcp_->nsocks());
   return Status::success();
 }
 
 std::string Communicator::plan() const {
+  auto short_host = [](const std::string& h) { return h.substr(0, h.find('/')); };
   std::string out;
   for (int a = 0; a < nranks_; ++a)
     for (int b = a + 1; b < nranks_; ++b) {
-      const std::string& host = hosts_.at(static_cast<size_t>(a));
-      out += format("pair %d-%d: shm (same host %s, shared memory)\n", a, b, host.substr(0, host.find('/')).c_str());
+      const std::string& ha = hosts_.at(static_cast<size_t>(a));
+      const std::string& hb = hosts_.at(static_cast<size_t>(b));
+      if (ha == hb)
+        out += format("pair %d-%d: shm (same host %s, shared memory)\n", a, b, short_host(ha).c_str());
+      else
+        out += format("pair %d-%d: tcp (different hosts %s and %s, %d sockets)\n", a, b, short_host(ha).c_str(),
+                      short_host(hb).c_str(), tcp_nsocks());
     }
   return out;
 }
