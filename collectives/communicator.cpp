@@ -17,6 +17,10 @@ constexpr size_t kDefaultSlotBytes = 256 << 10;  // measured best of 32K..512K a
 constexpr size_t kDefaultSlots = 8;
 constexpr size_t kDefaultDirectMaxBytes = 32 << 10;
 constexpr size_t kDefaultStreamingBytes = 4 << 20;  // streaming loses at 1 MiB, wins from 16 MiB
+// Note [Hierarchical choice]: with ranks on several hosts (each holding as many), all-reduce
+// from this size up is hierarchical: the host links then carry 2(H-1)/H of the buffer, the
+// least possible, where the flat ring carries 2(n-1)/n. Below it the ring's fewer hops win.
+constexpr size_t kHierMinBytes = 1 << 20;
 
 std::string host_identity(const Settings& s) {
   if (!s.host_id.empty()) return s.host_id;
@@ -49,6 +53,7 @@ bool parse_algo(const std::string& s, Algo* out) {
   if (s == "chain") return *out = Algo::kChain, true;
   if (s == "tree") return *out = Algo::kTree, true;
   if (s == "rd") return *out = Algo::kRecursiveDoubling, true;
+  if (s == "hier") return *out = Algo::kHierarchical, true;
   return false;
 }
 
@@ -126,7 +131,7 @@ Status Communicator::init(const InitSpec& spec) {
   if (!settings_.algo.empty()) {
     has_forced_algo_ = parse_algo(settings_.algo, &forced_algo_);
     if (!has_forced_algo_)
-      return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_ALGO='%s' is not an algorithm; use ring, tree, direct, rd (recursive doubling) or chain",
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_ALGO='%s' is not an algorithm; use ring, tree, direct, rd (recursive doubling), hier (hierarchical, several hosts) or chain",
                    settings_.algo.c_str());
   }
   FifoShape& shape = shape_;
@@ -146,6 +151,7 @@ Status Communicator::init(const InitSpec& spec) {
   links_.pidfd.assign(static_cast<size_t>(nranks_), -1);
   local_ranks_ = {rank_};
   hosts_ = {host_identity(settings_)};
+  host_of_ = {0};
   if (nranks_ == 1) return Status::success();
 
   const Deadline deadline = Deadline::after_ms(settings_.init_timeout_ms);
@@ -206,10 +212,17 @@ void Communicator::group_by_host(const std::vector<std::string>& infos, std::vec
   local_ranks_.clear();
   remote_ranks_.clear();
   hosts_.clear();
+  std::map<std::string, int> index;  // host identity -> small int, by first appearance
+  std::vector<int> per_host;
+  host_of_.clear();
   for (int r = 0; r < nranks_; ++r) {
     const std::string& info = infos[static_cast<size_t>(r)];
     const size_t nl = info.find('\n');
     hosts_.push_back(info.substr(0, nl));
+    auto at = index.emplace(hosts_.back(), static_cast<int>(index.size())).first;
+    host_of_.push_back(at->second);
+    if (at->second == static_cast<int>(per_host.size())) per_host.push_back(0);
+    ++per_host[static_cast<size_t>(at->second)];
     if (hosts_.back() != my_host) {
       remote_ranks_.push_back(r);
       continue;
@@ -219,6 +232,9 @@ void Communicator::group_by_host(const std::vector<std::string>& infos, std::vec
     local_pids->push_back(pid);
     if (r != rank_ && pid != getpid()) links_.pidfd[static_cast<size_t>(r)] = open_pidfd(pid);
   }
+  // The hierarchical schedule needs as many ranks on every host.
+  nhosts_ = static_cast<int>(per_host.size());
+  hosts_even_ = std::count(per_host.begin(), per_host.end(), per_host[0]) == static_cast<long>(per_host.size());
 }
 
 // TCP to every rank on another host, over channels of the same shape as shared memory's
@@ -354,6 +370,13 @@ Algo Communicator::choose_algo(const CollArgs& a, size_t bytes) {
       if (has_forced && forced != Algo::kChain) {
         pick = forced;
         why = "forced by ACCORD_ALGO";
+        if (pick == Algo::kHierarchical && !hosts_even_) {
+          pick = Algo::kRing;
+          why = "ACCORD_ALGO=hier needs as many ranks on every host; ring instead";
+        }
+      } else if (nhosts_ > 1 && hosts_even_ && bytes >= kHierMinBytes) {
+        pick = Algo::kHierarchical;
+        why = "several hosts, large message: host links carry the least (Note [Hierarchical choice])";
       } else if (bytes <= direct_max_bytes_ && nranks_ <= 8) {
         pick = Algo::kDirect;
         why = "small message: one step of latency beats the ring's 2(n-1)";
@@ -476,6 +499,7 @@ Status Communicator::run(const CollArgs& a) {
   ScheduleRequest req;
   req.coll = a.coll;
   req.algo = choose_algo(a, bytes);
+  req.host_of = host_of_.data();
   req.rank = rank_;
   req.nranks = nranks_;
   req.count = a.count;

@@ -102,6 +102,9 @@ class Communicator {
   std::vector<int> local_ranks_;   // on this host, including this rank: shared memory
   std::vector<int> remote_ranks_;  // on other hosts: TCP
   std::vector<std::string> hosts_;  // host identity of every rank (from init)
+  std::vector<int> host_of_;        // the same as small ints (ScheduleRequest::host_of)
+  int nhosts_ = 1;
+  bool hosts_even_ = true;          // as many ranks on every host (Note [Hierarchical choice])
   std::atomic<bool> abort_{false};
   Status sticky_;  // first failure inside a collective
   std::atomic<accord_status_t> sticky_code_{ACCORD_SUCCESS};
