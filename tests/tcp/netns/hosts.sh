@@ -14,7 +14,8 @@
 #   hosts.sh addr I             print host I's address
 #   hosts.sh down TAG           remove every namespace, link and mount of TAG
 # TAG: 1-8 letters/digits, unique per concurrent user. Scripts can instead source this file and
-# call netns_check / netns_up / netns_run / netns_down (with `trap "netns_down TAG" EXIT`).
+# call netns_check / netns_up / netns_run / netns_down (with `trap "netns_down TAG" EXIT`), and
+# netns_write_agent for mpirun across the hosts.
 
 NETNS_STATE=${NETNS_STATE:-/run/accord-netns}
 NETNS_SUBNET=10.88.0
@@ -69,11 +70,30 @@ netns_up() {
   done
 }
 
-# Token bucket on host I's link, both directions.
+# Token bucket on host I's link, both directions. NETNS_BURST (default 256kb) is the bucket:
+# it must hold at least rate / HZ, e.g. 2mb for 10gbit.
 netns_rate() {
-  local tag=$1 i=$2 rate=$3
-  tc qdisc replace dev "acv-$tag-$i" root tbf rate "$rate" burst 256kb latency 50ms &&
-    ip netns exec "acc-$tag-h$i" tc qdisc replace dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
+  local tag=$1 i=$2 rate=$3 burst=${NETNS_BURST:-256kb}
+  tc qdisc replace dev "acv-$tag-$i" root tbf rate "$rate" burst "$burst" latency 50ms &&
+    ip netns exec "acc-$tag-h$i" tc qdisc replace dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms
+}
+
+# Writes an executable launch agent for Open MPI (--mca plm_rsh_agent FILE) to FILE. Open MPI
+# runs `AGENT [options] HOST COMMAND...` as it would ssh; HOST is a fake host's address. The
+# agent goes back to the caller's mount namespace (where the hosts' namespace files are; the
+# caller must outlive the job), enters that host and runs the command with a shell, as sshd
+# would. mpirun itself runs on host 0 (netns_run TAG 0 mpirun ...), like on a cluster's node.
+netns_write_agent() {
+  local tag=$1 file=$2 self
+  self=$(readlink -f "${BASH_SOURCE[0]}")
+  cat >"$file" <<AGENT
+#!/usr/bin/env bash
+while [ \$# -gt 0 ] && [ "\${1#-}" != "\$1" ]; do shift; done
+host=\$1; shift
+i=\$(( \${host##*.} - 1 ))
+exec nsenter --mount=/proc/$$/ns/mnt -- "$self" run "$tag" "\$i" sh -c "\$*"
+AGENT
+  chmod 700 "$file"
 }
 
 netns_run() {

@@ -23,18 +23,7 @@ fail() { echo "FAIL - $*"; failures=$((failures + 1)); }
 
 netns_up "$tag" 3 || { echo "FAIL - could not create the hosts"; exit 1; }
 
-# The launch agent: Open MPI runs `AGENT [options] HOST COMMAND...` as it would ssh. HOST is
-# a fake host's address; the agent goes back to this script's mount namespace (where the
-# hosts' namespace files are), enters that host and runs the command with a shell, as sshd
-# would.
-cat >"$agent" <<AGENT
-#!/usr/bin/env bash
-while [ \$# -gt 0 ] && [ "\${1#-}" != "\$1" ]; do shift; done
-host=\$1; shift
-i=\$(( \${host##*.} - 1 ))
-exec nsenter --mount=/proc/$$/ns/mnt -- "$here/hosts.sh" run "$tag" "\$i" sh -c "\$*"
-AGENT
-chmod 700 "$agent"
+netns_write_agent "$tag" "$agent"
 
 # check NAME NHOSTS LOG: every rank printed its summary with 0 failures.
 check() {
