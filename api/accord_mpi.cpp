@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include "api/handles.hpp"
+#include "api/launch.hpp"
 
 extern "C" ACCORD_API accord_status_t accord_comm_init_mpi(accord_comm_t* comm, MPI_Comm mpi_comm) {
   if (comm == nullptr) return ACCORD_ERR_INVALID_ARGUMENT;
@@ -20,9 +21,24 @@ extern "C" ACCORD_API accord_status_t accord_comm_init_mpi(accord_comm_t* comm, 
   if (MPI_Comm_rank(mpi_comm, &rank) != MPI_SUCCESS || MPI_Comm_size(mpi_comm, &size) != MPI_SUCCESS)
     return accord::report(nullptr, accord::error(ACCORD_ERR_INVALID_ARGUMENT,
                                                  "accord_comm_init_mpi: not a valid MPI communicator"));
+  // Ranks on several nodes cannot reach a bootstrap server on rank 0's loopback.
+  MPI_Comm node = MPI_COMM_NULL;
+  int node_size = size;
+  if (MPI_Comm_split_type(mpi_comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+  }
+  int multi_node = node_size < size, any_multi_node = 0;
+  MPI_Allreduce(&multi_node, &any_multi_node, 1, MPI_INT, MPI_MAX, mpi_comm);
   accord_unique_id_t id{};
   accord_status_t st = ACCORD_SUCCESS;
-  if (rank == 0) st = accord_get_unique_id(&id);
+  if (rank == 0) {
+    try {
+      st = accord::report(nullptr, accord::make_unique_id(&id, any_multi_node != 0));
+    } catch (...) {  // no exception crosses the C ABI
+      st = ACCORD_ERR_INTERNAL;
+    }
+  }
   // Every rank must learn whether rank 0 succeeded, or the others would wait for nothing.
   int ok = st == ACCORD_SUCCESS;
   MPI_Bcast(&ok, 1, MPI_INT, 0, mpi_comm);

@@ -21,6 +21,7 @@
 
 #include "core/crypto.hpp"
 #include "core/log.hpp"
+#include "transport/tcp/interface.hpp"
 
 namespace accord {
 namespace {
@@ -132,13 +133,21 @@ Status rendezvous_by_file(InitSpec* spec, LaunchCleanup* cleanup) {
 
 }  // namespace
 
-Status make_unique_id(accord_unique_id_t* id) {
+Status make_unique_id(accord_unique_id_t* id, bool for_other_hosts) {
   Settings settings;
   ACCORD_TRY(load_settings(&settings));
   Secret secret;
   ACCORD_TRY(random_bytes(secret.data(), secret.size()));
+  std::string bind = settings.bootstrap_addr;
+  if (bind.empty() && for_other_hosts) {
+    LocalInterface li;
+    ACCORD_TRY(choose_local_address(settings.socket_ifname, nullptr, &li)
+                   .prefix("rank 0: choosing the bootstrap address for ranks on other hosts: "));
+    bind = li.addr.to_string();
+    LOG_INFO(kInit, "bootstrap server on %s (%s) for ranks on other hosts", bind.c_str(), li.name.c_str());
+  }
   StoreEndpoint endpoint;
-  ACCORD_TRY(start_server(settings.bootstrap_addr, 0, secret, settings.init_timeout_ms, &endpoint));
+  ACCORD_TRY(start_server(bind, 0, secret, settings.init_timeout_ms, &endpoint));
   encode_unique_id(endpoint, id->internal);
   return Status::success();
 }

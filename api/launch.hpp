@@ -10,8 +10,10 @@
 
 namespace accord {
 
-// Starts a bootstrap server in this process and describes it in `id`.
-Status make_unique_id(accord_unique_id_t* id);
+// Starts a bootstrap server in this process and describes it in `id`. It listens on
+// ACCORD_BOOTSTRAP_ADDR if set, else on loopback, or, with `for_other_hosts`, on the address
+// the TCP transport would pick (ACCORD_SOCKET_IFNAME, else the first non-loopback interface).
+Status make_unique_id(accord_unique_id_t* id, bool for_other_hosts = false);
 
 // Work to do once init has finished, successfully or not (rank 0 removes the rendezvous file).
 class LaunchCleanup {

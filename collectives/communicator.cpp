@@ -17,6 +17,10 @@ namespace {
 constexpr size_t kDefaultSlotBytes = 256 << 10;  // measured best of 32K..512K at 16-256 MiB
 constexpr size_t kDefaultSlots = 8;
 constexpr size_t kDefaultStreamingBytes = 4 << 20;  // streaming loses at 1 MiB, wins from 16 MiB
+// Note [Hierarchical choice]: with ranks on several hosts (each holding as many), all-reduce
+// from this size up is hierarchical: the host links then carry 2(H-1)/H of the buffer, the
+// least possible, where the flat ring carries 2(n-1)/n. Below it the ring's fewer hops win.
+constexpr size_t kHierMinBytes = 1 << 20;
 
 // CPUs this process may run on: more local ranks than this is oversubscription.
 int online_cores() {
@@ -56,6 +60,7 @@ bool parse_algo(const std::string& s, Algo* out) {
   if (s == "chain") return *out = Algo::kChain, true;
   if (s == "tree") return *out = Algo::kTree, true;
   if (s == "rd") return *out = Algo::kRecursiveDoubling, true;
+  if (s == "hier") return *out = Algo::kHierarchical, true;
   return false;
 }
 
@@ -125,6 +130,7 @@ Status Communicator::create(const InitSpec& spec, std::unique_ptr<Communicator>*
 Status Communicator::init(const InitSpec& spec) {
   rank_ = spec.rank;
   nranks_ = spec.nranks;
+  endpoint_ = spec.endpoint;
   settings_ = spec.settings;
   RankScope scope(rank_, nranks_);
   log_settings(settings_);
@@ -132,7 +138,7 @@ Status Communicator::init(const InitSpec& spec) {
   if (!settings_.algo.empty()) {
     has_forced_algo_ = parse_algo(settings_.algo, &forced_algo_);
     if (!has_forced_algo_)
-      return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_ALGO='%s' is not an algorithm; use ring, tree, direct, rd (recursive doubling) or chain",
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_ALGO='%s' is not an algorithm; use ring, tree, direct, rd (recursive doubling), hier (hierarchical, several hosts) or chain",
                    settings_.algo.c_str());
   }
   FifoShape& shape = shape_;
@@ -151,6 +157,8 @@ Status Communicator::init(const InitSpec& spec) {
   links_.recv.assign(static_cast<size_t>(nranks_), nullptr);
   links_.pidfd.assign(static_cast<size_t>(nranks_), -1);
   local_ranks_ = {rank_};
+  hosts_ = {host_identity(settings_)};
+  host_of_ = {0};
   if (nranks_ == 1) return Status::success();
 
   const Deadline deadline = Deadline::after_ms(settings_.init_timeout_ms);
@@ -165,8 +173,8 @@ Status Communicator::init(const InitSpec& spec) {
   }
   ACCORD_TRY(store->finish());
   oversubscribed_ = static_cast<int>(local_ranks_.size()) > online_cores();
-  LOG_INFO(kInit, "rank %d of %d ready: %zu local ranks over shm, chunk %zu KiB, wait spin %lld us%s", rank_, nranks_,
-           local_ranks_.size(), chunk_bytes_ >> 10, static_cast<long long>(policy_.spin_ns / 1000),
+  LOG_INFO(kInit, "rank %d of %d ready: %zu local ranks over shm, %zu remote over tcp, chunk %zu KiB, wait spin %lld us%s", rank_, nranks_,
+           local_ranks_.size(), remote_ranks_.size(), chunk_bytes_ >> 10, static_cast<long long>(policy_.spin_ns / 1000),
            policy_.yields ? " then yield (oversubscribed)" : "");
   return Status::success();
 }
@@ -175,23 +183,10 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
   const std::string me = host_identity(settings_) + "\n" + std::to_string(getpid());
   std::vector<std::string> infos;
   ACCORD_TRY(store->all_gather("info", rank_, nranks_, me, &infos, deadline));
-  const std::string my_host = me.substr(0, me.find('\n'));
-  local_ranks_.clear();
   std::vector<long> job_pids;
-  for (int r = 0; r < nranks_; ++r) {
-    const std::string& info = infos[static_cast<size_t>(r)];
-    const size_t nl = info.find('\n');
-    if (info.substr(0, nl) != my_host)
-      return error(ACCORD_ERR_UNSUPPORTED, "rank %d: rank %d runs on another host (%s); this build of Accord "
-                   "connects ranks on one host only (shared memory). Run all ranks on one machine.",
-                   rank_, r, info.substr(0, nl).c_str());
-    local_ranks_.push_back(r);
-    hosts_.push_back(info.substr(0, nl));
-    const pid_t pid = static_cast<pid_t>(std::atol(info.c_str() + nl + 1));
-    job_pids.push_back(pid);
-    if (r != rank_ && pid != getpid()) links_.pidfd[static_cast<size_t>(r)] = open_pidfd(pid);
-  }
-  if (settings_.shm_disable)
+  group_by_host(infos, &job_pids);
+  const bool local_peers = local_ranks_.size() > 1;
+  if (settings_.shm_disable && local_peers)
     return error(ACCORD_ERR_UNSUPPORTED, "rank %d: ACCORD_SHM_DISABLE=1 leaves no transport between ranks on one "
                  "host in this build; unset it", rank_);
   ShmOptions options;
@@ -212,15 +207,72 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
     links_.send[static_cast<size_t>(r)] = shm_->sender(r);
     links_.recv[static_cast<size_t>(r)] = shm_->receiver(r);
   }
+  return connect_remote(store, deadline);
+}
+
+// Ranks on this host (same host identity: hostname + boot id, or ACCORD_HOST_ID) talk over
+// shared memory and watch each other's processes through pidfds; every other rank is remote.
+// A pid from another host means nothing here, so remote ranks get no pidfd: the TCP transport
+// notices their death by its sockets (Note [TCP liveness]).
+void Communicator::group_by_host(const std::vector<std::string>& infos, std::vector<long>* local_pids) {
+  const std::string& mine = infos[static_cast<size_t>(rank_)];
+  const std::string my_host = mine.substr(0, mine.find('\n'));
+  local_ranks_.clear();
+  remote_ranks_.clear();
+  hosts_.clear();
+  std::map<std::string, int> index;  // host identity -> small int, by first appearance
+  std::vector<int> per_host;
+  host_of_.clear();
+  for (int r = 0; r < nranks_; ++r) {
+    const std::string& info = infos[static_cast<size_t>(r)];
+    const size_t nl = info.find('\n');
+    hosts_.push_back(info.substr(0, nl));
+    auto at = index.emplace(hosts_.back(), static_cast<int>(index.size())).first;
+    host_of_.push_back(at->second);
+    if (at->second == static_cast<int>(per_host.size())) per_host.push_back(0);
+    ++per_host[static_cast<size_t>(at->second)];
+    if (hosts_.back() != my_host) {
+      remote_ranks_.push_back(r);
+      continue;
+    }
+    local_ranks_.push_back(r);
+    const pid_t pid = static_cast<pid_t>(std::atol(info.c_str() + nl + 1));
+    local_pids->push_back(pid);
+    if (r != rank_ && pid != getpid()) links_.pidfd[static_cast<size_t>(r)] = open_pidfd(pid);
+  }
+  // The hierarchical schedule needs as many ranks on every host.
+  nhosts_ = static_cast<int>(per_host.size());
+  hosts_even_ = std::count(per_host.begin(), per_host.end(), per_host[0]) == static_cast<long>(per_host.size());
+}
+
+// TCP to every rank on another host, over channels of the same shape as shared memory's
+// (the executor cuts messages at chunk_bytes_ = slot size whatever the transport).
+Status Communicator::connect_remote(StoreClient* store, Deadline deadline) {
+  if (remote_ranks_.empty()) return Status::success();
+  TcpOptions options = make_tcp_options(settings_, endpoint_, shape_.slot_bytes, shape_.nslots);
+  ACCORD_TRY(TcpTransport::setup(store, rank_, nranks_, remote_ranks_, options, deadline, &tcp_));
+  for (int r : remote_ranks_) {
+    links_.send[static_cast<size_t>(r)] = tcp_->sender(r);
+    links_.recv[static_cast<size_t>(r)] = tcp_->receiver(r);
+  }
+  LOG_INFO(kInit, "rank %d: TCP to %zu ranks on other hosts over %s (%s), %d sockets per peer", rank_,
+           remote_ranks_.size(), tcp_->interface_name().c_str(), tcp_->listen_address().to_string().c_str(),
+           tcp_->nsocks());
   return Status::success();
 }
 
 std::string Communicator::plan() const {
+  auto short_host = [](const std::string& h) { return h.substr(0, h.find('/')); };
   std::string out;
   for (int a = 0; a < nranks_; ++a)
     for (int b = a + 1; b < nranks_; ++b) {
-      const std::string& host = hosts_.at(static_cast<size_t>(a));
-      out += format("pair %d-%d: shm (same host %s, shared memory)\n", a, b, host.substr(0, host.find('/')).c_str());
+      const std::string& ha = hosts_.at(static_cast<size_t>(a));
+      const std::string& hb = hosts_.at(static_cast<size_t>(b));
+      if (ha == hb)
+        out += format("pair %d-%d: shm (same host %s, shared memory)\n", a, b, short_host(ha).c_str());
+      else
+        out += format("pair %d-%d: tcp (different hosts %s and %s, %d sockets)\n", a, b, short_host(ha).c_str(),
+                      short_host(hb).c_str(), tcp_nsocks());
     }
   return out;
 }
@@ -327,6 +379,13 @@ Algo Communicator::choose_algo(const CollArgs& a, size_t bytes, size_t* chunk) {
       if (has_forced_algo_ && forced_algo_ != Algo::kChain) {
         pick = forced_algo_;
         why = "forced by ACCORD_ALGO";
+        if (pick == Algo::kHierarchical && !hosts_even_) {
+          pick = Algo::kRing;
+          why = "ACCORD_ALGO=hier needs as many ranks on every host; ring instead";
+        }
+      } else if (nhosts_ > 1 && hosts_even_ && bytes >= kHierMinBytes) {
+        pick = Algo::kHierarchical;
+        why = "several hosts, large message: host links carry the least (Note [Hierarchical choice])";
       } else {
         // Training and benchmarks repeat a few sizes: the tuner runs once per size.
         auto hit = tune_cache_.find(bytes);
@@ -457,6 +516,7 @@ Status Communicator::run(const CollArgs& a) {
   ScheduleRequest req;
   req.coll = a.coll;
   req.algo = choose_algo(a, bytes, &req.chunk_bytes);
+  req.host_of = host_of_.data();
   req.rank = rank_;
   req.nranks = nranks_;
   req.count = a.count;

@@ -27,6 +27,7 @@
 #include "core/status.hpp"
 #include "transport/bootstrap/store.hpp"
 #include "transport/shm/shm_transport.hpp"
+#include "transport/tcp/tcp_transport.hpp"
 
 namespace accord {
 
@@ -80,6 +81,9 @@ class Communicator {
   Communicator() = default;
   Status init(const InitSpec& spec);
   Status connect_transports(StoreClient* store, Deadline deadline);
+  void group_by_host(const std::vector<std::string>& infos, std::vector<long>* local_pids);
+  Status connect_remote(StoreClient* store, Deadline deadline);
+  int tcp_nsocks() const { return tcp_ ? tcp_->nsocks() : 0; }
   void leave_death_note(const Status& s);
   Status check_args(const CollArgs& a, size_t* in_bytes, size_t* out_bytes) const;
   // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
@@ -93,10 +97,16 @@ class Communicator {
   FaultPlan fault_;  // ACCORD_FAULT, for the reliability tests
   FifoShape shape_;
   WaitPolicy policy_;
+  StoreEndpoint endpoint_;  // the job's bootstrap address and secret (TCP authenticates with it)
   std::unique_ptr<ShmTransport> shm_;
+  std::unique_ptr<TcpTransport> tcp_;  // ranks on other hosts (remote_ranks_); null if none
   PeerLinks links_;
-  std::vector<int> local_ranks_;
+  std::vector<int> local_ranks_;   // on this host, including this rank: shared memory
+  std::vector<int> remote_ranks_;  // on other hosts: TCP
   std::vector<std::string> hosts_;  // host identity of every rank (from init)
+  std::vector<int> host_of_;        // the same as small ints (ScheduleRequest::host_of)
+  int nhosts_ = 1;
+  bool hosts_even_ = true;          // as many ranks on every host (Note [Hierarchical choice])
   std::atomic<bool> abort_{false};
   Status sticky_;  // first failure inside a collective
   std::atomic<accord_status_t> sticky_code_{ACCORD_SUCCESS};

@@ -36,6 +36,7 @@ const char* algo_name(Algo a) {
     case Algo::kChain: return "chain";
     case Algo::kTree: return "tree";
     case Algo::kRecursiveDoubling: return "rd";
+    case Algo::kHierarchical: return "hier";
   }
   return "?";
 }
@@ -49,6 +50,7 @@ bool build_schedule(const ScheduleRequest& req, Schedule* out) {
       if (req.algo == Algo::kDirect) return direct_all_reduce(req, out), true;
       if (req.algo == Algo::kTree) return tree_all_reduce(req, out), true;
       if (req.algo == Algo::kRecursiveDoubling) return recursive_doubling_all_reduce(req, out), true;
+      if (req.algo == Algo::kHierarchical) return hierarchical_all_reduce(req, out);
       return false;
     case Collective::kReduceScatter:
       if (req.algo == Algo::kRing) return ring_reduce_scatter(req, out), true;

@@ -68,7 +68,7 @@ inline Step make_step(StepKind kind, Buf src, size_t src_off, Buf dst, size_t ds
 enum class Collective : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kBarrier };
 const char* collective_name(Collective c);
 
-enum class Algo : uint8_t { kRing, kDirect, kChain, kTree, kRecursiveDoubling };
+enum class Algo : uint8_t { kRing, kDirect, kChain, kTree, kRecursiveDoubling, kHierarchical };
 const char* algo_name(Algo a);
 
 struct ScheduleRequest {
@@ -81,6 +81,9 @@ struct ScheduleRequest {
   size_t chunk_bytes = 0;  // at most one channel slot
   int root = 0;
   bool in_place = false;
+  // Host of every rank (nranks entries, small ints; equal means same host), for the
+  // hierarchical algorithm. Null: unknown, and hierarchical says "not supported".
+  const int* host_of = nullptr;
 };
 
 struct Schedule {
@@ -109,6 +112,8 @@ void ring_all_gather(const ScheduleRequest& req, Schedule* out);
 void direct_all_reduce(const ScheduleRequest& req, Schedule* out);
 void tree_all_reduce(const ScheduleRequest& req, Schedule* out);
 void recursive_doubling_all_reduce(const ScheduleRequest& req, Schedule* out);
+// False unless host_of is set and every host holds the same number of ranks.
+bool hierarchical_all_reduce(const ScheduleRequest& req, Schedule* out);
 // Note [Tree shape] (tree.cpp): parent (-1 for the root) and children of rank in tree 0 or 1.
 void tree_shape(int tree, int rank, int nranks, int* parent, std::vector<int>* children);
 void chain_broadcast(const ScheduleRequest& req, Schedule* out);

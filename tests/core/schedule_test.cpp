@@ -29,6 +29,8 @@ struct Sim {
   std::map<std::pair<int, int>, std::deque<Buffer>> fifo;  // (from, to)
   std::vector<size_t> pc;
   std::vector<size_t> bytes_sent;
+  const std::vector<int>* hosts = nullptr;  // host of each rank, to count bytes between hosts
+  size_t bytes_between_hosts = 0;
   std::string error;
 
   // In place, input and output are one buffer.
@@ -75,6 +77,8 @@ struct Sim {
     auto send = [&](int to, const Buffer& m) {
       fifo[{r, to}].push_back(m);
       bytes_sent[static_cast<size_t>(r)] += m.size() * es;
+      if (hosts != nullptr && (*hosts)[static_cast<size_t>(r)] != (*hosts)[static_cast<size_t>(to)])
+        bytes_between_hosts += m.size() * es;
     };
     switch (s.kind) {
       case StepKind::kSend:
@@ -141,9 +145,11 @@ struct Case {
 };
 
 // Builds and simulates one case; returns an empty string when correct.
-std::string simulate(Case c, int n, size_t count, size_t chunk_elems, bool in_place, int root) {
+std::string simulate(Case c, int n, size_t count, size_t chunk_elems, bool in_place, int root,
+                     const std::vector<int>* hosts = nullptr, size_t* between_hosts = nullptr) {
   const size_t es = 4;
   Sim sim;
+  sim.hosts = hosts;
   sim.n = n;
   sim.es = es;
   sim.pc.assign(static_cast<size_t>(n), 0);
@@ -161,6 +167,7 @@ std::string simulate(Case c, int n, size_t count, size_t chunk_elems, bool in_pl
     req.elem_bytes = es;
     req.chunk_bytes = chunk_elems * es;
     req.root = root;
+    req.host_of = hosts != nullptr ? hosts->data() : nullptr;
     // In place only where the layouts make it the same buffer (RS/AG handled as separate).
     req.in_place = in_place && (c.coll == Collective::kAllReduce || ((c.coll == Collective::kBroadcast ||
                                                                        c.coll == Collective::kReduce) && r == root));
@@ -174,6 +181,7 @@ std::string simulate(Case c, int n, size_t count, size_t chunk_elems, bool in_pl
     sim.out.push_back(Buffer(req.in_place ? 0 : out_elems, Counts(nn, 0)));
   }
   if (!sim.run()) return sim.error;
+  if (between_hosts != nullptr) *between_hosts = sim.bytes_between_hosts;
   size_t total_sent = 0;
   for (size_t b : sim.bytes_sent) total_sent += b;
   const size_t S = count * es;
@@ -240,6 +248,49 @@ TEST(Schedule, EveryCollectiveAndAlgorithmDeliversEachContributionExactlyOnce) {
               ++checked;
             }
   EXPECT_GT(checked, 2000);
+}
+
+// Hierarchical all-reduce over H hosts of L ranks, placed in blocks (0,1 | 2,3) or round
+// robin (0,2 | 1,3): every element gets every contribution once, 2(n-1) S bytes move in all
+// (as for the ring), and only 2(H-1) S cross host boundaries (every host link carries
+// 2(H-1)/H S out, the all-reduce lower bound).
+TEST(Schedule, HierarchicalDeliversEachContributionOnceAndCrossesHostsLeast) {
+  int checked = 0;
+  for (int H = 1; H <= 4; ++H)
+    for (int L = 1; L <= 4; ++L)
+      for (bool round_robin : {false, true}) {
+        const int n = H * L;
+        std::vector<int> hosts(static_cast<size_t>(n));
+        for (int r = 0; r < n; ++r) hosts[static_cast<size_t>(r)] = round_robin ? r % H : r / L;
+        for (size_t count : {0, 1, 5, 13, 64, 101, 1000})
+          for (size_t chunk : {1, 3, 16, 1000})
+            for (bool in_place : {false, true}) {
+              size_t between = 0;
+              std::string e = simulate({Collective::kAllReduce, Algo::kHierarchical}, n, count, chunk, in_place, 0,
+                                       &hosts, &between);
+              EXPECT_EQ(e, "") << "H=" << H << " L=" << L << " round_robin=" << round_robin << " count=" << count
+                               << " chunk=" << chunk << " in_place=" << in_place;
+              EXPECT_EQ(between, 2 * static_cast<size_t>(H - 1) * count * 4) << "H=" << H << " L=" << L;
+              ++checked;
+            }
+      }
+  EXPECT_GT(checked, 1500);
+}
+
+TEST(Schedule, HierarchicalNeedsHostsOfEqualSize) {
+  ScheduleRequest req;
+  req.algo = Algo::kHierarchical;
+  req.nranks = 3;
+  req.count = 100;
+  req.chunk_bytes = 64;
+  Schedule s;
+  EXPECT_FALSE(build_schedule(req, &s));  // no host layout
+  const int uneven[] = {0, 0, 1};
+  req.host_of = uneven;
+  EXPECT_FALSE(build_schedule(req, &s));
+  const int even[] = {0, 1, 2};
+  req.host_of = even;
+  EXPECT_TRUE(build_schedule(req, &s));
 }
 
 // Note [Tree shape]: both trees span every rank, are acyclic, have at most 2 children, and

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Every collective across fake hosts (hosts.sh): 2 ranks per host, shared memory inside a
+# host, TCP between hosts. Three jobs of multihost_prog:
+#   - mpirun on 2 and on 3 hosts: mpirun runs on host 0 (as on a login node of a real
+#     cluster) and starts the other hosts' daemons through a launch agent (Open MPI's
+#     plm_rsh_agent, in place of ssh) that enters that host's namespaces;
+#   - the torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) on 3 hosts,
+#     with no MPI at all.
+# Skips (exit 77) unless root with `ip netns`; the mpirun jobs are skipped alone when mpirun or
+# MPI support is missing. Usage: multihost_test.sh PATH/TO/multihost_prog
+set -uo pipefail
+prog=$(readlink -f "${1:?usage: $0 PATH/TO/multihost_prog}")
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/hosts.sh"
+netns_check || exit 77
+
+tag="m$(($$ % 10000000))"
+agent=$(mktemp /tmp/accord-agent-XXXXXX)
+trap 'netns_down "$tag"; rm -f "$agent"' EXIT
+failures=0
+pass() { echo "ok   - $*"; }
+fail() { echo "FAIL - $*"; failures=$((failures + 1)); }
+
+netns_up "$tag" 3 || { echo "FAIL - could not create the hosts"; exit 1; }
+
+netns_write_agent "$tag" "$agent"
+
+# check NAME NHOSTS LOG: every rank printed its summary with 0 failures.
+check() {
+  local name=$1 nhosts=$2 log=$3 rc=$4 want=$(( $2 * 2 ))
+  local good
+  good=$(grep -c "checks, 0 failures$" "$log")
+  if [ "$rc" = 0 ] && [ "$good" = "$want" ]; then
+    pass "$name: $want ranks on $nhosts hosts, $(grep -m1 -o '[0-9]* checks' "$log") each, all exact"
+  else
+    fail "$name (exit $rc, $good of $want ranks clean):"
+    sed 's/^/       /' "$log" | grep -v "^       *pair" | tail -40
+  fi
+  grep -q "tcp (different hosts" "$log" || fail "$name: the plan shows no TCP pair"
+}
+
+if command -v mpirun >/dev/null 2>&1 && "$prog" mpi --probe 2>&1 | grep -vq "built without MPI"; then
+  for n in 2 3; do
+    hosts=$(for ((i = 0; i < n; i++)); do printf "%s:2," "$(netns_addr $i)"; done)
+    log=$(mktemp)
+    start=$(date +%s.%N)
+    timeout 150 "$here/hosts.sh" run "$tag" 0 mpirun --allow-run-as-root --oversubscribe -np $((2 * n)) \
+      --host "${hosts%,}" --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
+      --mca btl self,vader,tcp --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
+      "$prog" mpi >"$log" 2>&1
+    rc=$?
+    check "mpirun (launch agent), $(printf '%.1f' "$(echo "$(date +%s.%N) - $start" | bc)") s" "$n" "$log" "$rc"
+    [ $n = 2 ] && sed -n '/^plan:/,/^rank/p' "$log" | grep pair | sed 's/^/       /'
+    rm -f "$log"
+  done
+else
+  echo "skip - mpirun jobs: no mpirun, or multihost_prog built without MPI"
+fi
+
+for n in 3; do
+  log=$(mktemp)
+  start=$(date +%s.%N)
+  port=$((29500 + RANDOM % 1000))
+  pids=()
+  for ((r = 0; r < 2 * n; r++)); do
+    timeout 150 "$here/hosts.sh" run "$tag" $((r / 2)) env -u OMPI_COMM_WORLD_RANK RANK=$r LOCAL_RANK=$((r % 2)) \
+      WORLD_SIZE=$((2 * n)) MASTER_ADDR="$(netns_addr 0)" MASTER_PORT=$port "$prog" env >>"$log" 2>&1 &
+    pids+=($!)
+  done
+  rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  check "torchrun-style env, no MPI, $(printf '%.1f' "$(echo "$(date +%s.%N) - $start" | bc)") s" "$n" "$log" "$rc"
+  rm -f "$log"
+done
+
+netns_down "$tag"
+trap - EXIT
+rm -f "$agent"
+[ $failures = 0 ] && echo "multi-host: all jobs passed" || echo "multi-host: $failures check(s) failed"
+exit $((failures > 0))
