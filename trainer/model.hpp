@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,10 @@ class Model {
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   const std::vector<ParamRange>& param_ranges() const { return ranges_; }
   size_t param_count() const { return params_.size(); }
-  std::vector<float>& params() { return params_; }
-  std::vector<float>& grads() { return grads_; }
+  // Spans, not the vectors: layers hold pointers into these buffers, so they must never be
+  // reallocated, swapped or resized.
+  std::span<float> params() { return params_; }
+  std::span<float> grads() { return grads_; }
   std::string describe() const;
 
   void init_params(uint64_t seed);

@@ -107,7 +107,7 @@ Status Run::setup() {
 }
 
 Status Run::agree_on_start() {
-  std::vector<float>& params = model_->params();
+  const std::span<float> params = model_->params();
   const size_t n = params.size();
   model_->init_params(o_.seed);
   // Header from rank 0: [resumed, ok, step, epoch, step_in_epoch]; the others add zeros.
@@ -147,7 +147,7 @@ Status Run::agree_on_start() {
   TRAINER_TRY(sync_.sum(header, 5));
   if (header[1] == 0) return Status::error(rank_ == 0 ? why : "rank 0 could not load the checkpoint");
   if (header[0] != 0 && rank_ == 0) {
-    params = st.params;
+    std::copy(st.params.begin(), st.params.end(), params.begin());  // layers point into params
     opt_->m() = st.m;
     opt_->v() = st.v;
     opt_->ema() = st.ema;
@@ -172,9 +172,10 @@ Status Run::agree_on_start() {
 
 Status Run::evaluate(double* accuracy) {
   // Moving-average weights, as the seeds evaluate; the training weights come back after.
-  std::vector<float>& params = model_->params();
-  std::vector<float> saved = params;
-  params = opt_->ema();
+  const std::span<float> params = model_->params();
+  // Copies, never assignment or swap: the layers hold pointers into params' buffer.
+  const std::vector<float> saved(params.begin(), params.end());
+  std::copy(opt_->ema().begin(), opt_->ema().end(), params.begin());
   const size_t n = test_.count();
   const size_t begin = n * rank_ / nranks_, end = n * (rank_ + 1) / nranks_;
   const int k = model_->classes();
@@ -190,7 +191,7 @@ Status Run::evaluate(double* accuracy) {
       if (best == test_.labels[i + j]) tally[0] += 1;
     }
   }
-  params.swap(saved);
+  std::copy(saved.begin(), saved.end(), params.begin());
   TRAINER_TRY(sync_.sum(tally, 2));
   *accuracy = tally[1] > 0 ? tally[0] / tally[1] : 0.0;
   return ok_status();
@@ -246,7 +247,7 @@ Status Run::save(int64_t epoch, int64_t step_in_epoch) {
   st.epoch = epoch;
   st.step_in_epoch = step_in_epoch;
   st.global_batch = static_cast<int64_t>(o_.batch) * nranks_;
-  st.params = model_->params();
+  st.params.assign(model_->params().begin(), model_->params().end());
   st.m = opt_->m();
   st.v = opt_->v();
   st.ema = opt_->ema();

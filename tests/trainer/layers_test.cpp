@@ -161,12 +161,12 @@ TEST(ModelGradients, CnnWithSoftmaxCrossEntropy) {
   loss_at();
   std::vector<size_t> done_layers;
   model->backward(batch, [&](size_t l) { done_layers.push_back(l); });
-  const std::vector<float> analytic = model->grads();
+  const std::vector<float> analytic(model->grads().begin(), model->grads().end());
   // Reported last layer first, once per layer with parameters.
   ASSERT_EQ(done_layers.size(), model->param_ranges().size());
   EXPECT_TRUE(std::is_sorted(done_layers.rbegin(), done_layers.rend()));
 
-  std::vector<float>& p = model->params();
+  const std::span<float> p = model->params();
   auto numeric_at = [&](size_t i, double eps) {
     const float keep = p[i];
     p[i] = keep + static_cast<float>(eps);
