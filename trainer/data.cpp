@@ -18,7 +18,12 @@ bool file_exists(const std::string& path) {
 
 // Reads a whole file, gunzipping it when it is gzip (zlib reads plain files as they are).
 Status read_file(const std::string& path, std::vector<uint8_t>* out) {
-  if (!file_exists(path)) return Status::error(path + ": no such file");
+  if (!file_exists(path)) {
+    const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+    return Status::error(path + ": no such file" + (gz ? " (nor without .gz)" : "") +
+                         "; pass --data DIR with the dataset's files (Fashion-MNIST: "
+                         "apt-get install dataset-fashion-mnist, or run scripts/setup.sh)");
+  }
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) return Status::error(path + ": cannot open: " + std::strerror(errno));
   out->clear();
