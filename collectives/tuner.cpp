@@ -13,6 +13,7 @@ namespace accord {
 namespace {
 
 constexpr const char* kHeader = "accord-tune 1";
+constexpr double kTieMargin = 0.05;
 
 bool parse_algo_name(const std::string& s, Algo* out) {
   if (s == "ring") return *out = Algo::kRing, true;
@@ -186,6 +187,21 @@ TuneChoice Tuner::choose_all_reduce(size_t bytes, int nranks, bool oversubscribe
   for (const TuneCandidate& c : cands) scored.emplace_back(predict(c, bytes, nranks, oversubscribed, max_chunk), c);
   std::stable_sort(scored.begin(), scored.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Near-ties (within kTieMargin of the fastest) go to the simplest candidate: the default
+  // chunk, then ring, direct, rd, tree. At small sizes ring and ring/64K are the same schedule
+  // and direct and rd the same two messages; measurement noise must not flip between them.
+  auto simplicity = [&](const TuneCandidate& c) {
+    const int chunk_rank = c.chunk_bytes == 0 || c.chunk_bytes >= max_chunk ? 0 : 1;
+    const int algo_rank = c.algo == Algo::kRing ? 0 : c.algo == Algo::kDirect ? 1
+                          : c.algo == Algo::kRecursiveDoubling ? 2 : 3;
+    return chunk_rank * 4 + algo_rank;
+  };
+  size_t chosen = 0;
+  for (size_t i = 1; i < scored.size(); ++i)
+    if (scored[i].first <= scored.front().first * (1 + kTieMargin) &&
+        simplicity(scored[i].second) < simplicity(scored[chosen].second))
+      chosen = i;
+  if (chosen != 0) std::swap(scored[0], scored[chosen]);
   best.pick = scored.front().second;
   best.predicted_us = scored.front().first;
   best.why = format("%s predicts %.1f us", measured ? source_.c_str() : "built-in model", best.predicted_us);
