@@ -1,10 +1,12 @@
 // NCCL topology XML (NCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE, version 1) to and from a System.
-// Read: <cpu> nodes become CPUs; <pci> nodes become GPUs (class 0x03xxxx), NICs (0x02xxxx),
+// Read: <cpu> nodes become CPUs; <pci> nodes become GPUs (class 0x03xxxx from NVIDIA, vendor
+// 0x10de or none given), NICs (0x02xxxx),
 // NVSwitches (0x068000) or switches/bridges; <gpu dev=..> gives the CUDA ordinal and <nvlink>
 // children the NVLinks. Static cloud files list GPUs only as PCI functions; those are numbered in
 // PCI bus id order, as CUDA does by default (CUDA_DEVICE_ORDER=PCI_BUS_ID). Unknown elements and
 // attributes are ignored, since NCCL adds new ones between releases.
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -96,7 +98,11 @@ class XmlReader {
       if (c->name == "nic") nic_elem = c.get();
     }
     const std::string& cls = d.pci_class;
-    if (gpu || cls.rfind("0x03", 0) == 0) {
+    // A display function from another vendor (the BMC's ASPEED VGA, vendor 0x1a03) is no GPU.
+    std::string vendor = e.attr_or("vendor", "0x10de");
+    for (char& ch : vendor) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    bool nvidia = vendor == "0x10de" || vendor == "10de";
+    if (gpu || (cls.rfind("0x03", 0) == 0 && nvidia)) {
       d.kind = DeviceKind::kGpu;
       d.name = "GPU";
       int id = s_->add_device(d);
@@ -173,6 +179,7 @@ class XmlReader {
       if (!s_->devices[i].pci_bus_id.empty()) by_bus[s_->devices[i].pci_bus_id] = static_cast<int>(i);
     int nvswitch = -1;
     std::set<std::pair<int, int>> seen;
+    std::map<std::pair<int, int>, size_t> to_switch;  // (gpu, nvswitch) -> index in links
     for (const PendingNvlink& p : pending_) {
       std::string norm = normalize_bus_id(p.target);
       auto it = by_bus.find(norm.empty() ? p.target : norm);
@@ -188,6 +195,14 @@ class XmlReader {
         target = nvswitch;
       }
       if (target < 0 || s_->devices[target].kind == DeviceKind::kCpu) continue;  // NVLink to CPU
+      if (s_->devices[target].kind == DeviceKind::kNvSwitch) {
+        // A GPU lists one <nvlink> per NVSwitch (DGX A100: 6 x count 2); when they all fold into
+        // one unresolved switch, their counts add up.
+        auto [it2, fresh] = to_switch.emplace(std::pair{p.gpu, target}, s_->links.size());
+        if (fresh) s_->add_link(p.gpu, target, LinkKind::kNvLink, p.count);
+        else s_->links[it2->second].count += p.count;
+        continue;
+      }
       auto key = std::minmax(p.gpu, target);
       if (!seen.insert(key).second) continue;  // both ends list the same bonded links
       s_->add_link(p.gpu, target, LinkKind::kNvLink, p.count);

@@ -102,6 +102,7 @@ bool parse_path_class(const std::string& s, PathClass* out, int* nvlinks) {
   *nvlinks = 0;
   for (const auto& [name, cls] : kNames)
     if (s == name) return *out = cls, true;
+  if (s == "SOC") return *out = PathClass::kSys, true;  // drivers before 384 said SOC for SYS
   if (s.size() > 2 && s[0] == 'N' && s[1] == 'V' &&
       std::all_of(s.begin() + 2, s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     *out = PathClass::kNvLink;
@@ -213,9 +214,10 @@ int nvlinks_between(const System& s, int da, int db) {
       if (self == db) switch_links_b[other] += l.count;
     }
   }
+  // Traffic spreads over every NVSwitch both GPUs reach (DGX A100: 6 switches x 2 links = NV12).
   int via_switch = 0;
   for (auto [sw, n] : switch_links_a)
-    if (switch_links_b.count(sw)) via_switch = std::max(via_switch, std::min(n, switch_links_b[sw]));
+    if (switch_links_b.count(sw)) via_switch += std::min(n, switch_links_b[sw]);
   return std::max(direct, via_switch);
 }
 
