@@ -101,7 +101,24 @@ class TextParser {
     // Markers must open the line (after indentation), so prose that mentions them is skipped.
     std::string lead = l.substr(l.find_first_not_of(" \t"));
     auto opens = [&](const char* marker) { return lead.rfind(marker, 0) == 0; };
-    if (opens("> Peer access from") || opens("Peer access from")) return simple_p2p(i, l);
+    // A log message: what follows a log prefix ("I tensorflow/...gpu_init.cc:59] "), else the line.
+    size_t close = l.find("] ");
+    std::string msg = close == std::string::npos ? lead : l.substr(close + 2);
+    msg.erase(0, msg.find_first_not_of(" \t"));
+    auto says = [&](const char* marker) { return msg.rfind(marker, 0) == 0; };
+    // simpleP2P; CUDA 5-7 wrote "Peer-to-Peer (P2P) access from".
+    if (opens("> Peer access from") || opens("Peer access from") ||
+        opens("> Peer-to-Peer (P2P) access from") || opens("Peer-to-Peer (P2P) access from"))
+      return simple_p2p(i, l);
+    // TensorFlow 1.x, for each ordered pair without peer access.
+    if (says("Peer access not supported between device ordinal")) {
+      int a = -1, b = -1;
+      if (std::sscanf(msg.c_str(), "Peer access not supported between device ordinal %d and %d",
+                      &a, &b) != 2 || a < 0 || b < 0)
+        return fail(i, "expected 'Peer access not supported between device ordinal A and B'");
+      set_access(a, b, 0);
+      return Status();
+    }
     if (size_t p = l.find("CUDA-capable device count:"); p != std::string::npos) {
       int n = std::atoi(l.c_str() + p + 26);
       if (n > 0) c_->saw_gpu(n - 1), c_->any = true;
@@ -118,9 +135,9 @@ class TextParser {
     }
     if (size_t p = l.find("cudaMemcpyPeer / cudaMemcpy between GPU"); p != std::string::npos)
       return memcpy_peer(l.substr(p));
-    if (size_t p = l.find("cannot enable peer access from device ordinal"); p != std::string::npos) {
+    if (says("cannot enable peer access from device ordinal")) {
       int a = -1, b = -1;
-      if (std::sscanf(l.c_str() + p, "cannot enable peer access from device ordinal %d to device "
+      if (std::sscanf(msg.c_str(), "cannot enable peer access from device ordinal %d to device "
                       "ordinal %d", &a, &b) != 2 || a < 0 || b < 0)
         return fail(i, "expected 'cannot enable peer access from device ordinal A to device "
                        "ordinal B'");
@@ -136,7 +153,10 @@ class TextParser {
       size_t b = next.find("] ");
       return dma_matrix(++i, b == std::string::npos ? next : next.substr(b + 2));
     }
-    if (size_t p = l.find("physical GPU (device: "); p != std::string::npos) tf_device(l.substr(p));
+    if (size_t p = l.find("physical GPU (device: "); p != std::string::npos)
+      tf_device(l.substr(p + 13));
+    else if (size_t q = l.find("-> (device: "); q != std::string::npos)  // TensorFlow 1.x
+      tf_device(l.substr(q + 3));
     return Status();
   }
 
@@ -225,7 +245,7 @@ class TextParser {
 
   // "> Peer access from TITAN X (Pascal) (GPU0) -> GeForce GTX TITAN Z (GPU1) : No"
   Status simple_p2p(size_t i, const std::string& l) {
-    size_t from = l.find("Peer access from") + 16, arrow = l.find(" -> ", from);
+    size_t from = l.find("access from") + 11, arrow = l.find(" -> ", from);
     size_t colon = l.rfind(" : ");
     if (arrow == std::string::npos || colon == std::string::npos || colon < arrow)
       return fail(i, "expected '> Peer access from NAME (GPUa) -> NAME (GPUb) : Yes|No'");
@@ -348,14 +368,17 @@ class TextParser {
     return Status();
   }
 
-  // "physical GPU (device: 0, name: Tesla K80, pci bus id: 0000:04:00.0, compute capability: 3.7)"
+  // "(device: 0, name: Tesla K80, pci bus id: 0000:04:00.0, compute capability: 3.7)", after
+  // "physical GPU " (TensorFlow 2) or "-> " (TensorFlow 1, without the compute capability).
   void tf_device(const std::string& s) {
     int dev = -1;
-    if (std::sscanf(s.c_str(), "physical GPU (device: %d,", &dev) != 1 || dev < 0) return;
+    if (std::sscanf(s.c_str(), "(device: %d,", &dev) != 1 || dev < 0) return;
     size_t n = s.find("name: "), b = s.find(", pci bus id: ");
     if (n != std::string::npos && b != std::string::npos && b > n) {
       c_->names[dev] = s.substr(n + 6, b - n - 6);
-      c_->bus_ids[dev] = normalize_bus_id(split(s.substr(b + 14, 20))[0].substr(0, 12));
+      std::string id = s.substr(b + 14);
+      id = id.substr(0, id.find_first_of(",) \t"));
+      if (std::string norm = normalize_bus_id(id); !norm.empty()) c_->bus_ids[dev] = norm;
     }
     size_t cc = s.find("compute capability: ");
     if (cc != std::string::npos) c_->sm[dev] = static_cast<int>(std::atof(s.c_str() + cc + 20) * 10 + 0.5);
