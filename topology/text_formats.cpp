@@ -30,6 +30,9 @@ bool is_int(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
+// A decimal that strtol saturates instead of overflowing (atoi would be undefined).
+long to_long(const std::string& s) { return std::strtol(s.c_str(), nullptr, 10); }
+
 bool is_number(const std::string& s, double* v) {
   char* end = nullptr;
   *v = std::strtod(s.c_str(), &end);
@@ -41,8 +44,11 @@ int gpu_label(const std::string& s) {
   if (s.rfind("GPU", 0) != 0) return -1;
   size_t n = 3;
   while (n < s.size() && isdigit(static_cast<unsigned char>(s[n]))) ++n;
-  return n > 3 ? std::atoi(s.c_str() + 3) : -1;
+  return n > 3 && n < 3 + 9 ? std::atoi(s.c_str() + 3) : -1;  // 9 digits cannot overflow
 }
+
+// More GPUs than any machine has: a garbled number, not a GPU (the System would be n^2 pairs).
+constexpr long kMaxGpuOrdinal = 4095;
 
 struct Nic {
   std::string label;
@@ -58,7 +64,11 @@ struct Collected {
   std::vector<Nic> nics;
   std::map<std::pair<int, int>, PairObservation> obs;
   bool any = false;
-  void saw_gpu(int i) { ngpu = std::max(ngpu, i + 1); }
+  long bad_ordinal = -1;  // an ordinal beyond kMaxGpuOrdinal (garbage), reported by the parser
+  void saw_gpu(long i) {
+    if (i < 0 || i > kMaxGpuOrdinal) bad_ordinal = i;
+    else ngpu = std::max(ngpu, static_cast<int>(i) + 1);
+  }
 };
 
 class TextParser {
@@ -73,12 +83,20 @@ class TextParser {
 
   Status run(Collected* c) {
     c_ = c;
-    for (size_t i = 0; i < lines_.size(); ++i) ACCORD_TRY(line(i));
+    for (size_t i = 0; i < lines_.size(); ++i) {
+      ACCORD_TRY(line(i));
+      if (c_->bad_ordinal >= 0)
+        return fail(i, format("GPU %ld is out of range: expected a GPU ordinal 0..%ld",
+                              c_->bad_ordinal, kMaxGpuOrdinal));
+    }
     return Status();
   }
 
  private:
   Status fail(size_t i, const std::string& what) {
+    if (i >= lines_.size())  // the block ran into the end of the file (cut short)
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "%s:%zu: the file ends here: %s", name_.c_str(),
+                   lines_.size(), what.c_str());
     return error(ACCORD_ERR_INVALID_ARGUMENT, "%s:%zu: %s", name_.c_str(), i + 1, what.c_str());
   }
 
@@ -120,7 +138,7 @@ class TextParser {
       return Status();
     }
     if (size_t p = l.find("CUDA-capable device count:"); p != std::string::npos) {
-      int n = std::atoi(l.c_str() + p + 26);
+      long n = std::strtol(l.c_str() + p + 26, nullptr, 10);
       if (n > 0) c_->saw_gpu(n - 1), c_->any = true;
       return Status();
     }
@@ -167,8 +185,10 @@ class TextParser {
     return parse_path_class(s, &p, &nv) || parse_p2p_status(s, &st);
   }
 
-  void set_access(int a, int b, int v) {
-    c_->saw_gpu(std::max(a, b));
+  void set_access(long a, long b, int v) {
+    c_->saw_gpu(a);
+    c_->saw_gpu(b);
+    if (c_->bad_ordinal >= 0 || a < 0 || b < 0) return;
     c_->obs[{a, b}].can_access = v;
     c_->any = true;
   }
@@ -189,10 +209,17 @@ class TextParser {
       if (header[k] == "CPU" || header[k] == "NUMA") trailing.push_back(header[k]), ++k;
       else if (header[k] == "GPU") trailing.push_back("GPU NUMA ID"), k += 2;
     }
+    int next_gpu = 0;
+    for (const std::string& col : cols)
+      if (int g = gpu_label(col); g >= 0 && g != next_gpu++)
+        return fail(i, format("expected GPU%d in the header, found %s (nvidia-smi numbers GPU "
+                              "columns from GPU0 without gaps)", next_gpu - 1, col.c_str()));
     int kind = 0;  // 1 = topo -m paths, 2 = p2p statuses
+    std::set<std::string> rows;
     for (++i; i < lines_.size(); ++i) {
       Tokens t = split(lines_[i]);
       if (t.empty() || std::find(cols.begin(), cols.end(), t[0]) == cols.end()) break;
+      rows.insert(t[0]);
       if (t.size() < cols.size() + 1)
         return fail(i, format("row %s has %zu cells, expected %zu (one per column of the header "
                               "above)", t[0].c_str(), t.size() - 1, cols.size()));
@@ -238,6 +265,11 @@ class TextParser {
         if (trailing[j] == "NUMA" && is_int(v)) c_->numa[row_gpu] = std::atoi(v.c_str());
       }
     }
+    // Every GPU column has its row (a file cut short does not).
+    for (const std::string& col : cols)
+      if (gpu_label(col) >= 0 && !rows.count(col))
+        return fail(i, format("expected the row of %s (the header above lists %s..%s)",
+                              col.c_str(), cols.front().c_str(), cols.back().c_str()));
     --i;
     c_->any = true;
     return Status();
@@ -291,9 +323,9 @@ class TextParser {
   // "Device=0 CAN Access Peer Device=1" / "CANNOT"
   Status bandwidth_access(size_t i, const Tokens& t) {
     if (t.size() != 5 || t[2] != "Access" || t[4].rfind("Device=", 0) != 0 ||
-        (t[1] != "CAN" && t[1] != "CANNOT"))
+        (t[1] != "CAN" && t[1] != "CANNOT") || !is_int(t[0].substr(7)) || !is_int(t[4].substr(7)))
       return fail(i, "expected 'Device=A CAN|CANNOT Access Peer Device=B'");
-    set_access(std::atoi(t[0].c_str() + 7), std::atoi(t[4].c_str() + 7), t[1] == "CAN");
+    set_access(to_long(t[0].substr(7)), to_long(t[4].substr(7)), t[1] == "CAN");
     return Status();
   }
 
@@ -303,19 +335,22 @@ class TextParser {
     if (i + 1 >= lines_.size()) return fail(i, "expected a 'D\\D 0 1 ...' header line");
     Tokens h = split(lines_[++i]);
     if (h.empty() || h[0] != "D\\D") return fail(i, "expected a 'D\\D 0 1 ...' header line");
-    size_t n = h.size() - 1;
-    for (++i; i < lines_.size(); ++i) {
+    size_t n = h.size() - 1, rows = 0;
+    for (size_t j = 1; j < h.size(); ++j)
+      if (!is_int(h[j])) return fail(i, "expected GPU ordinals after 'D\\D', found '" + h[j] + "'");
+    for (++i; i < lines_.size(); ++i, ++rows) {
       Tokens t = split(lines_[i]);
       if (t.empty() || !is_int(t[0])) break;
       if (t.size() != n + 1)
         return fail(i, format("matrix row %s has %zu values, expected %zu", t[0].c_str(),
                               t.size() - 1, n));
-      int a = std::atoi(t[0].c_str());
+      long a = to_long(t[0]);
       for (size_t j = 0; j < n; ++j) {
         double v;
         if (!is_number(t[j + 1], &v)) return fail(i, "expected a number, found '" + t[j + 1] + "'");
-        int b = std::atoi(h[j + 1].c_str());
+        long b = to_long(h[j + 1]);
         c_->saw_gpu(std::max(a, b));
+        if (c_->bad_ordinal >= 0) return fail(i, format("GPU %ld is out of range", c_->bad_ordinal));
         if (a == b) continue;
         PairObservation& o = c_->obs[{a, b}];
         if (kind == 'c') o.can_access = v != 0;
@@ -324,6 +359,9 @@ class TextParser {
         if (kind == 'd') o.measured_staged_gbs = v;
       }
     }
+    if (rows != n)
+      return fail(i, format("expected %zu matrix rows (one per column of the 'D\\D' header), "
+                            "found %zu", n, rows));
     --i;
     c_->any = true;
     return Status();
@@ -346,23 +384,28 @@ class TextParser {
     Tokens h = split(header);
     for (const std::string& w : h)
       if (!is_int(w)) return fail(i, "expected GPU ordinals after 'DMA:', found '" + w + "'");
-    for (++i; i < lines_.size(); ++i) {
+    size_t rows = 0;
+    for (++i; i < lines_.size(); ++i, ++rows) {
       std::string l = lines_[i];
       size_t b = l.find("] ");
       Tokens t = split(b == std::string::npos ? l : l.substr(b + 2));
       if (t.empty() || t[0].back() != ':' || !is_int(t[0].substr(0, t[0].size() - 1))) break;
       if (t.size() != h.size() + 1)
-        return fail(i, format("row %s has %zu entries, expected %zu (Y or N)", t[0].c_str(),
+        return fail(i, format("row %s has %zu entries, expected %zu (Y or N)", t[0].substr(0, t[0].size() - 1).c_str(),
                               t.size() - 1, h.size()));
-      int a = std::atoi(t[0].c_str());
+      long a = to_long(t[0]);
       for (size_t j = 0; j < h.size(); ++j) {
         if (t[j + 1] != "Y" && t[j + 1] != "N")
           return fail(i, "expected Y or N, found '" + t[j + 1] + "'");
-        int col = std::atoi(h[j].c_str());
+        long col = to_long(h[j]);
         c_->saw_gpu(std::max(a, col));
+        if (c_->bad_ordinal >= 0) return fail(i, format("GPU %ld is out of range", c_->bad_ordinal));
         if (a != col) set_access(a, col, t[j + 1] == "Y");
       }
     }
+    if (rows != h.size())
+      return fail(i, format("expected %zu rows 'N: Y|N ...' (one per ordinal in the header), "
+                            "found %zu", h.size(), rows));
     --i;
     c_->any = true;
     return Status();
@@ -381,7 +424,10 @@ class TextParser {
       if (std::string norm = normalize_bus_id(id); !norm.empty()) c_->bus_ids[dev] = norm;
     }
     size_t cc = s.find("compute capability: ");
-    if (cc != std::string::npos) c_->sm[dev] = static_cast<int>(std::atof(s.c_str() + cc + 20) * 10 + 0.5);
+    if (cc != std::string::npos) {
+      double v = std::atof(s.c_str() + cc + 20);
+      if (v > 0 && v < 100) c_->sm[dev] = static_cast<int>(v * 10 + 0.5);
+    }
     c_->saw_gpu(dev);
   }
 
@@ -483,6 +529,7 @@ Status parse_text_logs(const std::string& text, const std::string& name, System*
   Collected c;
   TextParser parser(text, name);
   ACCORD_TRY(parser.run(&c));
+  for (const auto& [k, o] : c.obs) c.saw_gpu(std::max(k.first, k.second));  // build() indexes by them
   if (!c.any || c.ngpu == 0)
     return error(ACCORD_ERR_INVALID_ARGUMENT,
                  "%s:1: no topology found in the file: expected nvidia-smi topo -m or topo -p2p output, a "
