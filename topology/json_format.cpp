@@ -156,7 +156,8 @@ class JsonReader {
     const json::Value* v = obj.find(key);
     if (!v || v->kind == json::Value::kNull) return Status();
     if (v->kind != json::Value::kNumber) return fail(*v, format("\"%s\": expected a number", key));
-    if (std::is_integral_v<T> && v->number != std::floor(v->number))
+    if (std::is_integral_v<T> && (v->number != std::floor(v->number) ||
+                                  std::fabs(v->number) > 1e9))  // beyond int: undefined cast
       return fail(*v, format("\"%s\": expected an integer", key));
     *out = static_cast<T>(v->number);
     return Status();
@@ -226,10 +227,30 @@ class JsonReader {
     ACCORD_TRY(array(root, "devices", &devices));
     ACCORD_TRY(array(root, "links", &links));
     ACCORD_TRY(array(root, "observations", &obs));
+    const int nd = static_cast<int>(devices->items.size());
+    int ngpu = 0;
     for (const json::Value& v : devices->items) {
       Device d;
       ACCORD_TRY(device(v, &d));
+      if (d.parent < -1 || d.parent >= nd || d.parent == static_cast<int>(s->devices.size()))
+        return fail(v, format("device \"parent\": expected -1 or another device's index 0..%d, "
+                              "found %d", nd - 1, d.parent));
+      ngpu += d.kind == DeviceKind::kGpu;
       s->devices.push_back(d);
+    }
+    std::vector<bool> index_used(ngpu);
+    for (int i = 0; i < nd; ++i) {
+      const Device& d = s->devices[i];
+      const json::Value& v = devices->items[i];
+      if (d.kind == DeviceKind::kGpu) {
+        if (d.gpu_index < 0 || d.gpu_index >= ngpu || index_used[d.gpu_index])
+          return fail(v, format("device \"gpu_index\": expected each of 0..%d once (one per GPU), "
+                                "found %d", ngpu - 1, d.gpu_index));
+        index_used[d.gpu_index] = true;
+      }
+      int x = i, steps = 0;
+      while (x >= 0 && steps++ <= nd) x = s->devices[x].parent;
+      if (x >= 0) return fail(v, "device \"parent\": the parents of this device form a cycle");
     }
     for (const json::Value& v : links ? links->items : std::vector<json::Value>{}) {
       Link l;
@@ -241,6 +262,9 @@ class JsonReader {
       ACCORD_TRY(get(v, "bandwidth_gbs", &l.bandwidth_gbs));
       if (!parse_link_kind(kind, &l.kind))
         return fail(v, "link \"kind\": expected pci, nvlink or cpu_interconnect");
+      if (l.a < 0 || l.a >= nd || l.b < 0 || l.b >= nd || l.a == l.b)
+        return fail(v, format("link: expected \"a\" and \"b\" to be two device indices 0..%d",
+                              nd - 1));
       s->links.push_back(l);
     }
     for (const json::Value& v : obs ? obs->items : std::vector<json::Value>{}) {
@@ -264,6 +288,9 @@ class JsonReader {
       ACCORD_TRY(get(v, "measured_gbs", &o.measured_gbs));
       ACCORD_TRY(get(v, "measured_bidir_gbs", &o.measured_bidir_gbs));
       ACCORD_TRY(get(v, "measured_staged_gbs", &o.measured_staged_gbs));
+      if (a < 0 || a >= ngpu || b < 0 || b >= ngpu)
+        return fail(v, format("observation: expected \"a\" and \"b\" to be GPU indices 0..%d",
+                              ngpu - 1));
       s->observed[{a, b}] = o;
     }
     return Status();
@@ -281,7 +308,12 @@ Status parse_accord_json(const std::string& text, const std::string& name, Syste
   *out = System();
   out->source = name;
   ACCORD_TRY(JsonReader(name).system(root, out));
-  return out->finalize();
+  // finalize()'s messages name the file being read, not the "source" stored in it.
+  std::string stored = out->source;
+  out->source = name;
+  Status st = out->finalize();
+  out->source = stored;
+  return st;
 }
 
 }  // namespace accord::topo

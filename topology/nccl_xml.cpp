@@ -48,7 +48,8 @@ class XmlReader {
     if (!v) return Status();
     char* end = nullptr;
     long x = std::strtol(v->c_str(), &end, 0);
-    if (v->empty() || *end) return fail(e, format("attribute %s=\"%s\": expected an integer", key, v->c_str()));
+    if (v->empty() || *end || x < -1000000000L || x > 1000000000L)
+      return fail(e, format("attribute %s=\"%s\": expected an integer", key, v->c_str()));
     *out = static_cast<int>(x);
     return Status();
   }
@@ -116,6 +117,8 @@ class XmlReader {
           if (l->name != "nvlink") continue;
           PendingNvlink p{id, l->attr_or("target", ""), l->attr_or("tclass", ""), 1, l->line};
           ACCORD_TRY(int_attr(*l, "count", &p.count));
+          if (p.count < 1 || p.count > 64)
+            return fail(*l, format("attribute count=\"%d\": expected 1..64 bonded NVLinks", p.count));
           if (p.target.empty()) return fail(*l, "expected attribute target=\"<bus id>\"");
           pending_.push_back(p);
         }

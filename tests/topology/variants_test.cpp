@@ -386,9 +386,17 @@ std::string edit(std::string text, int line, const std::string& from, const std:
 }  // namespace
 
 TEST(Variants, EveryVariantCutShortAtEveryLineFailsCleanly) {
-  for (const char* f : kVariants) {
+  std::vector<std::pair<std::string, std::string>> inputs;
+  for (const char* f : kVariants) inputs.push_back({f, slurp(f)});
+  // Accord JSON and NCCL XML as Accord writes them, for a few of the variants.
+  for (const char* f : {"dgx-a100-nv12-10nic-topo-m.txt", "p2pbandwidth-4gpu-v100-pcie-two-sockets.txt",
+                        "nccl-dump-hgx-a100-4gpu-direct-nvlink.xml"}) {
+    System s = load(f);
+    inputs.push_back({std::string(f) + " as JSON", write_accord_json(s, nullptr)});
+    inputs.push_back({std::string(f) + " as NCCL XML", write_nccl_xml(s)});
+  }
+  for (const auto& [f, text] : inputs) {
     SCOPED_TRACE(f);
-    std::string text = slurp(f);
     for (size_t p = 0; p < text.size(); ++p) {
       if (text[p] != '\n') continue;
       expect_clean(text.substr(0, p + 1), "whole lines");
