@@ -89,6 +89,7 @@ std::string render_text(const System& s, const Plan& plan) {
     o += "\n";
   }
   if (s.cpu_count() == 0) o += "  (the source says nothing about CPUs or NUMA nodes)\n";
+  if (n == 1) o += "\nOne GPU: no rings or trees to build; collectives stay on that GPU.\n";
   if (n < 2) return o;
 
   o += format("\nRings (%zu channel%s; first ring's slowest hop %s GB/s, %d hop%s at that speed)\n",

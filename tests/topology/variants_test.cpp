@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "topology/formats.hpp"
+#include "topology/report.hpp"
+#include "topology/search.hpp"
 
 using namespace accord::topo;
 
@@ -168,6 +170,9 @@ TEST(Variants, SingleGpu) {
   expect_pairs(s, {"X"}, {"X"});
   EXPECT_EQ(gpu_numa(s), (std::vector<int>{0}));
   EXPECT_EQ(s.gpu(0).cpu_affinity, "0-31");
+  Plan plan;
+  ASSERT_TRUE(plan_collectives(s, {}, &plan).ok());
+  EXPECT_NE(render_text(s, plan).find("One GPU: no rings or trees to build"), std::string::npos);
 }
 
 TEST(Variants, OldDriverSocIsSys) {
