@@ -131,9 +131,11 @@ class TextParser {
     // TensorFlow 1.x, for each ordered pair without peer access.
     if (says("Peer access not supported between device ordinal")) {
       int a = -1, b = -1;
-      if (std::sscanf(msg.c_str(), "Peer access not supported between device ordinal %d and %d",
-                      &a, &b) != 2 || a < 0 || b < 0)
-        return fail(i, "expected 'Peer access not supported between device ordinal A and B'");
+      // TensorFlow 1.x prints "ordinals"; accept the singular too.
+      size_t at = msg.find_first_of("0123456789-", 49);
+      if (at == std::string::npos ||
+          std::sscanf(msg.c_str() + at, "%d and %d", &a, &b) != 2 || a < 0 || b < 0)
+        return fail(i, "expected 'Peer access not supported between device ordinals A and B'");
       set_access(a, b, 0);
       return Status();
     }

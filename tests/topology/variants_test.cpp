@@ -244,6 +244,19 @@ TEST(Variants, TensorFlow1EightGpusPeerNotSupported) {
       }
 }
 
+TEST(Variants, TensorFlowPeerLinesSingularOrPlural) {
+  for (const char* word : {"ordinals", "ordinal"}) {
+    System s;
+    std::string text = std::string("I tensorflow/core/common_runtime/gpu/gpu_device.cc:777] Peer "
+                                   "access not supported between device ") + word + " 0 and 2\n";
+    accord::Status st = parse_system(text, "tf.log", &s);
+    ASSERT_TRUE(st.ok()) << st.message();
+    ASSERT_EQ(s.gpu_count(), 3);
+    EXPECT_FALSE(s.p2p(0, 2));
+    EXPECT_EQ(s.pair(0, 2).p2p_source, "reported");
+  }
+}
+
 TEST(Variants, TensorFlow2EdgeMatrix) {
   System s = load("tf2-4gpu-edge-matrix.txt");
   ASSERT_EQ(s.gpu_count(), 4);
@@ -431,8 +444,8 @@ TEST(Variants, GarbageCellsNameTheLineAndWhatWasExpected) {
   std::string tf = slurp("tf1-8gpu-k80-peer-not-supported-dma.txt");
   expect_error_at(edit(tf, 36, "Y N N", "Y ? N"), 36, "expected Y or N, found '?'");
   expect_error_at(edit(tf, 38, "N N N N ", ""), 38, "row 3 has 4 entries, expected 8");
-  expect_error_at(edit(tf, 2, "ordinal 0 and 4", "ordinal 0 and"), 2,
-                  "expected 'Peer access not supported between device ordinal A and B'");
+  expect_error_at(edit(tf, 2, "ordinals 0 and 4", "ordinals 0 and"), 2,
+                  "expected 'Peer access not supported between device ordinals A and B'");
   std::string sp = slurp("simplep2p-4gpu-mixed-yes-no.txt");
   expect_error_at(edit(sp, 8, ": No", ": Maybe"), 8, "Yes|No");
   std::string bw = slurp("p2pbandwidth-4gpu-v100-pcie-two-sockets.txt");
