@@ -19,6 +19,24 @@ namespace {
 
 using Tokens = std::vector<std::string>;
 
+// nvidia-smi on a terminal underlines the topo -m / -p2p header ("\x1b[4mGPU0 ... ID\x1b[0m"), and
+// captures made with script(1) or a CI log keep those escapes: drop CSI sequences (ESC [ ... final).
+std::string strip_ansi(const std::string& l) {
+  if (l.find('\x1b') == std::string::npos) return l;
+  std::string out;
+  for (size_t i = 0; i < l.size(); ++i) {
+    if (l[i] != '\x1b') {
+      out += l[i];
+      continue;
+    }
+    if (i + 1 < l.size() && l[i + 1] == '[') {
+      i += 2;
+      while (i < l.size() && !(l[i] >= 0x40 && l[i] <= 0x7e)) ++i;  // parameters, then the final byte
+    }
+  }
+  return out;
+}
+
 Tokens split(const std::string& line) {
   Tokens t;
   std::istringstream in(line);
@@ -77,7 +95,7 @@ class TextParser {
     std::istringstream in(text);
     for (std::string l; std::getline(in, l);) {
       if (!l.empty() && l.back() == '\r') l.pop_back();
-      lines_.push_back(l);
+      lines_.push_back(strip_ansi(l));
     }
   }
 
@@ -335,6 +353,8 @@ class TextParser {
   // u/d unidirectional enabled/disabled, b/- bidirectional enabled/disabled.
   Status numeric_matrix(size_t& i, char kind) {
     if (i + 1 >= lines_.size()) return fail(i, "expected a 'D\\D 0 1 ...' header line");
+    // Some posts title an nvidia-smi topo -p2p matrix "P2P Connectivity Matrix": let it be read as one.
+    if (Tokens next = split(lines_[i + 1]); !next.empty() && next[0] == "GPU0") return Status();
     Tokens h = split(lines_[++i]);
     if (h.empty() || h[0] != "D\\D") return fail(i, "expected a 'D\\D 0 1 ...' header line");
     size_t n = h.size() - 1, rows = 0;

@@ -175,6 +175,26 @@ TEST(Variants, SingleGpu) {
   EXPECT_NE(render_text(s, plan).find("One GPU: no rings or trees to build"), std::string::npos);
 }
 
+TEST(Variants, AnsiEscapesFromATerminalCapture) {
+  System s = load("l4-2gpu-ansi-underlined-headers.txt");
+  ASSERT_EQ(s.gpu_count(), 2);
+  expect_pairs(s, {"X NODE", "NODE X"}, {"X N", "N X"});
+  EXPECT_NE(s.p2p_reason(0, 1).find("CNS"), std::string::npos) << s.p2p_reason(0, 1);
+  EXPECT_EQ(s.pair(0, 1).p2p_source, "reported");
+  EXPECT_EQ(gpu_numa(s), (std::vector<int>{0, 0}));
+}
+
+TEST(Variants, TopoP2pTitledP2pConnectivityMatrix) {
+  // As some posts paste it: the nvidia-smi matrix under the bandwidth test's title.
+  System s;
+  accord::Status st = parse_system(
+      "P2P Connectivity Matrix\n        GPU0  GPU1  GPU2\nGPU0      X    OK   CNS\n"
+      "GPU1     OK     X   CNS\nGPU2    CNS   CNS     X\n", "titled.txt", &s);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_EQ(s.gpu_count(), 3);
+  expect_pairs(s, all(3, "?"), {"X Y N", "Y X N", "N N X"});
+}
+
 TEST(Variants, OldDriverSocIsSys) {
   System s = load("k80-4gpu-old-driver-soc-topo-m.txt");
   ASSERT_EQ(s.gpu_count(), 4);
@@ -360,7 +380,7 @@ const char* const kVariants[] = {
     "tf2-4gpu-edge-matrix.txt", "simplep2p-4gpu-mixed-yes-no.txt",
     "simplep2p-cuda6-2gpu-k20-p2p-wording.txt", "p2pbandwidth-4gpu-v100-pcie-two-sockets.txt",
     "nccl-dump-dgx-a100-nvswitch-nested-pci.xml", "nccl-dump-hgx-a100-4gpu-direct-nvlink.xml",
-    "static-4gpu-unsorted-vga-and-3d-classes.xml"};
+    "static-4gpu-unsorted-vga-and-3d-classes.xml", "l4-2gpu-ansi-underlined-headers.txt"};
 
 // A failure must say "cut.txt:LINE: ..." with a line inside the text.
 void expect_clean(const std::string& text, const std::string& what) {
