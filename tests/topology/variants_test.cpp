@@ -347,6 +347,25 @@ TEST(Variants, NcclDumpNvSwitchNestedPci) {
   EXPECT_EQ(s.devices[s.gpus[0]].parent, s.devices[s.gpus[1]].parent);
 }
 
+TEST(Variants, NcclDumpH100FourSwitchesUnevenCountsAndAGpuWithoutNvlink) {
+  System s = load("nccl-dump-hgx-h100-nvswitch-5-5-4-4-one-gpu-no-nvlink.xml");
+  ASSERT_EQ(s.gpu_count(), 8);
+  // 5+5+4+4 links through four switches = NV18; GPU5 has none: PIX to its switch mate GPU4, PHB
+  // to the other switch under its CPU, SYS across.
+  expect_pairs(s,
+               {"X NV18 NV18 NV18 NV18 SYS NV18 NV18", "NV18 X NV18 NV18 NV18 SYS NV18 NV18",
+                "NV18 NV18 X NV18 NV18 SYS NV18 NV18", "NV18 NV18 NV18 X NV18 SYS NV18 NV18",
+                "NV18 NV18 NV18 NV18 X PIX NV18 NV18", "SYS SYS SYS SYS PIX X PHB PHB",
+                "NV18 NV18 NV18 NV18 NV18 PHB X NV18", "NV18 NV18 NV18 NV18 NV18 PHB NV18 X"},
+               {"X Y Y Y Y N Y Y", "Y X Y Y Y N Y Y", "Y Y X Y Y N Y Y", "Y Y Y X Y N Y Y",
+                "Y Y Y Y X Y Y Y", "N N N N Y X N N", "Y Y Y Y Y N X Y", "Y Y Y Y Y N Y X"});
+  EXPECT_EQ(s.bandwidth_gbs(0, 1), 18 * nvlink_bandwidth_gbs(90));
+  EXPECT_EQ(gpu_numa(s), (std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1}));
+  ASSERT_EQ(nic_count(s), 6);  // 4 x 400G, and eth0 once per CPU
+  EXPECT_EQ(nic(s, "mlx5_3")->nic_speed_gbs, 50.0);
+  EXPECT_EQ(nic(s, "eth0")->nic_speed_gbs, 1.25);
+}
+
 TEST(Variants, NcclDumpDirectNvlinksListedFromBothEnds) {
   System s = load("nccl-dump-hgx-a100-4gpu-direct-nvlink.xml");
   ASSERT_EQ(s.gpu_count(), 4);
@@ -380,7 +399,8 @@ const char* const kVariants[] = {
     "tf2-4gpu-edge-matrix.txt", "simplep2p-4gpu-mixed-yes-no.txt",
     "simplep2p-cuda6-2gpu-k20-p2p-wording.txt", "p2pbandwidth-4gpu-v100-pcie-two-sockets.txt",
     "nccl-dump-dgx-a100-nvswitch-nested-pci.xml", "nccl-dump-hgx-a100-4gpu-direct-nvlink.xml",
-    "static-4gpu-unsorted-vga-and-3d-classes.xml", "l4-2gpu-ansi-underlined-headers.txt"};
+    "static-4gpu-unsorted-vga-and-3d-classes.xml", "l4-2gpu-ansi-underlined-headers.txt",
+    "nccl-dump-hgx-h100-nvswitch-5-5-4-4-one-gpu-no-nvlink.xml"};
 
 // A failure must say "cut.txt:LINE: ..." with a line inside the text.
 void expect_clean(const std::string& text, const std::string& what) {
