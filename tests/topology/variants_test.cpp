@@ -467,6 +467,13 @@ TEST(Variants, EveryVariantCutShortAtEveryLineFailsCleanly) {
         bad[p] = c;
         expect_clean(bad, "byte " + std::to_string(p));
       }
+    // Numbers too large for an int, and negative ones, anywhere.
+    for (size_t p = 0; p < text.size(); p += 13)
+      for (const char* n : {"4294967296", "-7", "99999999999999999999"}) {
+        std::string bad = text;
+        bad.insert(p, n);
+        expect_clean(bad, "insert at " + std::to_string(p));
+      }
   }
 }
 
