@@ -18,7 +18,31 @@ FileFormat detect_format(const std::string& text) {
   return FileFormat::kText;
 }
 
-Status parse_system(const std::string& text, const std::string& name, System* out) {
+namespace {
+
+// Files saved on Windows: a UTF-8 byte order mark, or UTF-16 (PowerShell's `>` writes UTF-16LE
+// with a BOM, e.g. p2pBandwidthLatencyTest.exe > out.txt). Everything we read is ASCII, so UTF-16
+// code units above 0x7f become '?'.
+std::string plain_text(const std::string& text) {
+  auto starts = [&](const char* bom, size_t n) { return text.size() >= n && text.compare(0, n, bom, n) == 0; };
+  if (starts("\xef\xbb\xbf", 3)) return text.substr(3);
+  bool le = starts("\xff\xfe", 2), be = starts("\xfe\xff", 2);
+  if (!le && !be) return text;
+  std::string out;
+  out.reserve(text.size() / 2);
+  for (size_t i = 2; i + 1 < text.size(); i += 2) {
+    unsigned lo = static_cast<unsigned char>(text[le ? i : i + 1]);
+    unsigned hi = static_cast<unsigned char>(text[le ? i + 1 : i]);
+    unsigned unit = hi << 8 | lo;
+    out += unit < 0x80 ? static_cast<char>(unit) : '?';
+  }
+  return out;
+}
+
+}  // namespace
+
+Status parse_system(const std::string& raw, const std::string& name, System* out) {
+  const std::string text = plain_text(raw);
   switch (detect_format(text)) {
     case FileFormat::kJson: return parse_accord_json(text, name, out);
     case FileFormat::kNcclXml: return parse_nccl_xml(text, name, out);

@@ -122,6 +122,8 @@ class TextParser {
     const std::string& l = lines_[i];
     Tokens t = split(l);
     if (t.empty()) return Status();
+    if (l.find("topo -m") != std::string::npos || l.find("topo --matrix") != std::string::npos)
+      p2p_mode_.clear();  // a new command: an earlier -p2p mode no longer applies
     if (size_t p = l.find("topo -p2p"); p != std::string::npos) {
       Tokens rest = split(l.substr(p + 9));
       p2p_mode_ = rest.empty() ? "" : rest[0];

@@ -302,6 +302,25 @@ TEST(Variants, SimpleP2pOldWording) {
   EXPECT_EQ(s.pair(0, 1).measured_gbs, 5.83);
 }
 
+TEST(Variants, WindowsUtf16AndByteOrderMarks) {
+  System s = load("simplep2p-windows-utf16le-bom-crlf.txt");
+  ASSERT_EQ(s.gpu_count(), 2);
+  expect_pairs(s, all(2, "?"), all(2, "Y"));
+  EXPECT_EQ(s.gpu(0).name, "NVIDIA RTX A5000");
+  EXPECT_EQ(s.pair(0, 1).measured_gbs, 22.75);
+  // A UTF-8 BOM before XML, JSON or text is skipped.
+  for (const char* f : {"nccl-dump-hgx-a100-4gpu-direct-nvlink.xml", "single-gpu-topo-m.txt"}) {
+    System bom;
+    accord::Status st = parse_system("\xef\xbb\xbf" + slurp(f), f, &bom);
+    ASSERT_TRUE(st.ok()) << f << ": " << st.message();
+    EXPECT_EQ(bom.gpu_count(), load(f).gpu_count());
+  }
+  System json;
+  accord::Status st = parse_system("\xef\xbb\xbf" + write_accord_json(s, nullptr), "bom.json", &json);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(json.gpu_count(), 2);
+}
+
 TEST(Variants, P2pBandwidthLatencyTest) {
   System s = load("p2pbandwidth-4gpu-v100-pcie-two-sockets.txt");
   ASSERT_EQ(s.gpu_count(), 4);
@@ -400,7 +419,8 @@ const char* const kVariants[] = {
     "simplep2p-cuda6-2gpu-k20-p2p-wording.txt", "p2pbandwidth-4gpu-v100-pcie-two-sockets.txt",
     "nccl-dump-dgx-a100-nvswitch-nested-pci.xml", "nccl-dump-hgx-a100-4gpu-direct-nvlink.xml",
     "static-4gpu-unsorted-vga-and-3d-classes.xml", "l4-2gpu-ansi-underlined-headers.txt",
-    "nccl-dump-hgx-h100-nvswitch-5-5-4-4-one-gpu-no-nvlink.xml"};
+    "nccl-dump-hgx-h100-nvswitch-5-5-4-4-one-gpu-no-nvlink.xml",
+    "simplep2p-windows-utf16le-bom-crlf.txt"};
 
 // A failure must say "cut.txt:LINE: ..." with a line inside the text.
 void expect_clean(const std::string& text, const std::string& what) {
