@@ -149,10 +149,11 @@ class TextParser {
         opens("> Peer-to-Peer (P2P) access from") || opens("Peer-to-Peer (P2P) access from"))
       return simple_p2p(i, l);
     // TensorFlow 1.x, for each ordered pair without peer access.
-    if (says("Peer access not supported between device ordinal")) {
+    static constexpr char kNoPeer[] = "Peer access not supported between device ordinal";
+    if (says(kNoPeer)) {
       int a = -1, b = -1;
       // TensorFlow 1.x prints "ordinals"; accept the singular too.
-      size_t at = msg.find_first_of("0123456789-", 49);
+      size_t at = msg.find_first_of("0123456789-", sizeof(kNoPeer) - 1);
       if (at == std::string::npos ||
           std::sscanf(msg.c_str() + at, "%d and %d", &a, &b) != 2 || a < 0 || b < 0)
         return fail(i, "expected 'Peer access not supported between device ordinals A and B'");
