@@ -249,8 +249,11 @@ class TextParser {
       int row_gpu = gpu_label(t[0]);
       Nic* nic = nullptr;
       if (row_gpu < 0) {
-        c_->nics.push_back(Nic{t[0], {}});
-        nic = &c_->nics.back();
+        // The same NIC row again (a post pasting topo -m twice) is the same NIC.
+        auto same = std::find_if(c_->nics.begin(), c_->nics.end(),
+                                 [&](const Nic& n) { return n.label == t[0]; });
+        if (same == c_->nics.end()) same = c_->nics.insert(c_->nics.end(), Nic{t[0], {}});
+        nic = &*same;
       } else {
         c_->saw_gpu(row_gpu);
       }

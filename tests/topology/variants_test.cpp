@@ -114,6 +114,15 @@ TEST(Variants, DgxA100TopoMWithNicLegend) {
   }
 }
 
+TEST(Variants, TopoMPastedTwiceKeepsOneSetOfNics) {
+  std::string text = slurp("pcie-4gpu-4nic-nic-legend-topo-m.txt");
+  System s;
+  accord::Status st = parse_system(text + "\n" + text, "twice.txt", &s);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(s.gpu_count(), 4);
+  EXPECT_EQ(nic_count(s), 4);
+}
+
 TEST(Variants, NicColumnsNamedNicNAndMlx5) {
   const std::vector<std::string> paths = {"X NODE SYS SYS", "NODE X SYS SYS", "SYS SYS X NODE",
                                           "SYS SYS NODE X"};
