@@ -197,7 +197,11 @@ class XmlReader {
         }
         target = nvswitch;
       }
-      if (target < 0 || s_->devices[target].kind == DeviceKind::kCpu) continue;  // NVLink to CPU
+      // Only GPU peers and NVSwitches: an NVLink to a POWER9 CPU names the CPU's bridge (or a
+      // bus id we do not have), which is not a GPU link.
+      if (target < 0 || target == p.gpu || (s_->devices[target].kind != DeviceKind::kGpu &&
+                                            s_->devices[target].kind != DeviceKind::kNvSwitch))
+        continue;
       if (s_->devices[target].kind == DeviceKind::kNvSwitch) {
         // A GPU lists one <nvlink> per NVSwitch (DGX A100: 6 x count 2); when they all fold into
         // one unresolved switch, their counts add up.
