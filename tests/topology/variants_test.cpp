@@ -365,6 +365,9 @@ TEST(Variants, NcclDumpNvSwitchNestedPci) {
   EXPECT_EQ(gpu_numa(s), (std::vector<int>{3, 3, 1, 1, 7, 7, 5, 5}));
   EXPECT_EQ(s.gpu(1).pci_bus_id, "0000:0f:00.0");
   EXPECT_EQ(s.gpu(0).sm, 80);
+  // Multi-word hex masks, most significant word first.
+  EXPECT_EQ(s.devices[s.cpu_of(s.gpus[0])].cpu_affinity, "32-47,112-127");
+  EXPECT_EQ(s.devices[s.cpu_of(s.gpus[4])].cpu_affinity, "160-175,240-255");
   EXPECT_EQ(s.bandwidth_gbs(0, 7), 12 * nvlink_bandwidth_gbs(80));
   ASSERT_EQ(nic_count(s), 8);
   const Device* m7 = nic(s, "mlx5_7");
