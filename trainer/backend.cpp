@@ -62,12 +62,14 @@ class CpuBackend : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(std::unique_ptr<Model> model, const OptimizerConfig& config) {
+std::unique_ptr<Backend> make_cpu_backend(std::unique_ptr<Model> model,
+                                          const OptimizerConfig& config) {
   return std::make_unique<CpuBackend>(std::move(model), config);
 }
 
 BackendFactory cpu_backend_factory() {
-  return [](std::unique_ptr<Model> model, const OptimizerConfig& config, std::unique_ptr<Backend>* out) {
+  return [](std::unique_ptr<Model> model, const OptimizerConfig& config,
+            std::unique_ptr<Backend>* out) {
     *out = make_cpu_backend(std::move(model), config);
     return ok_status();
   };

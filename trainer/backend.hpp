@@ -49,11 +49,12 @@ class Backend {
 };
 
 // The CPU backend: Model's layers on OpenBLAS and Optimizer, in the host buffers.
-std::unique_ptr<Backend> make_cpu_backend(std::unique_ptr<Model> model, const OptimizerConfig& config);
+std::unique_ptr<Backend> make_cpu_backend(std::unique_ptr<Model> model,
+                                          const OptimizerConfig& config);
 
 // How train() makes its backend once the model exists.
-using BackendFactory =
-    std::function<Status(std::unique_ptr<Model> model, const OptimizerConfig& config, std::unique_ptr<Backend>* out)>;
+using BackendFactory = std::function<Status(
+    std::unique_ptr<Model> model, const OptimizerConfig& config, std::unique_ptr<Backend>* out)>;
 BackendFactory cpu_backend_factory();
 
 }  // namespace accord::trainer

@@ -16,20 +16,25 @@ namespace accord::trainer {
 
 namespace {
 
-std::string cuda_text(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
+std::string cuda_text(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
 
 Status fail(int dev, const char* call, const std::string& why) {
   return Status::error("gpu " + std::to_string(dev) + ": " + call + " failed (" + why + ")");
 }
 
-Status check(int dev, const char* call, cudaError_t e) { return e == cudaSuccess ? ok_status() : fail(dev, call, cuda_text(e)); }
+Status check(int dev, const char* call, cudaError_t e) {
+  return e == cudaSuccess ? ok_status() : fail(dev, call, cuda_text(e));
+}
 Status check(int dev, const char* call, cudnnStatus_t e) {
   return e == CUDNN_STATUS_SUCCESS ? ok_status() : fail(dev, call, cudnnGetErrorString(e));
 }
 Status check(int dev, const char* call, cublasStatus_t e) {
   return e == CUBLAS_STATUS_SUCCESS
              ? ok_status()
-             : fail(dev, call, std::string(cublasGetStatusName(e)) + ": " + cublasGetStatusString(e));
+             : fail(dev, call,
+                    std::string(cublasGetStatusName(e)) + ": " + cublasGetStatusString(e));
 }
 
 // Checks a CUDA, cuDNN or cuBLAS call on device dev_ and returns its error.
@@ -70,9 +75,9 @@ enum class Kind { kConv, kPool, kRelu, kLinear, kCopy };
 struct GpuLayer {
   Kind kind = Kind::kCopy;
   Shape in, out;
-  int k = 0;                           // conv kernel / pool window
-  int fin = 0, fout = 0;               // linear features
-  size_t offset = 0, weights = 0;      // parameters in the flat buffer
+  int k = 0;                       // conv kernel / pool window
+  int fin = 0, fout = 0;           // linear features
+  size_t offset = 0, weights = 0;  // parameters in the flat buffer
   bool has_params = false;
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
@@ -87,7 +92,10 @@ struct GpuLayer {
 class GpuBackend : public Backend, public DeviceGradients {
  public:
   GpuBackend(const GpuDevice& device, std::unique_ptr<Model> model, const OptimizerConfig& config)
-      : device_(device), dev_(device.index), model_(std::move(model)), config_(config),
+      : device_(device),
+        dev_(device.index),
+        model_(std::move(model)),
+        config_(config),
         opt_(config, model_->param_ranges(), model_->param_count()) {}
   ~GpuBackend() override;
 
@@ -116,7 +124,8 @@ class GpuBackend : public Backend, public DeviceGradients {
  private:
   Status configure(int batch);
   Status layer_forward(GpuLayer& l, const float* x, float* y, int batch);
-  Status layer_backward(GpuLayer& l, const float* x, const float* y, const float* dy, float* dx, int batch);
+  Status layer_backward(GpuLayer& l, const float* x, const float* y, const float* dy, float* dx,
+                        int batch);
   Status copy(float* dst, const float* src, size_t n, cudaMemcpyKind kind, cudaStream_t s);
 
   GpuDevice device_;
@@ -177,10 +186,11 @@ Status GpuBackend::init() {
   int cublas_version = 0;
   GPU_TRY(cublasGetVersion(cublas_, &cublas_version));
   const size_t cudnn_version = cudnnGetVersion();
-  description_ = "gpu " + std::to_string(dev_) + " of " + std::to_string(device_.count) + ": " + device_.name +
-                 " (cuDNN " + std::to_string(cudnn_version / 10000) + "." +
-                 std::to_string(cudnn_version / 100 % 100) + ", cuBLAS " + std::to_string(cublas_version / 10000) +
-                 "." + std::to_string(cublas_version / 100 % 100) + ")";
+  description_ = "gpu " + std::to_string(dev_) + " of " + std::to_string(device_.count) + ": " +
+                 device_.name + " (cuDNN " + std::to_string(cudnn_version / 10000) + "." +
+                 std::to_string(cudnn_version / 100 % 100) + ", cuBLAS " +
+                 std::to_string(cublas_version / 10000) + "." +
+                 std::to_string(cublas_version / 100 % 100) + ")";
 
   std::vector<size_t> offset_of(model_->layers().size(), 0);
   for (const ParamRange& r : model_->param_ranges()) offset_of[r.layer] = r.offset;
@@ -197,23 +207,26 @@ Status GpuBackend::init() {
       l.kind = Kind::kConv;
       l.k = c->kernel();
       GPU_TRY(cudnnCreateFilterDescriptor(&l.w));
-      GPU_TRY(cudnnSetFilter4dDescriptor(l.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, l.out.c, l.in.c, l.k, l.k));
+      GPU_TRY(cudnnSetFilter4dDescriptor(l.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, l.out.c, l.in.c,
+                                         l.k, l.k));
       GPU_TRY(cudnnCreateConvolutionDescriptor(&l.conv));
-      GPU_TRY(cudnnSetConvolution2dDescriptor(l.conv, l.k / 2, l.k / 2, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
-                                              CUDNN_DATA_FLOAT));
+      GPU_TRY(cudnnSetConvolution2dDescriptor(l.conv, l.k / 2, l.k / 2, 1, 1, 1, 1,
+                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
       GPU_TRY(cudnnSetConvolutionMathType(l.conv, CUDNN_FMA_MATH));  // no TF32
       GPU_TRY(cudnnCreateTensorDescriptor(&l.bias));
-      GPU_TRY(cudnnSetTensor4dDescriptor(l.bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, l.out.c, 1, 1));
+      GPU_TRY(cudnnSetTensor4dDescriptor(l.bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, l.out.c, 1,
+                                         1));
     } else if (auto* p = dynamic_cast<MaxPool2d*>(layer)) {
       l.kind = Kind::kPool;
       l.k = p->size();
       GPU_TRY(cudnnCreatePoolingDescriptor(&l.pool));
-      GPU_TRY(cudnnSetPooling2dDescriptor(l.pool, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN, l.k,
-                                          l.k, 0, 0, l.k, l.k));
+      GPU_TRY(cudnnSetPooling2dDescriptor(l.pool, CUDNN_POOLING_MAX_DETERMINISTIC,
+                                          CUDNN_NOT_PROPAGATE_NAN, l.k, l.k, 0, 0, l.k, l.k));
     } else if (dynamic_cast<Relu*>(layer) != nullptr) {
       l.kind = Kind::kRelu;
       GPU_TRY(cudnnCreateActivationDescriptor(&l.act));
-      GPU_TRY(cudnnSetActivationDescriptor(l.act, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+      GPU_TRY(
+          cudnnSetActivationDescriptor(l.act, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
     } else if (auto* f = dynamic_cast<Linear*>(layer)) {
       l.kind = Kind::kLinear;
       l.fin = f->in_features();
@@ -221,7 +234,8 @@ Status GpuBackend::init() {
     } else if (dynamic_cast<SwapAxes*>(layer) != nullptr) {
       l.kind = Kind::kCopy;  // N x C x H x W throughout: the swap is the identity
     } else {
-      return Status::error("gpu " + std::to_string(dev_) + ": layer " + layer->name() + " has no GPU version");
+      return Status::error("gpu " + std::to_string(dev_) + ": layer " + layer->name() +
+                           " has no GPU version");
     }
     if (l.kind != Kind::kLinear && l.kind != Kind::kCopy) {
       GPU_TRY(cudnnCreateTensorDescriptor(&l.x));
@@ -240,7 +254,8 @@ Status GpuBackend::init() {
   return push_state();
 }
 
-Status GpuBackend::copy(float* dst, const float* src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
+Status GpuBackend::copy(float* dst, const float* src, size_t n, cudaMemcpyKind kind,
+                        cudaStream_t s) {
   if (n == 0) return ok_status();
   GPU_TRY(cudaMemcpyAsync(dst, src, n * sizeof(float), kind, s));
   return ok_status();
@@ -291,32 +306,36 @@ Status GpuBackend::configure(int batch) {
   size_t workspace = 0;
   for (GpuLayer& l : layers_) {
     if (l.x == nullptr) continue;
-    GPU_TRY(cudnnSetTensor4dDescriptor(l.x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, batch, l.in.c, l.in.h, l.in.w));
-    GPU_TRY(cudnnSetTensor4dDescriptor(l.y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, batch, l.out.c, l.out.h, l.out.w));
+    GPU_TRY(cudnnSetTensor4dDescriptor(l.x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, batch, l.in.c,
+                                       l.in.h, l.in.w));
+    GPU_TRY(cudnnSetTensor4dDescriptor(l.y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, batch, l.out.c,
+                                       l.out.h, l.out.w));
     if (l.kind != Kind::kConv) continue;
     // cuDNN's heuristics, best first; the first that works with these descriptors.
     int found = 0;
     cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    GPU_TRY(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, l.x, l.w, l.conv, l.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                   &found, fwd));
+    GPU_TRY(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, l.x, l.w, l.conv, l.y,
+                                                   CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, fwd));
     for (int i = found; i-- > 0;)
       if (fwd[i].status == CUDNN_STATUS_SUCCESS) l.fwd_algo = fwd[i].algo;
     cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    GPU_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_, l.w, l.y, l.conv, l.x,
-                                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, bd));
+    GPU_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+        cudnn_, l.w, l.y, l.conv, l.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, bd));
     for (int i = found; i-- > 0;)
       if (bd[i].status == CUDNN_STATUS_SUCCESS) l.bwd_data_algo = bd[i].algo;
     cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    GPU_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_, l.x, l.y, l.conv, l.w,
-                                                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, bf));
+    GPU_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        cudnn_, l.x, l.y, l.conv, l.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, bf));
     for (int i = found; i-- > 0;)
       if (bf[i].status == CUDNN_STATUS_SUCCESS) l.bwd_filter_algo = bf[i].algo;
     size_t s = 0;
     GPU_TRY(cudnnGetConvolutionForwardWorkspaceSize(cudnn_, l.x, l.w, l.conv, l.y, l.fwd_algo, &s));
     workspace = std::max(workspace, s);
-    GPU_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, l.w, l.y, l.conv, l.x, l.bwd_data_algo, &s));
+    GPU_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_, l.w, l.y, l.conv, l.x,
+                                                         l.bwd_data_algo, &s));
     workspace = std::max(workspace, s);
-    GPU_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, l.x, l.y, l.conv, l.w, l.bwd_filter_algo, &s));
+    GPU_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn_, l.x, l.y, l.conv, l.w,
+                                                           l.bwd_filter_algo, &s));
     workspace = std::max(workspace, s);
   }
   TRAINER_TRY(workspace_.resize(dev_, (workspace + sizeof(float) - 1) / sizeof(float)));
@@ -330,8 +349,9 @@ Status GpuBackend::layer_forward(GpuLayer& l, const float* x, float* y, int batc
   const float* b = w + l.weights;
   switch (l.kind) {
     case Kind::kConv:
-      GPU_TRY(cudnnConvolutionForward(cudnn_, &one, l.x, x, l.w, w, l.conv, l.fwd_algo, workspace_.get(),
-                                      workspace_.size() * sizeof(float), &zero, l.y, y));
+      GPU_TRY(cudnnConvolutionForward(cudnn_, &one, l.x, x, l.w, w, l.conv, l.fwd_algo,
+                                      workspace_.get(), workspace_.size() * sizeof(float), &zero,
+                                      l.y, y));
       GPU_TRY(cudnnAddTensor(cudnn_, &one, l.bias, b, &one, l.y, y));
       break;
     case Kind::kPool:
@@ -342,10 +362,10 @@ Status GpuBackend::layer_forward(GpuLayer& l, const float* x, float* y, int batc
       break;
     case Kind::kLinear:
       // Row-major y[N x out] = x W^T + b is column-major y'[out x N] = W'^T x' + b 1^T.
-      GPU_TRY(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, l.fout, batch, 1, &one, b, l.fout, ones_.get(), 1,
-                          &zero, y, l.fout));
-      GPU_TRY(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, l.fout, batch, l.fin, &one, w, l.fin, x, l.fin, &one, y,
-                          l.fout));
+      GPU_TRY(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, l.fout, batch, 1, &one, b, l.fout,
+                          ones_.get(), 1, &zero, y, l.fout));
+      GPU_TRY(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, l.fout, batch, l.fin, &one, w, l.fin,
+                          x, l.fin, &one, y, l.fout));
       break;
     case Kind::kCopy:
       TRAINER_TRY(copy(y, x, l.in.size() * batch, cudaMemcpyDeviceToDevice, stream_));
@@ -354,8 +374,8 @@ Status GpuBackend::layer_forward(GpuLayer& l, const float* x, float* y, int batc
   return ok_status();
 }
 
-Status GpuBackend::layer_backward(GpuLayer& l, const float* x, const float* y, const float* dy, float* dx,
-                                  int batch) {
+Status GpuBackend::layer_backward(GpuLayer& l, const float* x, const float* y, const float* dy,
+                                  float* dx, int batch) {
   const float one = 1.0f, zero = 0.0f;
   const float* w = params_.get() + l.offset;
   float* dw = grads_.get() + l.offset;
@@ -363,30 +383,37 @@ Status GpuBackend::layer_backward(GpuLayer& l, const float* x, const float* y, c
   switch (l.kind) {
     case Kind::kConv:
       GPU_TRY(cudnnConvolutionBackwardBias(cudnn_, &one, l.y, dy, &zero, l.bias, db));
-      GPU_TRY(cudnnConvolutionBackwardFilter(cudnn_, &one, l.x, x, l.y, dy, l.conv, l.bwd_filter_algo,
-                                             workspace_.get(), workspace_.size() * sizeof(float), &zero, l.w, dw));
+      GPU_TRY(cudnnConvolutionBackwardFilter(cudnn_, &one, l.x, x, l.y, dy, l.conv,
+                                             l.bwd_filter_algo, workspace_.get(),
+                                             workspace_.size() * sizeof(float), &zero, l.w, dw));
       if (dx != nullptr)
         GPU_TRY(cudnnConvolutionBackwardData(cudnn_, &one, l.w, w, l.y, dy, l.conv, l.bwd_data_algo,
-                                             workspace_.get(), workspace_.size() * sizeof(float), &zero, l.x, dx));
+                                             workspace_.get(), workspace_.size() * sizeof(float),
+                                             &zero, l.x, dx));
       break;
     case Kind::kPool:
-      if (dx != nullptr) GPU_TRY(cudnnPoolingBackward(cudnn_, l.pool, &one, l.y, y, l.y, dy, l.x, x, &zero, l.x, dx));
+      if (dx != nullptr)
+        GPU_TRY(
+            cudnnPoolingBackward(cudnn_, l.pool, &one, l.y, y, l.y, dy, l.x, x, &zero, l.x, dx));
       break;
     case Kind::kRelu:
       if (dx != nullptr)
-        GPU_TRY(cudnnActivationBackward(cudnn_, l.act, &one, l.y, y, l.y, dy, l.x, x, &zero, l.x, dx));
+        GPU_TRY(
+            cudnnActivationBackward(cudnn_, l.act, &one, l.y, y, l.y, dy, l.x, x, &zero, l.x, dx));
       break;
     case Kind::kLinear:
       // dW'[in x out] = x'[in x N] dy'^T; db = dy' 1; dx'[in x N] = W'[in x out] dy'.
-      GPU_TRY(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, l.fin, l.fout, batch, &one, x, l.fin, dy, l.fout, &zero,
-                          dw, l.fin));
-      GPU_TRY(cublasSgemv(cublas_, CUBLAS_OP_N, l.fout, batch, &one, dy, l.fout, ones_.get(), 1, &zero, db, 1));
+      GPU_TRY(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, l.fin, l.fout, batch, &one, x, l.fin,
+                          dy, l.fout, &zero, dw, l.fin));
+      GPU_TRY(cublasSgemv(cublas_, CUBLAS_OP_N, l.fout, batch, &one, dy, l.fout, ones_.get(), 1,
+                          &zero, db, 1));
       if (dx != nullptr)
-        GPU_TRY(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, l.fin, batch, l.fout, &one, w, l.fin, dy, l.fout,
-                            &zero, dx, l.fin));
+        GPU_TRY(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, l.fin, batch, l.fout, &one, w, l.fin,
+                            dy, l.fout, &zero, dx, l.fin));
       break;
     case Kind::kCopy:
-      if (dx != nullptr) TRAINER_TRY(copy(dx, dy, l.in.size() * batch, cudaMemcpyDeviceToDevice, stream_));
+      if (dx != nullptr)
+        TRAINER_TRY(copy(dx, dy, l.in.size() * batch, cudaMemcpyDeviceToDevice, stream_));
       break;
   }
   return ok_status();
@@ -395,7 +422,8 @@ Status GpuBackend::layer_backward(GpuLayer& l, const float* x, const float* y, c
 Status GpuBackend::forward(const float* images, int batch) {
   GPU_TRY(cudaSetDevice(dev_));
   TRAINER_TRY(configure(batch));
-  TRAINER_TRY(copy(acts_[0]->get(), images, model_->input_shape().size() * batch, cudaMemcpyHostToDevice, stream_));
+  TRAINER_TRY(copy(acts_[0]->get(), images, model_->input_shape().size() * batch,
+                   cudaMemcpyHostToDevice, stream_));
   for (size_t i = 0; i < layers_.size(); ++i)
     TRAINER_TRY(layer_forward(layers_[i], acts_[i]->get(), acts_[i + 1]->get(), batch));
   return ok_status();
@@ -403,12 +431,14 @@ Status GpuBackend::forward(const float* images, int batch) {
 
 Status GpuBackend::loss(const uint8_t* labels, int batch, float* loss, int* correct) {
   GPU_TRY(cudaMemcpyAsync(labels_.get(), labels, batch, cudaMemcpyHostToDevice, stream_));
-  GPU_TRY(gpu::softmax_xent(acts_.back()->get(), labels_.get(), batch, model_->classes(), dacts_.back()->get(),
-                            losses_.get(), correct_.get(), stream_));
+  GPU_TRY(gpu::softmax_xent(acts_.back()->get(), labels_.get(), batch, model_->classes(),
+                            dacts_.back()->get(), losses_.get(), correct_.get(), stream_));
   host_losses_.resize(batch);
   host_correct_.resize(batch);
-  GPU_TRY(cudaMemcpyAsync(host_losses_.data(), losses_.get(), batch * sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  GPU_TRY(cudaMemcpyAsync(host_correct_.data(), correct_.get(), batch * sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  GPU_TRY(cudaMemcpyAsync(host_losses_.data(), losses_.get(), batch * sizeof(double),
+                          cudaMemcpyDeviceToHost, stream_));
+  GPU_TRY(cudaMemcpyAsync(host_correct_.data(), correct_.get(), batch * sizeof(int),
+                          cudaMemcpyDeviceToHost, stream_));
   GPU_TRY(cudaStreamSynchronize(stream_));
   double total = 0;
   int right = 0;
@@ -424,7 +454,8 @@ Status GpuBackend::loss(const uint8_t* labels, int batch, float* loss, int* corr
 Status GpuBackend::backward(int batch, const std::function<void(size_t)>& on_layer_done) {
   for (size_t i = layers_.size(); i-- > 0;) {
     float* dx = i == 0 ? nullptr : dacts_[i]->get();
-    TRAINER_TRY(layer_backward(layers_[i], acts_[i]->get(), acts_[i + 1]->get(), dacts_[i + 1]->get(), dx, batch));
+    TRAINER_TRY(layer_backward(layers_[i], acts_[i]->get(), acts_[i + 1]->get(),
+                               dacts_[i + 1]->get(), dx, batch));
     if (layers_[i].has_params && on_layer_done) on_layer_done(i);
   }
   return ok_status();
@@ -439,17 +470,18 @@ Status GpuBackend::apply(double* l2_loss) {
   s.beta1 = config_.beta1;
   s.beta2 = config_.beta2;
   s.eps = config_.eps;
-  s.lr_t = static_cast<float>(lr * std::sqrt(1.0 - std::pow(s.beta2, t)) / (1.0 - std::pow(s.beta1, t)));
+  s.lr_t =
+      static_cast<float>(lr * std::sqrt(1.0 - std::pow(s.beta2, t)) / (1.0 - std::pow(s.beta1, t)));
   s.ema_decay = std::min(config_.ema_decay, static_cast<float>((1.0 + t) / (10.0 + t)));
   for (const ParamRange& r : model_->param_ranges()) {
     const size_t o = r.offset;
     s.l2 = config_.l2;
-    GPU_TRY(gpu::adam_ema(params_.get() + o, grads_.get() + o, m_.get() + o, v_.get() + o, ema_.get() + o, r.weights,
-                          s, stream_));
+    GPU_TRY(gpu::adam_ema(params_.get() + o, grads_.get() + o, m_.get() + o, v_.get() + o,
+                          ema_.get() + o, r.weights, s, stream_));
     s.l2 = 0.0f;
     const size_t b = o + r.weights;
-    GPU_TRY(gpu::adam_ema(params_.get() + b, grads_.get() + b, m_.get() + b, v_.get() + b, ema_.get() + b,
-                          r.count - r.weights, s, stream_));
+    GPU_TRY(gpu::adam_ema(params_.get() + b, grads_.get() + b, m_.get() + b, v_.get() + b,
+                          ema_.get() + b, r.count - r.weights, s, stream_));
   }
   double sum = 0;
   for (const ParamRange& r : model_->param_ranges()) {
@@ -535,8 +567,8 @@ Status open_gpu(int local_rank, GpuDevice* out) {
   return ok_status();
 }
 
-Status make_gpu_backend(const GpuDevice& device, std::unique_ptr<Model> model, const OptimizerConfig& config,
-                        std::unique_ptr<Backend>* out) {
+Status make_gpu_backend(const GpuDevice& device, std::unique_ptr<Model> model,
+                        const OptimizerConfig& config, std::unique_ptr<Backend>* out) {
   auto b = std::make_unique<GpuBackend>(device, std::move(model), config);
   TRAINER_TRY(b->init());
   *out = std::move(b);
@@ -544,7 +576,8 @@ Status make_gpu_backend(const GpuDevice& device, std::unique_ptr<Model> model, c
 }
 
 BackendFactory gpu_backend_factory(const GpuDevice& device) {
-  return [device](std::unique_ptr<Model> model, const OptimizerConfig& config, std::unique_ptr<Backend>* out) {
+  return [device](std::unique_ptr<Model> model, const OptimizerConfig& config,
+                  std::unique_ptr<Backend>* out) {
     return make_gpu_backend(device, std::move(model), config, out);
   };
 }

@@ -29,8 +29,8 @@ struct GpuDevice {
 // error, when there is no device or no driver.
 Status open_gpu(int local_rank, GpuDevice* out);
 
-Status make_gpu_backend(const GpuDevice& device, std::unique_ptr<Model> model, const OptimizerConfig& config,
-                        std::unique_ptr<Backend>* out);
+Status make_gpu_backend(const GpuDevice& device, std::unique_ptr<Model> model,
+                        const OptimizerConfig& config, std::unique_ptr<Backend>* out);
 BackendFactory gpu_backend_factory(const GpuDevice& device);
 
 }  // namespace accord::trainer

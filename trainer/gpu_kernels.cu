@@ -6,8 +6,8 @@ namespace accord::trainer::gpu {
 
 namespace {
 
-__global__ void softmax_xent_kernel(const float* logits, const uint8_t* labels, int batch, int classes,
-                                    float* dlogits, double* loss, int* correct) {
+__global__ void softmax_xent_kernel(const float* logits, const uint8_t* labels, int batch,
+                                    int classes, float* dlogits, double* loss, int* correct) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= batch) return;
   const float* z = logits + static_cast<size_t>(n) * classes;
@@ -20,13 +20,14 @@ __global__ void softmax_xent_kernel(const float* logits, const uint8_t* labels, 
   for (int j = 0; j < classes; ++j) sum += exp(static_cast<double>(z[j] - m));
   const int y = labels[n];
   loss[n] = log(sum) - static_cast<double>(z[y] - m);
-  for (int j = 0; j < classes; ++j) g[j] = static_cast<float>(exp(static_cast<double>(z[j] - m)) / sum / batch);
+  for (int j = 0; j < classes; ++j)
+    g[j] = static_cast<float>(exp(static_cast<double>(z[j] - m)) / sum / batch);
   g[y] -= 1.0f / static_cast<float>(batch);
   correct[n] = best == y ? 1 : 0;
 }
 
-__global__ void adam_ema_kernel(float* params, const float* grads, float* m, float* v, float* ema, size_t n,
-                                AdamStep s) {
+__global__ void adam_ema_kernel(float* params, const float* grads, float* m, float* v, float* ema,
+                                size_t n, AdamStep s) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const float g = grads[i] + s.l2 * params[i];
@@ -39,12 +40,12 @@ __global__ void adam_ema_kernel(float* params, const float* grads, float* m, flo
 
 }  // namespace
 
-cudaError_t softmax_xent(const float* logits, const uint8_t* labels, int batch, int classes, float* dlogits,
-                         double* loss, int* correct, cudaStream_t stream) {
+cudaError_t softmax_xent(const float* logits, const uint8_t* labels, int batch, int classes,
+                         float* dlogits, double* loss, int* correct, cudaStream_t stream) {
   if (batch <= 0) return cudaSuccess;
   const int threads = 128;
-  softmax_xent_kernel<<<(batch + threads - 1) / threads, threads, 0, stream>>>(logits, labels, batch, classes,
-                                                                               dlogits, loss, correct);
+  softmax_xent_kernel<<<(batch + threads - 1) / threads, threads, 0, stream>>>(
+      logits, labels, batch, classes, dlogits, loss, correct);
   return cudaGetLastError();
 }
 
@@ -53,8 +54,8 @@ cudaError_t adam_ema(float* params, const float* grads, float* m, float* v, floa
   if (n == 0) return cudaSuccess;
   const int threads = 256;
   const size_t blocks = (n + threads - 1) / threads;
-  adam_ema_kernel<<<static_cast<unsigned>(blocks < 4096 ? blocks : 4096), threads, 0, stream>>>(params, grads, m, v,
-                                                                                              ema, n, step);
+  adam_ema_kernel<<<static_cast<unsigned>(blocks < 4096 ? blocks : 4096), threads, 0, stream>>>(
+      params, grads, m, v, ema, n, step);
   return cudaGetLastError();
 }
 

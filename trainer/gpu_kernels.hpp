@@ -11,8 +11,8 @@ namespace accord::trainer::gpu {
 
 // Softmax cross-entropy per sample, as Model::loss: dlogits = (softmax(z) - onehot(y)) / batch,
 // loss[n] = log(sum exp(z - max)) - (z[y] - max) (double), correct[n] = argmax == y (first max).
-cudaError_t softmax_xent(const float* logits, const uint8_t* labels, int batch, int classes, float* dlogits,
-                         double* loss, int* correct, cudaStream_t stream);
+cudaError_t softmax_xent(const float* logits, const uint8_t* labels, int batch, int classes,
+                         float* dlogits, double* loss, int* correct, cudaStream_t stream);
 
 // Adam + moving average over n elements, as Optimizer::apply (l2: 0 for biases).
 struct AdamStep {

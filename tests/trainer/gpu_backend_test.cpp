@@ -3,6 +3,8 @@
 // of each layer type, of LeNet-5 and of the MLP, within float tolerance; and gradient
 // buckets in device memory through BucketedSync's host path. Needs a CUDA GPU: every test
 // skips without one (gtest_skip_main turns that into meson's SKIP).
+#include "trainer/gpu_backend.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "trainer/backend.hpp"
-#include "trainer/gpu_backend.hpp"
 
 namespace accord::trainer {
 namespace {
@@ -112,9 +113,10 @@ class GpuBackendTest : public ::testing::Test {
     EXPECT_EQ(gpu_->optimizer().step(), cpu_->optimizer().step());
     ASSERT_TRUE(gpu_->pull_state().ok());
     const auto cp = cpu_->model().params();
-    EXPECT_LT(rel_diff(std::vector<float>(gpu_->model().params().begin(), gpu_->model().params().end()),
-                       std::vector<float>(cp.begin(), cp.end())),
-              tol)
+    EXPECT_LT(
+        rel_diff(std::vector<float>(gpu_->model().params().begin(), gpu_->model().params().end()),
+                 std::vector<float>(cp.begin(), cp.end())),
+        tol)
         << "parameters after Adam";
     EXPECT_LT(rel_diff(gpu_->optimizer().ema(), cpu_->optimizer().ema()), tol) << "moving average";
     EXPECT_LT(rel_diff(gpu_->optimizer().m(), cpu_->optimizer().m()), tol) << "Adam m";
@@ -141,17 +143,17 @@ class GpuBackendTest : public ::testing::Test {
 // first one's gradients); several input channels, so the axis swap is exercised too.
 TEST_F(GpuBackendTest, Convolution) {
   run([] {
-    return make(Shape{3, 8, 8}, seq(std::make_unique<SwapAxes>(false), std::make_unique<Conv2d>(4, 3),
-                                    std::make_unique<Conv2d>(5, 5), std::make_unique<SwapAxes>(true),
-                                    std::make_unique<Linear>(7)));
+    return make(Shape{3, 8, 8}, seq(std::make_unique<SwapAxes>(false),
+                                    std::make_unique<Conv2d>(4, 3), std::make_unique<Conv2d>(5, 5),
+                                    std::make_unique<SwapAxes>(true), std::make_unique<Linear>(7)));
   });
 }
 
 TEST_F(GpuBackendTest, MaxPool) {
   run([] {
-    return make(Shape{2, 6, 6}, seq(std::make_unique<SwapAxes>(false), std::make_unique<Conv2d>(3, 3),
-                                    std::make_unique<MaxPool2d>(2), std::make_unique<SwapAxes>(true),
-                                    std::make_unique<Linear>(5)));
+    return make(Shape{2, 6, 6}, seq(std::make_unique<SwapAxes>(false),
+                                    std::make_unique<Conv2d>(3, 3), std::make_unique<MaxPool2d>(2),
+                                    std::make_unique<SwapAxes>(true), std::make_unique<Linear>(5)));
   });
 }
 
@@ -163,7 +165,9 @@ TEST_F(GpuBackendTest, Relu) {
 }
 
 TEST_F(GpuBackendTest, Linear) {
-  run([] { return make(Shape{1, 1, 13}, seq(std::make_unique<Linear>(17), std::make_unique<Linear>(3))); });
+  run([] {
+    return make(Shape{1, 1, 13}, seq(std::make_unique<Linear>(17), std::make_unique<Linear>(3)));
+  });
 }
 
 // LeNet-5 and the MLP as accord-train builds them, a few training steps each.
@@ -210,7 +214,8 @@ TEST_F(GpuBackendTest, DeviceBucketsGoThroughHostMemory) {
   const std::vector<Bucket> buckets = make_buckets(gpu_->model().param_ranges(), 64 * 1024);
   ASSERT_GT(buckets.size(), 1u);
   std::vector<int> bucket_of(gpu_->model().layers().size(), -1);
-  for (size_t b = 0; b < buckets.size(); ++b) bucket_of[buckets[b].ready_layer] = static_cast<int>(b);
+  for (size_t b = 0; b < buckets.size(); ++b)
+    bucket_of[buckets[b].ready_layer] = static_cast<int>(b);
   HostCopySync sync;
   sync.set_buckets(gpu_->grads(), buckets);
   sync.set_device(gpu_->device());
@@ -218,9 +223,12 @@ TEST_F(GpuBackendTest, DeviceBucketsGoThroughHostMemory) {
   ASSERT_TRUE(gpu_->forward(images_.data(), 8).ok());
   float loss = 0;
   ASSERT_TRUE(gpu_->loss(labels_.data(), 8, &loss, nullptr).ok());
-  ASSERT_TRUE(gpu_->backward(8, [&](size_t layer) {
-    if (bucket_of[layer] >= 0) sync.bucket_ready(static_cast<size_t>(bucket_of[layer]));
-  }).ok());
+  ASSERT_TRUE(gpu_->backward(8,
+                             [&](size_t layer) {
+                               if (bucket_of[layer] >= 0)
+                                 sync.bucket_ready(static_cast<size_t>(bucket_of[layer]));
+                             })
+                  .ok());
   ASSERT_TRUE(sync.finish().ok());
   const std::vector<float> g = gpu_grads();
   EXPECT_EQ(sync.seen, g);
