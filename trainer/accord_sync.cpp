@@ -1,6 +1,8 @@
 // AccordSync and HostAverageSync (accord_sync.hpp).
 #include "trainer/accord_sync.hpp"
 
+#include <cstdio>
+
 namespace accord::trainer {
 
 AccordSync::AccordSync(accord_comm_t comm, bool overlap) : BucketedSync(overlap), comm_(comm) {
@@ -22,6 +24,19 @@ Status AccordSync::check(accord_status_t s, const char* what) const {
 Status AccordSync::average(float* data, size_t count) {
   return check(accord_all_reduce(data, data, count, ACCORD_FLOAT32, ACCORD_AVG, comm_, nullptr),
                "gradient all-reduce");
+}
+
+Status AccordSync::average_device(float* data, size_t count, void* stream) {
+  if (!device_path_unsupported_) {
+    const accord_status_t s = accord_all_reduce(data, data, count, ACCORD_FLOAT32, ACCORD_AVG, comm_, stream);
+    if (s != ACCORD_ERR_UNSUPPORTED) return check(s, "gradient all-reduce (device buffers)");
+    device_path_unsupported_ = true;
+    if (rank_ == 0)
+      std::fprintf(stderr, "accord-train: accord_all_reduce does not take device buffers in this build (%s); "
+                   "gradient buckets go through host memory (copy to host, all-reduce, copy back)\n",
+                   accord_last_error(comm_));
+  }
+  return average_via_host(data, count);
 }
 
 Status AccordSync::broadcast_now(float* data, size_t count, int root) {

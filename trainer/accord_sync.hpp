@@ -28,12 +28,16 @@ class AccordSync : public BucketedSync {
 
  protected:
   Status average(float* data, size_t count) override;
+  // Device buffers and the stream to accord_all_reduce; when this Accord build says
+  // ACCORD_ERR_UNSUPPORTED (no device path), through host memory from then on, said once.
+  Status average_device(float* data, size_t count, void* stream) override;
   Status broadcast_now(float* data, size_t count, int root) override;
   Status sum_now(double* data, size_t count) override;
   Status check(accord_status_t s, const char* what) const;
 
   accord_comm_t comm_;
   int rank_ = 0, nranks_ = 1;
+  bool device_path_unsupported_ = false;
 };
 
 class HostAverageSync : public AccordSync {
@@ -45,6 +49,10 @@ class HostAverageSync : public AccordSync {
 
  protected:
   Status average(float* data, size_t count) override;
+  // The seeds' method averages on a CPU: device gradients always go through host memory.
+  Status average_device(float* data, size_t count, void* /*stream*/) override {
+    return average_via_host(data, count);
+  }
 
  private:
   std::vector<float> gathered_;

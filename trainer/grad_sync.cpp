@@ -96,12 +96,36 @@ void BucketedSync::set_buckets(float* grads, std::vector<Bucket> buckets) {
   submitted_ = 0;
 }
 
+Status BucketedSync::average_device(float* data, size_t count, void* /*stream*/) {
+  return average_via_host(data, count);
+}
+
+Status BucketedSync::average_via_host(float* data, size_t count) {
+  staging_.resize(count);
+  TRAINER_TRY(device_->to_host(data, staging_.data(), count));
+  TRAINER_TRY(average(staging_.data(), count));
+  return device_->to_device(staging_.data(), data, count);
+}
+
 void BucketedSync::submit_bucket(size_t index) {
   const Bucket b = buckets_[index];
   float* data = grads_ + b.offset;
-  worker_.submit([this, data, b] {
+  if (device_ != nullptr) {
+    if (Status s = device_->mark_ready(index); !s.ok()) {
+      worker_.submit([s] { return s; });
+      return;
+    }
+  }
+  worker_.submit([this, data, b, index] {
     const auto t0 = std::chrono::steady_clock::now();
-    Status s = average(data, b.count);
+    Status s;
+    if (device_ == nullptr) {
+      s = average(data, b.count);
+    } else {
+      void* stream = nullptr;
+      s = device_->wait_ready(index, &stream);
+      if (s.ok()) s = average_device(data, b.count, stream);
+    }
     const double dt = seconds_since(t0);
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.comm_seconds += dt;
@@ -123,6 +147,7 @@ Status BucketedSync::finish() {
   for (size_t i = submitted_; i < buckets_.size(); ++i) submit_bucket(i);
   submitted_ = 0;
   Status s = worker_.wait();
+  if (s.ok() && device_ != nullptr) s = device_->join();
   const double dt = seconds_since(t0);
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.wait_seconds += dt;

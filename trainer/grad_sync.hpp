@@ -42,6 +42,27 @@ struct SyncStats {
   uint64_t bytes = 0;       // gradient bytes averaged
 };
 
+// Gradients in device memory (the GPU backend, gpu_backend.hpp): what the communication
+// thread needs to average buckets that a GPU computes. Backward runs asynchronously on a
+// compute stream; collectives run on a separate communication stream (cudaStream_t, passed
+// as void* so that this file needs no CUDA).
+class DeviceGradients {
+ public:
+  virtual ~DeviceGradients() = default;
+  // Training thread, when a bucket is submitted: marks the point on the compute stream after
+  // which the bucket's gradients are final.
+  virtual Status mark_ready(size_t bucket) = 0;
+  // Communication thread: the communication stream waits for that point; *stream is the
+  // stream to hand to the collective.
+  virtual Status wait_ready(size_t bucket, void** stream) = 0;
+  // Communication thread, synchronous, on the communication stream.
+  virtual Status to_host(const float* device, float* host, size_t count) = 0;
+  virtual Status to_device(const float* host, float* device, size_t count) = 0;
+  // Training thread, in finish(): later work on the compute stream waits for every
+  // collective started on the communication stream.
+  virtual Status join() = 0;
+};
+
 class GradSync {
  public:
   virtual ~GradSync() = default;
@@ -56,6 +77,8 @@ class GradSync {
   // Gradient averaging: set_buckets once, then per step bucket_ready() for each bucket in
   // order as backward completes it, and finish() before using the gradients.
   virtual void set_buckets(float* grads, std::vector<Bucket> buckets) = 0;
+  // grads (of set_buckets) are device memory reached through device; nullptr: host memory.
+  virtual void set_device(DeviceGradients* device) = 0;
   virtual void bucket_ready(size_t index) = 0;
   virtual Status finish() = 0;
   virtual SyncStats stats() const = 0;
@@ -69,6 +92,7 @@ class LocalSync : public GradSync {
   Status broadcast(float*, size_t, int) override { return ok_status(); }
   Status sum(double*, size_t) override { return ok_status(); }
   void set_buckets(float*, std::vector<Bucket>) override {}
+  void set_device(DeviceGradients*) override {}
   void bucket_ready(size_t) override {}
   Status finish() override { return ok_status(); }
   SyncStats stats() const override { return {}; }
@@ -109,6 +133,7 @@ class BucketedSync : public GradSync {
   Status broadcast(float* data, size_t count, int root) override;
   Status sum(double* data, size_t count) override;
   void set_buckets(float* grads, std::vector<Bucket> buckets) override;
+  void set_device(DeviceGradients* device) override { device_ = device; }
   void bucket_ready(size_t index) override;
   Status finish() override;
   SyncStats stats() const override;
@@ -116,6 +141,12 @@ class BucketedSync : public GradSync {
  protected:
   // Run on the communication thread.
   virtual Status average(float* data, size_t count) = 0;
+  // A bucket in device memory, once the communication stream waits for it. By default
+  // through host memory (average_via_host); subclasses may hand the device buffer and the
+  // stream to the library.
+  virtual Status average_device(float* data, size_t count, void* stream);
+  // Copies the bucket to host memory, average()s it there and copies it back.
+  Status average_via_host(float* data, size_t count);
   virtual Status broadcast_now(float* data, size_t count, int root) = 0;
   virtual Status sum_now(double* data, size_t count) = 0;
 
@@ -127,6 +158,8 @@ class BucketedSync : public GradSync {
   void submit_bucket(size_t index);
 
   bool overlap_;
+  DeviceGradients* device_ = nullptr;
+  std::vector<float> staging_;  // host copy of a device bucket (communication thread only)
   float* grads_ = nullptr;
   std::vector<Bucket> buckets_;
   size_t submitted_ = 0;

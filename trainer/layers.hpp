@@ -75,6 +75,9 @@ class Conv2d : public Layer {
   void init_params(Rng& rng) override;
   void forward(const float* x, float* y, int batch) override;
   void backward(const float* x, const float* y, const float* dy, float* dx, int batch) override;
+  int out_channels() const { return out_; }
+  int kernel() const { return k_; }
+  Shape input() const { return in_; }
 
  private:
   void im2col(const float* x, int batch);
@@ -95,6 +98,8 @@ class MaxPool2d : public Layer {
  public:
   explicit MaxPool2d(int size) : s_(size) {}
   std::string name() const override;
+  int size() const { return s_; }
+  Shape input() const { return in_; }
   Shape configure(Shape in) override;
   void forward(const float* x, float* y, int batch) override;
   void backward(const float* x, const float* y, const float* dy, float* dx, int batch) override;
@@ -108,6 +113,7 @@ class MaxPool2d : public Layer {
 class Relu : public Layer {
  public:
   std::string name() const override { return "relu"; }
+  Shape input() const { return in_; }
   Shape configure(Shape in) override {
     in_ = in;
     return in;
@@ -124,6 +130,8 @@ class Linear : public Layer {
  public:
   explicit Linear(int out) : out_(out) {}
   std::string name() const override;
+  int in_features() const { return in_; }
+  int out_features() const { return out_; }
   Shape configure(Shape in) override;
   size_t param_count() const override { return weight_count() + out_; }
   size_t weight_count() const override { return static_cast<size_t>(out_) * in_; }
@@ -147,6 +155,7 @@ class Linear : public Layer {
 class SwapAxes : public Layer {
  public:
   explicit SwapAxes(bool to_rows) : to_rows_(to_rows) {}
+  bool to_rows() const { return to_rows_; }
   std::string name() const override { return to_rows_ ? "to_rows" : "to_channels"; }
   Shape configure(Shape in) override {
     in_ = in;

@@ -44,6 +44,8 @@ class Model {
   int classes() const { return static_cast<int>(shapes_.back().size()); }
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   const std::vector<ParamRange>& param_ranges() const { return ranges_; }
+  // shapes()[i] = input of layer i; back() = output.
+  const std::vector<Shape>& shapes() const { return shapes_; }
   size_t param_count() const { return params_.size(); }
   // Spans, not the vectors: layers hold pointers into these buffers, so they must never be
   // reallocated, swapped or resized.

@@ -134,6 +134,9 @@ const std::vector<Flag>& flags() {
        int_flag("log-every", &Options::log_every, 1, 1 << 30)},
       {"threads", "N", "OpenBLAS threads per rank (default: cores / ranks on this host)",
        int_flag("threads", &Options::threads, 0, 1024)},
+      {"device", "DEV", "cpu (OpenBLAS; default) or gpu (cuDNN + cuBLAS; each rank uses GPU local rank % GPUs; "
+                        "needs a build with CUDA, cuBLAS and cuDNN)",
+       choice_flag("device", &Options::device, {"cpu", "gpu"})},
       {"help", nullptr, "show this help",
        [](Options* o, const std::string&) {
          o->help = true;

@@ -29,6 +29,7 @@ struct Options {
   uint64_t seed = 1;
   int log_every = 50;
   int threads = 0;  // OpenBLAS threads per rank; 0: cores / ranks on this host
+  std::string device = "cpu";  // cpu or gpu (gpu_backend.hpp)
   bool help = false;
 };
 

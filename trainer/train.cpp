@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "trainer/backend.hpp"
 #include "trainer/checkpoint.hpp"
 #include "trainer/data.hpp"
 #include "trainer/metrics.hpp"
@@ -42,7 +43,8 @@ struct Tally {
 // Everything a run holds; its methods are the phases of train().
 class Run {
  public:
-  Run(const Options& o, GradSync& sync) : o_(o), sync_(sync), rank_(sync.rank()), nranks_(sync.nranks()) {}
+  Run(const Options& o, GradSync& sync, const BackendFactory& factory)
+      : o_(o), sync_(sync), factory_(factory), rank_(sync.rank()), nranks_(sync.nranks()) {}
   Status setup();
   Status loop(TrainResult* result);
 
@@ -55,10 +57,12 @@ class Run {
 
   const Options& o_;
   GradSync& sync_;
+  const BackendFactory& factory_;
   int rank_, nranks_;
   Dataset train_, test_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Optimizer> opt_;
+  std::unique_ptr<Backend> backend_;
+  Model* model_ = nullptr;      // backend_->model(): the host copy of the parameters
+  Optimizer* opt_ = nullptr;    // backend_->optimizer(): the host copy of its state
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_layer_;
   int64_t epoch_ = 0, step_in_epoch_ = 0;
@@ -82,12 +86,16 @@ Status Run::setup() {
   TRAINER_TRY(load_dataset(o_.dataset, o_.data, false, &test_));
   if (train_.shape.size() != test_.shape.size())
     return Status::error(o_.data + ": training and test images differ in size");
-  TRAINER_TRY(Model::create(o_.model, train_.shape, train_.classes, &model_));
-  opt_ = std::make_unique<Optimizer>(o_.opt, model_->param_ranges(), model_->param_count());
+  std::unique_ptr<Model> model;
+  TRAINER_TRY(Model::create(o_.model, train_.shape, train_.classes, &model));
+  TRAINER_TRY(factory_(std::move(model), o_.opt, &backend_));
+  model_ = &backend_->model();
+  opt_ = &backend_->optimizer();
   buckets_ = make_buckets(model_->param_ranges(), static_cast<size_t>(o_.bucket_kb) * 1024);
   bucket_of_layer_.assign(model_->layers().size(), -1);
   for (size_t b = 0; b < buckets_.size(); ++b) bucket_of_layer_[buckets_[b].ready_layer] = static_cast<int>(b);
-  sync_.set_buckets(model_->grads().data(), buckets_);
+  sync_.set_buckets(backend_->grads(), buckets_);
+  sync_.set_device(backend_->device());
   if (rank_ == 0) {
     if (!o_.metrics.empty()) TRAINER_TRY(metrics_.open(o_.metrics, o_.resume));
     if (!o_.tensorboard.empty()) TRAINER_TRY(events_.open(o_.tensorboard));
@@ -97,7 +105,7 @@ Status Run::setup() {
       nranks_ == 1 ? "" : "s", sync_.name().c_str(),
       sync_.name() == "accord" ? (o_.overlap ? " (overlapped with backward)" : " (after backward)") : "",
       openblas_get_num_threads());
-  say("model %s\n", model_->describe().c_str());
+  say("model %s on %s\n", model_->describe().c_str(), backend_->describe().c_str());
   std::string bl;
   for (const Bucket& b : buckets_) bl += (bl.empty() ? "" : ", ") + std::to_string(b.count * 4 / 1024) + " KiB";
   say("gradient buckets (backward order): %s\n", bl.c_str());
@@ -167,22 +175,20 @@ Status Run::agree_on_start() {
   } else {
     opt_->reset_ema(params.data());
   }
-  return ok_status();
+  return backend_->push_state();
 }
 
 Status Run::evaluate(double* accuracy) {
   // Moving-average weights, as the seeds evaluate; the training weights come back after.
-  const std::span<float> params = model_->params();
-  // Copies, never assignment or swap: the layers hold pointers into params' buffer.
-  const std::vector<float> saved(params.begin(), params.end());
-  std::copy(opt_->ema().begin(), opt_->ema().end(), params.begin());
+  TRAINER_TRY(backend_->use_ema(true));
   const size_t n = test_.count();
   const size_t begin = n * rank_ / nranks_, end = n * (rank_ + 1) / nranks_;
   const int k = model_->classes();
   double tally[2] = {0, static_cast<double>(end - begin)};
   for (size_t i = begin; i < end; i += o_.batch) {
     const int b = static_cast<int>(std::min<size_t>(o_.batch, end - i));
-    const float* logits = model_->forward(test_.images.data() + i * test_.shape.size(), b);
+    const float* logits = nullptr;
+    TRAINER_TRY(backend_->logits(test_.images.data() + i * test_.shape.size(), b, &logits));
     for (int j = 0; j < b; ++j) {
       const float* z = logits + static_cast<size_t>(j) * k;
       int best = 0;
@@ -191,7 +197,7 @@ Status Run::evaluate(double* accuracy) {
       if (best == test_.labels[i + j]) tally[0] += 1;
     }
   }
-  std::copy(saved.begin(), saved.end(), params.begin());
+  TRAINER_TRY(backend_->use_ema(false));
   TRAINER_TRY(sync_.sum(tally, 2));
   *accuracy = tally[1] > 0 ? tally[0] / tally[1] : 0.0;
   return ok_status();
@@ -239,6 +245,7 @@ Status Run::report(const Tally& t, double dt, const SyncStats& comm0, const char
 
 Status Run::save(int64_t epoch, int64_t step_in_epoch) {
   if (rank_ != 0 || o_.checkpoint.empty()) return ok_status();
+  TRAINER_TRY(backend_->pull_state());
   TrainState st;
   st.model = o_.model;
   st.dataset = o_.dataset;
@@ -284,13 +291,15 @@ Status Run::loop(TrainResult* result) {
       }
       sampler.indices(static_cast<int>(epoch_), static_cast<size_t>(step_in_epoch_), rank_, &idx);
       gather_batch(train_, idx, images.data(), labels.data());
-      model_->forward(images.data(), o_.batch);
+      TRAINER_TRY(backend_->forward(images.data(), o_.batch));
       int correct = 0;
-      const float loss = model_->loss(labels.data(), o_.batch, &correct);
-      model_->backward(o_.batch, on_layer);
+      float loss = 0;
+      TRAINER_TRY(backend_->loss(labels.data(), o_.batch, &loss, &correct));
+      TRAINER_TRY(backend_->backward(o_.batch, on_layer));
       TRAINER_TRY(sync_.finish());
-      opt_->apply(model_->params().data(), model_->grads().data());
-      const double total_loss = loss + opt_->l2_loss(model_->params().data());
+      double l2_loss = 0;
+      TRAINER_TRY(backend_->apply(&l2_loss));
+      const double total_loss = loss + l2_loss;
       interval.add(total_loss, correct, o_.batch);
       epoch_tally.add(total_loss, correct, o_.batch);
       if (opt_->step() % o_.log_every == 0) {
@@ -349,8 +358,20 @@ int default_blas_threads(int nranks) {
   return std::max(1, cores / std::max(1, local));
 }
 
+int local_rank() {
+  for (const char* var : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    if (const char* v = std::getenv(var); v != nullptr && std::atoi(v) >= 0 && *v != '\0') return std::atoi(v);
+  }
+  if (const char* v = std::getenv("RANK"); v != nullptr) return std::max(0, std::atoi(v));
+  return 0;
+}
+
 Status train(const Options& options, GradSync& sync, TrainResult* result) {
-  Run run(options, sync);
+  return train(options, sync, cpu_backend_factory(), result);
+}
+
+Status train(const Options& options, GradSync& sync, const BackendFactory& factory, TrainResult* result) {
+  Run run(options, sync, factory);
   TRAINER_TRY(run.setup());
   return run.loop(result);
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "trainer/backend.hpp"
 #include "trainer/grad_sync.hpp"
 #include "trainer/options.hpp"
 #include "trainer/status.hpp"
@@ -22,7 +23,14 @@ struct TrainResult {
   double exposed_comm_share = 0; // share of step time training waited for it
 };
 
+// On the CPU backend.
 Status train(const Options& options, GradSync& sync, TrainResult* result);
+// On the backend the factory makes (the GPU backend: gpu_backend.hpp).
+Status train(const Options& options, GradSync& sync, const BackendFactory& factory, TrainResult* result);
+
+// This process's rank on its host: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or
+// SLURM_LOCALID, else RANK, else 0. The GPU backend uses device local_rank() % device count.
+int local_rank();
 
 // OpenBLAS threads per rank when --threads is 0: the cores divided by the ranks on this host
 // (LOCAL_WORLD_SIZE or OMPI_COMM_WORLD_LOCAL_SIZE, else all ranks), at least 1.

@@ -224,6 +224,31 @@ TEST_F(TrainJob, BadInputEndsWithAClearMessage) {
   EXPECT_NE(j.log(0).find("--max-steps"), std::string::npos);
 }
 
+// --device gpu on a machine without a GPU or driver (or a build without the GPU backend):
+// exit 1 with a message that names the device flag, the reason and the way out, no crash.
+TEST_F(TrainJob, DeviceGpuWithoutAGpuEndsWithAClearMessage) {
+  Job j = run_env(1, {"--help"}, out_);
+  EXPECT_EQ(j.codes[0], 0);
+  EXPECT_NE(j.log(0).find("--device DEV"), std::string::npos) << j.log(0);
+  std::vector<std::string> args = flags("mlp", 8, 2, "gpu");
+  args.push_back("--device");
+  args.push_back("gpu");
+  j = run_env(1, args, out_);
+  if (j.codes[0] == 0) GTEST_SKIP() << "this machine has a GPU: the run worked\n" << j.log(0);
+  EXPECT_EQ(j.codes[0], 1) << j.log(0);
+  const std::string log = j.log(0);
+  EXPECT_EQ(log.rfind("accord-train: --device gpu: ", 0), 0u) << log;
+  EXPECT_NE(log.find("use --device cpu"), std::string::npos) << log;
+  // With the GPU backend built, the reason names the CUDA error (no device, or no driver).
+  if (std::getenv("ACCORD_TRAIN_GPU") != nullptr && std::string(std::getenv("ACCORD_TRAIN_GPU")) == "1")
+    EXPECT_NE(log.find("no CUDA device (cuda"), std::string::npos) << log;
+  else
+    EXPECT_NE(log.find("built without the GPU backend"), std::string::npos) << log;
+  j = run_env(1, {"--device", "tpu"}, out_);
+  EXPECT_EQ(j.codes[0], 2);
+  EXPECT_NE(j.log(0).find("--device: 'tpu' is not one of cpu, gpu"), std::string::npos) << j.log(0);
+}
+
 TEST_F(TrainJob, MpirunTwoRanks) {
   const char* mpirun = std::getenv("ACCORD_MPIRUN");
   if (mpirun == nullptr || !std::filesystem::exists(mpirun)) GTEST_SKIP() << "mpirun not available";
