@@ -5,7 +5,7 @@
 // without LD_PRELOAD=libaccord_mpi.so. With --expect-accord it also reads the library's
 // counters (dlsym) and fails unless every collective went through Accord at least once and
 // the fall-through cases (MAXLOC, user op, derived type, MPI_SHORT, MPI_COMM_SELF,
-// intercommunicator) went to MPI.
+// intercommunicator) went to MPI; with --expect-disabled, that no call reached Accord.
 #include <dlfcn.h>
 #include <mpi.h>
 
@@ -242,6 +242,7 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   const bool expect_accord = argc > 1 && std::strcmp(argv[1], "--expect-accord") == 0;
+  const bool expect_disabled = argc > 1 && std::strcmp(argv[1], "--expect-disabled") == 0;
   const size_t counts[] = {0, 1, 1009, 100003};
 
   // The world, and the halves of MPI_Comm_split (odd and even ranks, a sub-communicator each;
@@ -260,6 +261,16 @@ int main(int argc, char** argv) {
   MPI_Comm_free(&split);
   check_fall_through(MPI_COMM_WORLD);
 
+  if (expect_disabled) {  // preloaded with ACCORD_MPI_DISABLE=1: nothing may reach Accord
+    using Counts = int (*)(int, uint64_t*, uint64_t*);
+    auto counts_fn = reinterpret_cast<Counts>(dlsym(RTLD_DEFAULT, "accord_mpi_interpose_counts"));
+    if (counts_fn == nullptr) fail("accord_mpi_interpose_counts not found: is libaccord_mpi.so preloaded?");
+    for (int c = 0; counts_fn != nullptr && c < 5; ++c) {
+      uint64_t acc = 0, mpi = 0;
+      counts_fn(c, &acc, &mpi);
+      if (acc != 0 || mpi == 0) fail("ACCORD_MPI_DISABLE=1 did not send every call to MPI");
+    }
+  }
   if (expect_accord) {
     using Counts = int (*)(int, uint64_t*, uint64_t*);
     auto counts_fn = reinterpret_cast<Counts>(dlsym(RTLD_DEFAULT, "accord_mpi_interpose_counts"));
