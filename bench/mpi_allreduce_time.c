@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
     for (int b = 0; b < 5; ++b) {
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = MPI_Wtime();
-      for (int i = 0; i < iters; ++i) MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      for (int i = 0; i < iters; ++i)
+        MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       double mine = (MPI_Wtime() - t0) / iters * 1e6, slowest = 0;
       PMPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       batch[b] = slowest;

@@ -3,7 +3,6 @@
 // as exceptions, destroyed at the end of scope.
 //   mpirun -np 2 build/examples/example_cpp_span
 #include <accord/accord.hpp>
-
 #include <cstdio>
 #include <numeric>
 #include <vector>
@@ -23,8 +22,8 @@ int main() {
     // average of (rank + i) over ranks = (n-1)/2 + i
     bool ok = grads[10] == (nranks - 1) / 2.0 + 10 && everyone.back() == nranks - 1;
     if (rank == 0)
-      std::printf("example_cpp_span: %d ranks, grads[10] = %g, gathered last = %d: %s\n", nranks, grads[10],
-                  everyone.back(), ok ? "ok" : "WRONG");
+      std::printf("example_cpp_span: %d ranks, grads[10] = %g, gathered last = %d: %s\n", nranks,
+                  grads[10], everyone.back(), ok ? "ok" : "WRONG");
     return ok ? 0 : 1;
   } catch (const accord::Error& e) {
     std::fprintf(stderr, "example_cpp_span: %s\n", e.what());

@@ -6,13 +6,13 @@
 #include <mpi.h>
 #include <stdio.h>
 
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    accord_status_t st_ = (call);                                                     \
-    if (st_ != ACCORD_SUCCESS) {                                                      \
-      fprintf(stderr, "%s failed: %s\n", #call, accord_last_error(comm));             \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                   \
-    }                                                                                 \
+#define CHECK(call)                                                       \
+  do {                                                                    \
+    accord_status_t st_ = (call);                                         \
+    if (st_ != ACCORD_SUCCESS) {                                          \
+      fprintf(stderr, "%s failed: %s\n", #call, accord_last_error(comm)); \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                       \
+    }                                                                     \
   } while (0)
 
 int main(int argc, char** argv) {
@@ -34,8 +34,9 @@ int main(int argc, char** argv) {
   CHECK(accord_broadcast(&step, &step, 1, ACCORD_INT64, 0, comm, NULL));
 
   int ok = grads[N - 1] == want && step == 42;
-  if (rank == 0) printf("example_mpi_c: %d ranks, grads[%d] = %g (want %g), step %lld: %s\n", nranks, N - 1,
-                        (double)grads[N - 1], (double)want, (long long)step, ok ? "ok" : "WRONG");
+  if (rank == 0)
+    printf("example_mpi_c: %d ranks, grads[%d] = %g (want %g), step %lld: %s\n", nranks, N - 1,
+           (double)grads[N - 1], (double)want, (long long)step, ok ? "ok" : "WRONG");
   accord_comm_destroy(comm);
   MPI_Finalize();
   return ok ? 0 : 1;

@@ -43,8 +43,9 @@ int main(int argc, char** argv) {
   double want = 0;
   for (long g = 0; g < (long)nranks * N; ++g) want += 2.0 * (double)((g % 5) * (g % 5));
   int ok = total == want && elements == (long)nranks * N;
-  if (rank == 0) printf("example_mpi_dot: %ld elements, 2|x|^2 = %.0f (want %.0f): %s\n", elements, total, want,
-                        ok ? "ok" : "WRONG");
+  if (rank == 0)
+    printf("example_mpi_dot: %ld elements, 2|x|^2 = %.0f (want %.0f): %s\n", elements, total, want,
+           ok ? "ok" : "WRONG");
   free(all);
   free(x);
   MPI_Finalize();

@@ -5,9 +5,8 @@
 // below check that the enum values Accord passes straight through agree. Calls outside
 // Accord's surface return ncclInvalidUsage with a message for ncclGetLastError; nothing here
 // aborts. See README.md for what works today.
-#include <nccl.h>
-
 #include <accord/accord.h>
+#include <nccl.h>
 
 #include <cstdio>
 #include <cstring>
@@ -17,18 +16,25 @@
 
 static_assert(ACCORD_UNIQUE_ID_BYTES == NCCL_UNIQUE_ID_BYTES, "unique id sizes differ");
 static_assert(sizeof(accord_unique_id_t) == sizeof(ncclUniqueId), "unique id layouts differ");
-static_assert(int(ncclInt8) == int(ACCORD_INT8) && int(ncclUint8) == int(ACCORD_UINT8) && int(ncclInt32) == int(ACCORD_INT32) &&
-                  int(ncclUint32) == int(ACCORD_UINT32) && int(ncclInt64) == int(ACCORD_INT64) && int(ncclUint64) == int(ACCORD_UINT64) &&
-                  int(ncclFloat16) == int(ACCORD_FLOAT16) && int(ncclFloat32) == int(ACCORD_FLOAT32) && int(ncclFloat64) == int(ACCORD_FLOAT64) &&
+static_assert(int(ncclInt8) == int(ACCORD_INT8) && int(ncclUint8) == int(ACCORD_UINT8) &&
+                  int(ncclInt32) == int(ACCORD_INT32) && int(ncclUint32) == int(ACCORD_UINT32) &&
+                  int(ncclInt64) == int(ACCORD_INT64) && int(ncclUint64) == int(ACCORD_UINT64) &&
+                  int(ncclFloat16) == int(ACCORD_FLOAT16) &&
+                  int(ncclFloat32) == int(ACCORD_FLOAT32) &&
+                  int(ncclFloat64) == int(ACCORD_FLOAT64) &&
                   int(ncclBfloat16) == int(ACCORD_BFLOAT16),
               "dtype values differ");
-static_assert(int(ncclSum) == int(ACCORD_SUM) && int(ncclProd) == int(ACCORD_PROD) && int(ncclMax) == int(ACCORD_MAX) && int(ncclMin) == int(ACCORD_MIN) &&
+static_assert(int(ncclSum) == int(ACCORD_SUM) && int(ncclProd) == int(ACCORD_PROD) &&
+                  int(ncclMax) == int(ACCORD_MAX) && int(ncclMin) == int(ACCORD_MIN) &&
                   int(ncclAvg) == int(ACCORD_AVG),
               "op values differ");
-static_assert(int(ncclSuccess) == int(ACCORD_SUCCESS) && int(ncclUnhandledCudaError) == int(ACCORD_ERR_CUDA) &&
-                  int(ncclSystemError) == int(ACCORD_ERR_SYSTEM) && int(ncclInternalError) == int(ACCORD_ERR_INTERNAL) &&
+static_assert(int(ncclSuccess) == int(ACCORD_SUCCESS) &&
+                  int(ncclUnhandledCudaError) == int(ACCORD_ERR_CUDA) &&
+                  int(ncclSystemError) == int(ACCORD_ERR_SYSTEM) &&
+                  int(ncclInternalError) == int(ACCORD_ERR_INTERNAL) &&
                   int(ncclInvalidArgument) == int(ACCORD_ERR_INVALID_ARGUMENT) &&
-                  int(ncclInvalidUsage) == int(ACCORD_ERR_INVALID_USAGE) && int(ncclRemoteError) == int(ACCORD_ERR_REMOTE) &&
+                  int(ncclInvalidUsage) == int(ACCORD_ERR_INVALID_USAGE) &&
+                  int(ncclRemoteError) == int(ACCORD_ERR_REMOTE) &&
                   int(ncclInProgress) == int(ACCORD_IN_PROGRESS),
               "status values differ");
 
@@ -55,7 +61,8 @@ ncclResult_t result(accord_status_t st, accord_comm_t comm) {
 }
 
 ncclResult_t unsupported(const char* what, const char* instead) {
-  t_last_error = std::string(what) + " is not supported by Accord's NCCL layer (libaccord_nccl.so); " + instead;
+  t_last_error = std::string(what) +
+                 " is not supported by Accord's NCCL layer (libaccord_nccl.so); " + instead;
   return ncclInvalidUsage;
 }
 
@@ -82,7 +89,8 @@ accord_stream_t stream_of(cudaStream_t s) { return reinterpret_cast<accord_strea
 }  // namespace
 
 NCCL_EXPORT ncclResult_t ncclGetVersion(int* version) {
-  if (version == nullptr) return t_last_error = "ncclGetVersion: version is NULL", ncclInvalidArgument;
+  if (version == nullptr)
+    return t_last_error = "ncclGetVersion: version is NULL", ncclInvalidArgument;
   // The NCCL API level this layer was compiled against (frameworks compare it with the
   // version they need); accord_get_version gives Accord's own.
   *version = NCCL_VERSION_CODE;
@@ -109,11 +117,16 @@ NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniq
 
 NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   static_assert(sizeof(ncclComm_t) == sizeof(accord_comm_t), "handle sizes differ");
-  return result(accord_comm_init_all(reinterpret_cast<accord_comm_t*>(comms), ndev, devlist), nullptr);
+  return result(accord_comm_init_all(reinterpret_cast<accord_comm_t*>(comms), ndev, devlist),
+                nullptr);
 }
 
-NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) { return result(accord_comm_destroy(acc(comm)), nullptr); }
-NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) { return result(accord_comm_abort(acc(comm)), nullptr); }
+NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  return result(accord_comm_destroy(acc(comm)), nullptr);
+}
+NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  return result(accord_comm_abort(acc(comm)), nullptr);
+}
 // Accord's collectives on host buffers finish inside the call: nothing is left to flush.
 NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   int n = 0;
@@ -137,41 +150,49 @@ NCCL_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
 }
 NCCL_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t, int* device) {
   if (device != nullptr) *device = -1;
-  return unsupported("ncclCommCuDevice", "Accord's public API has no device query yet (it comes with the GPU "
-                                         "path, branch wip/gpu); this build's ranks use host memory");
+  return unsupported("ncclCommCuDevice",
+                     "Accord's public API has no device query yet (it comes with the GPU "
+                     "path, branch wip/gpu); this build's ranks use host memory");
 }
 
-NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                       ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                       ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                       cudaStream_t stream) {
   ncclResult_t r;
   if (bad_dtype(datatype, &r) || bad_op(op, &r)) return r;
-  return result(accord_all_reduce(sendbuff, recvbuff, count, dt(datatype), rop(op), acc(comm), stream_of(stream)),
+  return result(accord_all_reduce(sendbuff, recvbuff, count, dt(datatype), rop(op), acc(comm),
+                                  stream_of(stream)),
                 acc(comm));
 }
 
-NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                       int root, ncclComm_t comm, cudaStream_t stream) {
+NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                       ncclDataType_t datatype, int root, ncclComm_t comm,
+                                       cudaStream_t stream) {
   ncclResult_t r;
   if (bad_dtype(datatype, &r)) return r;
-  return result(accord_broadcast(sendbuff, recvbuff, count, dt(datatype), root, acc(comm), stream_of(stream)),
-                acc(comm));
-}
-
-NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                    ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
-  ncclResult_t r;
-  if (bad_dtype(datatype, &r) || bad_op(op, &r)) return r;
   return result(
-      accord_reduce(sendbuff, recvbuff, count, dt(datatype), rop(op), root, acc(comm), stream_of(stream)),
+      accord_broadcast(sendbuff, recvbuff, count, dt(datatype), root, acc(comm), stream_of(stream)),
       acc(comm));
 }
 
+NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                    ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t r;
+  if (bad_dtype(datatype, &r) || bad_op(op, &r)) return r;
+  return result(accord_reduce(sendbuff, recvbuff, count, dt(datatype), rop(op), root, acc(comm),
+                              stream_of(stream)),
+                acc(comm));
+}
+
 NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                                       ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+                                       ncclDataType_t datatype, ncclComm_t comm,
+                                       cudaStream_t stream) {
   ncclResult_t r;
   if (bad_dtype(datatype, &r)) return r;
-  return result(accord_all_gather(sendbuff, recvbuff, sendcount, dt(datatype), acc(comm), stream_of(stream)),
-                acc(comm));
+  return result(
+      accord_all_gather(sendbuff, recvbuff, sendcount, dt(datatype), acc(comm), stream_of(stream)),
+      acc(comm));
 }
 
 NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -179,9 +200,9 @@ NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff,
                                            cudaStream_t stream) {
   ncclResult_t r;
   if (bad_dtype(datatype, &r) || bad_op(op, &r)) return r;
-  return result(
-      accord_reduce_scatter(sendbuff, recvbuff, recvcount, dt(datatype), rop(op), acc(comm), stream_of(stream)),
-      acc(comm));
+  return result(accord_reduce_scatter(sendbuff, recvbuff, recvcount, dt(datatype), rop(op),
+                                      acc(comm), stream_of(stream)),
+                acc(comm));
 }
 
 NCCL_EXPORT ncclResult_t ncclGroupStart() { return result(accord_group_start(), nullptr); }
@@ -189,15 +210,24 @@ NCCL_EXPORT ncclResult_t ncclGroupEnd() { return result(accord_group_end(), null
 
 NCCL_EXPORT const char* ncclGetErrorString(ncclResult_t r) {
   switch (r) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+      return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
   }
 }
 
@@ -207,23 +237,25 @@ NCCL_EXPORT const char* ncclGetLastError(ncclComm_t) { return t_last_error.c_str
 
 // Names frameworks link that Accord does not provide: defined, so that loading succeeds, and
 // failing cleanly when called.
-NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
-                                                ncclConfig_t*) {
+NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id,
+                                                int rank, ncclConfig_t*) {
   // The config (blocking, cgaClusterSize...) only tunes NCCL; Accord's defaults are used.
   return ncclCommInitRank(comm, nranks, id, rank);
 }
 NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t, int, int, ncclComm_t* newcomm, ncclConfig_t*) {
   if (newcomm != nullptr) *newcomm = nullptr;
-  return unsupported("ncclCommSplit", "create the sub-communicator with ncclCommInitRank and a new unique id");
+  return unsupported("ncclCommSplit",
+                     "create the sub-communicator with ncclCommInitRank and a new unique id");
 }
-NCCL_EXPORT ncclResult_t ncclSend(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
+NCCL_EXPORT ncclResult_t ncclSend(const void*, size_t, ncclDataType_t, int, ncclComm_t,
+                                  cudaStream_t) {
   return unsupported("ncclSend (point-to-point)", "Accord has collectives only");
 }
 NCCL_EXPORT ncclResult_t ncclRecv(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
   return unsupported("ncclRecv (point-to-point)", "Accord has collectives only");
 }
-NCCL_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t,
-                                                  ncclComm_t) {
+NCCL_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t*, void*, ncclDataType_t,
+                                                  ncclScalarResidence_t, ncclComm_t) {
   return unsupported("ncclRedOpCreatePreMulSum", "scale the buffer, then use ncclSum (or ncclAvg)");
 }
 NCCL_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t, ncclComm_t) {
@@ -238,6 +270,9 @@ NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t, void*) {
 }
 NCCL_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t) {
   if (ptr != nullptr) *ptr = nullptr;
-  return unsupported("ncclMemAlloc", "allocate with cudaMalloc (or accord_device_alloc on the GPU path)");
+  return unsupported("ncclMemAlloc",
+                     "allocate with cudaMalloc (or accord_device_alloc on the GPU path)");
 }
-NCCL_EXPORT ncclResult_t ncclMemFree(void*) { return unsupported("ncclMemFree", "free what you allocated"); }
+NCCL_EXPORT ncclResult_t ncclMemFree(void*) {
+  return unsupported("ncclMemFree", "free what you allocated");
+}

@@ -12,10 +12,10 @@
 // same on every rank of a correct MPI program. The lazy creation of the Accord communicator
 // happens inside the first eligible call, which is collective, and ends with an agreement
 // (PMPI_Allreduce MIN of "it worked") so that either every rank uses Accord or none does.
-#include <mpi.h>
-
 #include <accord/accord.h>
 #include <accord/accord_mpi.h>
+#include <mpi.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -25,18 +25,17 @@
 #include <mutex>
 #include <set>
 #include <string>
-#include <unistd.h>
 
 #define ACCORD_MPI_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
 
 enum Coll { kAllreduce, kReduceScatterBlock, kAllgather, kBcast, kReduce, kNumColls };
-const char* const kCollNames[kNumColls] = {"MPI_Allreduce", "MPI_Reduce_scatter_block", "MPI_Allgather",
-                                           "MPI_Bcast", "MPI_Reduce"};
-const char* const kCollEnv[kNumColls] = {"ACCORD_MPI_MIN_BYTES_ALLREDUCE", "ACCORD_MPI_MIN_BYTES_REDUCE_SCATTER",
-                                         "ACCORD_MPI_MIN_BYTES_ALLGATHER", "ACCORD_MPI_MIN_BYTES_BCAST",
-                                         "ACCORD_MPI_MIN_BYTES_REDUCE"};
+const char* const kCollNames[kNumColls] = {"MPI_Allreduce", "MPI_Reduce_scatter_block",
+                                           "MPI_Allgather", "MPI_Bcast", "MPI_Reduce"};
+const char* const kCollEnv[kNumColls] = {
+    "ACCORD_MPI_MIN_BYTES_ALLREDUCE", "ACCORD_MPI_MIN_BYTES_REDUCE_SCATTER",
+    "ACCORD_MPI_MIN_BYTES_ALLGATHER", "ACCORD_MPI_MIN_BYTES_BCAST", "ACCORD_MPI_MIN_BYTES_REDUCE"};
 // From bench/README.md ("MPI_Allreduce with libaccord_mpi.so"): with 4 ranks on 2 cores Open
 // MPI was faster at 32 B and 128 B, Accord from 512 B up (with 2 ranks Accord won at every
 // size). Measured for MPI_Allreduce; the other calls use the same default.
@@ -66,7 +65,8 @@ bool log_info_enabled() {
   size_t pos = 0;
   while (pos <= spec.size()) {
     size_t comma = spec.find(',', pos);
-    std::string item = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    std::string item =
+        spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     if (item == "info" || item == "debug" || item == "trace") return true;
     if (comma == std::string::npos) break;
     pos = comma + 1;
@@ -138,7 +138,8 @@ void say(MPI_Comm comm, const char* fmt, const char* a, const char* b) {
   PMPI_Comm_size(comm, &size);
   char host[64] = "?";
   gethostname(host, sizeof host - 1);
-  std::fprintf(stderr, "[%s:%d r%d/%d] libaccord_mpi: ", host, static_cast<int>(getpid()), rank, size);
+  std::fprintf(stderr, "[%s:%d r%d/%d] libaccord_mpi: ", host, static_cast<int>(getpid()), rank,
+               size);
   std::fprintf(stderr, fmt, a, b);
   std::fputc('\n', stderr);
 }
@@ -164,14 +165,17 @@ accord_comm_t accord_comm_for(MPI_Comm comm, Coll coll) {
   int ok = st == ACCORD_SUCCESS, all_ok = 0;
   PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
   if (!ok)
-    say(comm, "cannot create an Accord communicator (%s); %s and later calls on this communicator use MPI",
+    say(comm,
+        "cannot create an Accord communicator (%s); %s and later calls on this communicator use "
+        "MPI",
         accord_last_error(nullptr), kCollNames[coll]);
   if (!all_ok && state->comm != nullptr) {
     accord_comm_destroy(state->comm);
     state->comm = nullptr;
   }
   state->usable = all_ok != 0;
-  if (settings().verbose && state->usable) say(comm, "Accord communicator created at the first %s%s", kCollNames[coll], "");
+  if (settings().verbose && state->usable)
+    say(comm, "Accord communicator created at the first %s%s", kCollNames[coll], "");
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_states.insert(state);
@@ -189,10 +193,12 @@ bool map_dtype(MPI_Datatype t, accord_datatype_t* out) {
     accord_datatype_t acc;
   };
   const Map maps[] = {
-      {MPI_INT8_T, ACCORD_INT8},         {MPI_SIGNED_CHAR, ACCORD_INT8},     {MPI_UINT8_T, ACCORD_UINT8},
-      {MPI_UNSIGNED_CHAR, ACCORD_UINT8}, {MPI_INT32_T, ACCORD_INT32},        {MPI_UINT32_T, ACCORD_UINT32},
-      {MPI_INT64_T, ACCORD_INT64},       {MPI_UINT64_T, ACCORD_UINT64},      {MPI_LONG_LONG, ACCORD_INT64},
-      {MPI_UNSIGNED_LONG_LONG, ACCORD_UINT64}, {MPI_FLOAT, ACCORD_FLOAT32}, {MPI_DOUBLE, ACCORD_FLOAT64},
+      {MPI_INT8_T, ACCORD_INT8},     {MPI_SIGNED_CHAR, ACCORD_INT8},
+      {MPI_UINT8_T, ACCORD_UINT8},   {MPI_UNSIGNED_CHAR, ACCORD_UINT8},
+      {MPI_INT32_T, ACCORD_INT32},   {MPI_UINT32_T, ACCORD_UINT32},
+      {MPI_INT64_T, ACCORD_INT64},   {MPI_UINT64_T, ACCORD_UINT64},
+      {MPI_LONG_LONG, ACCORD_INT64}, {MPI_UNSIGNED_LONG_LONG, ACCORD_UINT64},
+      {MPI_FLOAT, ACCORD_FLOAT32},   {MPI_DOUBLE, ACCORD_FLOAT64},
   };
   for (const Map& m : maps)
     if (t == m.mpi) return *out = m.acc, true;
@@ -231,7 +237,8 @@ bool reducible(MPI_Datatype t, MPI_Op op, accord_datatype_t* dt, accord_red_op_t
 bool contiguous_named(MPI_Datatype t, size_t* bytes) {
   if (t == MPI_DATATYPE_NULL) return false;
   int ni = 0, na = 0, nd = 0, combiner = 0;
-  if (PMPI_Type_get_envelope(t, &ni, &na, &nd, &combiner) != MPI_SUCCESS || combiner != MPI_COMBINER_NAMED)
+  if (PMPI_Type_get_envelope(t, &ni, &na, &nd, &combiner) != MPI_SUCCESS ||
+      combiner != MPI_COMBINER_NAMED)
     return false;
   int size = 0;
   MPI_Aint lb = 0, extent = 0, tlb = 0, textent = 0;
@@ -246,10 +253,12 @@ bool contiguous_named(MPI_Datatype t, size_t* bytes) {
 // The communicator-level checks and the threshold; returns the Accord communicator or nullptr.
 accord_comm_t eligible_comm(MPI_Comm comm, Coll coll, size_t bytes) {
   const Settings& s = settings();
-  if (t_inside > 0 || s.disabled || comm == MPI_COMM_NULL || bytes < s.min_bytes[coll]) return nullptr;
+  if (t_inside > 0 || s.disabled || comm == MPI_COMM_NULL || bytes < s.min_bytes[coll])
+    return nullptr;
   int inter = 0, size = 0;
   if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return nullptr;
-  if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS || size < 2) return nullptr;  // MPI_COMM_SELF: MPI copies
+  if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS || size < 2)
+    return nullptr;  // MPI_COMM_SELF: MPI copies
   return accord_comm_for(comm, coll);
 }
 
@@ -261,14 +270,15 @@ int served(MPI_Comm comm, Coll coll, accord_comm_t acc, accord_status_t st) {
     g_via_accord[coll].fetch_add(1, std::memory_order_relaxed);
     return MPI_SUCCESS;
   }
-  say(comm, "%s through Accord failed: %s (set ACCORD_MPI_DISABLE=1 to run without Accord)", kCollNames[coll],
-      accord_last_error(acc));
+  say(comm, "%s through Accord failed: %s (set ACCORD_MPI_DISABLE=1 to run without Accord)",
+      kCollNames[coll], accord_last_error(acc));
   PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
   return MPI_ERR_OTHER;
 }
 
 int fell_through(Coll coll, int rc) {
-  if (t_inside == 0) g_via_mpi[coll].fetch_add(1, std::memory_order_relaxed);  // not Accord's own calls
+  if (t_inside == 0)
+    g_via_mpi[coll].fetch_add(1, std::memory_order_relaxed);  // not Accord's own calls
   return rc;
 }
 
@@ -291,15 +301,16 @@ void print_stats() {
 // Counters for tests and tools: calls of collective coll (0 Allreduce, 1 Reduce_scatter_block,
 // 2 Allgather, 3 Bcast, 4 Reduce) served by Accord and passed to MPI. Find it with
 // dlsym(RTLD_DEFAULT, "accord_mpi_interpose_counts") in a program that does not link it.
-ACCORD_MPI_EXPORT int accord_mpi_interpose_counts(int coll, uint64_t* via_accord, uint64_t* via_mpi) {
+ACCORD_MPI_EXPORT int accord_mpi_interpose_counts(int coll, uint64_t* via_accord,
+                                                  uint64_t* via_mpi) {
   if (coll < 0 || coll >= kNumColls || via_accord == nullptr || via_mpi == nullptr) return -1;
   *via_accord = g_via_accord[coll].load();
   *via_mpi = g_via_mpi[coll].load();
   return 0;
 }
 
-ACCORD_MPI_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-                                    MPI_Comm comm) {
+ACCORD_MPI_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
+                                    MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   accord_datatype_t dt;
   accord_red_op_t aop;
   size_t es = 0;
@@ -307,8 +318,9 @@ ACCORD_MPI_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int coun
       (es = accord_dtype_size(dt)) != 0 && (count == 0 || recvbuf != nullptr)) {
     if (accord_comm_t acc = eligible_comm(comm, kAllreduce, es * static_cast<size_t>(count))) {
       const void* send = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-      return served(comm, kAllreduce, acc,
-                    accord_all_reduce(send, recvbuf, static_cast<size_t>(count), dt, aop, acc, nullptr));
+      return served(
+          comm, kAllreduce, acc,
+          accord_all_reduce(send, recvbuf, static_cast<size_t>(count), dt, aop, acc, nullptr));
     }
   }
   return fell_through(kAllreduce, PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm));
@@ -319,28 +331,33 @@ ACCORD_MPI_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbu
   accord_datatype_t dt;
   accord_red_op_t aop;
   int size = 0;
-  if (t_inside == 0 && recvcount >= 0 && reducible(datatype, op, &dt, &aop) && comm != MPI_COMM_NULL &&
-      PMPI_Comm_size(comm, &size) == MPI_SUCCESS) {
+  if (t_inside == 0 && recvcount >= 0 && reducible(datatype, op, &dt, &aop) &&
+      comm != MPI_COMM_NULL && PMPI_Comm_size(comm, &size) == MPI_SUCCESS) {
     const size_t block = accord_dtype_size(dt) * static_cast<size_t>(recvcount);
-    if (accord_comm_t acc = eligible_comm(comm, kReduceScatterBlock, block * static_cast<size_t>(size))) {
+    if (accord_comm_t acc =
+            eligible_comm(comm, kReduceScatterBlock, block * static_cast<size_t>(size))) {
       if (sendbuf != MPI_IN_PLACE)
         return served(comm, kReduceScatterBlock, acc,
-                      accord_reduce_scatter(sendbuf, recvbuf, static_cast<size_t>(recvcount), dt, aop, acc, nullptr));
+                      accord_reduce_scatter(sendbuf, recvbuf, static_cast<size_t>(recvcount), dt,
+                                            aop, acc, nullptr));
       // MPI's in-place input is all of recvbuf and its result goes to the start; Accord's
       // in-place result stays at the rank's block: reduce there, then move it down.
       int rank = 0;
       PMPI_Comm_rank(comm, &rank);
       char* mine = static_cast<char*>(recvbuf) + block * static_cast<size_t>(rank);
-      accord_status_t st = accord_reduce_scatter(recvbuf, mine, static_cast<size_t>(recvcount), dt, aop, acc, nullptr);
+      accord_status_t st = accord_reduce_scatter(recvbuf, mine, static_cast<size_t>(recvcount), dt,
+                                                 aop, acc, nullptr);
       if (st == ACCORD_SUCCESS && rank != 0) std::memmove(recvbuf, mine, block);
       return served(comm, kReduceScatterBlock, acc, st);
     }
   }
-  return fell_through(kReduceScatterBlock, PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm));
+  return fell_through(kReduceScatterBlock,
+                      PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm));
 }
 
-ACCORD_MPI_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
-                                    int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+ACCORD_MPI_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                    void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                                    MPI_Comm comm) {
   size_t res = 0, ses = 0;
   int size = 0;
   if (t_inside == 0 && recvcount >= 0 && contiguous_named(recvtype, &res) &&
@@ -356,35 +373,41 @@ ACCORD_MPI_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Data
         PMPI_Comm_rank(comm, &rank);
         send = static_cast<const char*>(recvbuf) + block * static_cast<size_t>(rank);
       }
-      return served(comm, kAllgather, acc, accord_all_gather(send, recvbuf, block, ACCORD_UINT8, acc, nullptr));
+      return served(comm, kAllgather, acc,
+                    accord_all_gather(send, recvbuf, block, ACCORD_UINT8, acc, nullptr));
     }
   }
-  return fell_through(kAllgather, PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm));
+  return fell_through(
+      kAllgather, PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm));
 }
 
-ACCORD_MPI_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+ACCORD_MPI_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
+                                MPI_Comm comm) {
   size_t es = 0;
   int size = 0;
   if (t_inside == 0 && count >= 0 && contiguous_named(datatype, &es) && comm != MPI_COMM_NULL &&
       PMPI_Comm_size(comm, &size) == MPI_SUCCESS && root >= 0 && root < size) {
     const size_t bytes = es * static_cast<size_t>(count);
     if (accord_comm_t acc = eligible_comm(comm, kBcast, bytes))
-      return served(comm, kBcast, acc, accord_broadcast(buffer, buffer, bytes, ACCORD_UINT8, root, acc, nullptr));
+      return served(comm, kBcast, acc,
+                    accord_broadcast(buffer, buffer, bytes, ACCORD_UINT8, root, acc, nullptr));
   }
   return fell_through(kBcast, PMPI_Bcast(buffer, count, datatype, root, comm));
 }
 
-ACCORD_MPI_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-                                 int root, MPI_Comm comm) {
+ACCORD_MPI_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int count,
+                                 MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm) {
   accord_datatype_t dt;
   accord_red_op_t aop;
   int size = 0;
   if (t_inside == 0 && count >= 0 && reducible(datatype, op, &dt, &aop) && comm != MPI_COMM_NULL &&
       PMPI_Comm_size(comm, &size) == MPI_SUCCESS && root >= 0 && root < size) {
-    if (accord_comm_t acc = eligible_comm(comm, kReduce, accord_dtype_size(dt) * static_cast<size_t>(count))) {
+    if (accord_comm_t acc =
+            eligible_comm(comm, kReduce, accord_dtype_size(dt) * static_cast<size_t>(count))) {
       const void* send = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-      return served(comm, kReduce, acc,
-                    accord_reduce(send, recvbuf, static_cast<size_t>(count), dt, aop, root, acc, nullptr));
+      return served(
+          comm, kReduce, acc,
+          accord_reduce(send, recvbuf, static_cast<size_t>(count), dt, aop, root, acc, nullptr));
     }
   }
   return fell_through(kReduce, PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm));

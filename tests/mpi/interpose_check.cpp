@@ -32,9 +32,11 @@ struct Type {
   bool is_float;
 };
 const Type kTypes[] = {
-    {MPI_INT8_T, "int8", 1, false},     {MPI_UNSIGNED_CHAR, "uchar", 1, false}, {MPI_INT, "int", 4, false},
-    {MPI_UINT32_T, "uint32", 4, false}, {MPI_LONG, "long", 8, false},           {MPI_UINT64_T, "uint64", 8, false},
-    {MPI_LONG_LONG, "llong", 8, false}, {MPI_FLOAT, "float", 4, true},          {MPI_DOUBLE, "double", 8, true},
+    {MPI_INT8_T, "int8", 1, false},     {MPI_UNSIGNED_CHAR, "uchar", 1, false},
+    {MPI_INT, "int", 4, false},         {MPI_UINT32_T, "uint32", 4, false},
+    {MPI_LONG, "long", 8, false},       {MPI_UINT64_T, "uint64", 8, false},
+    {MPI_LONG_LONG, "llong", 8, false}, {MPI_FLOAT, "float", 4, true},
+    {MPI_DOUBLE, "double", 8, true},
 };
 struct Op {
   MPI_Op mpi;
@@ -71,21 +73,24 @@ void fill(const Type& t, const Op& op, int rank, size_t count, std::vector<char>
   }
 }
 
-void same(const std::vector<char>& got, const std::vector<char>& want, size_t bytes, const std::string& what) {
+void same(const std::vector<char>& got, const std::vector<char>& want, size_t bytes,
+          const std::string& what) {
   if (bytes == 0 || std::memcmp(got.data(), want.data(), bytes) == 0) return;
   size_t i = 0;
   while (got[i] == want[i]) ++i;
   char at[96];
-  std::snprintf(at, sizeof at, ": byte %zu is 0x%02x, PMPI has 0x%02x", i, got[i] & 0xff, want[i] & 0xff);
+  std::snprintf(at, sizeof at, ": byte %zu is 0x%02x, PMPI has 0x%02x", i, got[i] & 0xff,
+                want[i] & 0xff);
   fail(what + at);
 }
 
-std::string label(const char* coll, const Type& t, const Op* op, size_t count, bool in_place, MPI_Comm comm) {
+std::string label(const char* coll, const Type& t, const Op* op, size_t count, bool in_place,
+                  MPI_Comm comm) {
   int size = 0;
   MPI_Comm_size(comm, &size);
   char s[160];
-  std::snprintf(s, sizeof s, "%s %s %s count %zu %s np %d", coll, t.name, op ? op->name : "-", count,
-                in_place ? "in-place" : "out-of-place", size);
+  std::snprintf(s, sizeof s, "%s %s %s count %zu %s np %d", coll, t.name, op ? op->name : "-",
+                count, in_place ? "in-place" : "out-of-place", size);
   return s;
 }
 
@@ -158,7 +163,9 @@ void check_float_bound(MPI_Comm comm) {
   std::vector<double> x(count), ax(count), got(count), ref(count), abs_sum(count);
   std::vector<float> xf(count), gotf(count), reff(count);
   for (size_t i = 0; i < count; ++i) {
-    x[i] = static_cast<double>(mix(i + 1000003ull * static_cast<uint64_t>(rank)) % 2000001) / 1000.0 - 1000.0;
+    x[i] =
+        static_cast<double>(mix(i + 1000003ull * static_cast<uint64_t>(rank)) % 2000001) / 1000.0 -
+        1000.0;
     xf[i] = static_cast<float>(x[i]);
     ax[i] = std::fabs(static_cast<double>(xf[i]));
   }
@@ -171,7 +178,8 @@ void check_float_bound(MPI_Comm comm) {
   for (size_t i = 0; i < count; ++i) {
     if (std::fabs(got[i] - ref[i]) > k * std::numeric_limits<double>::epsilon() * abs_sum[i])
       return fail("random double sum outside 2(n-1) eps sum|x|");
-    if (std::fabs(static_cast<double>(gotf[i]) - reff[i]) > k * std::numeric_limits<float>::epsilon() * abs_sum[i])
+    if (std::fabs(static_cast<double>(gotf[i]) - reff[i]) >
+        k * std::numeric_limits<float>::epsilon() * abs_sum[i])
       return fail("random float sum outside 2(n-1) eps sum|x|");
   }
 }
@@ -264,7 +272,8 @@ int main(int argc, char** argv) {
   if (expect_disabled) {  // preloaded with ACCORD_MPI_DISABLE=1: nothing may reach Accord
     using Counts = int (*)(int, uint64_t*, uint64_t*);
     auto counts_fn = reinterpret_cast<Counts>(dlsym(RTLD_DEFAULT, "accord_mpi_interpose_counts"));
-    if (counts_fn == nullptr) fail("accord_mpi_interpose_counts not found: is libaccord_mpi.so preloaded?");
+    if (counts_fn == nullptr)
+      fail("accord_mpi_interpose_counts not found: is libaccord_mpi.so preloaded?");
     for (int c = 0; counts_fn != nullptr && c < 5; ++c) {
       uint64_t acc = 0, mpi = 0;
       counts_fn(c, &acc, &mpi);
@@ -277,13 +286,15 @@ int main(int argc, char** argv) {
     if (counts_fn == nullptr) {
       fail("accord_mpi_interpose_counts not found: is libaccord_mpi.so preloaded?");
     } else {
-      const char* names[] = {"MPI_Allreduce", "MPI_Reduce_scatter_block", "MPI_Allgather", "MPI_Bcast", "MPI_Reduce"};
+      const char* names[] = {"MPI_Allreduce", "MPI_Reduce_scatter_block", "MPI_Allgather",
+                             "MPI_Bcast", "MPI_Reduce"};
       for (int c = 0; c < 5; ++c) {
         uint64_t acc = 0, mpi = 0;
         counts_fn(c, &acc, &mpi);
         if (acc == 0) fail(std::string(names[c]) + " never went through Accord");
-        if (g_rank == 0) std::printf("%s: %llu through Accord, %llu through MPI\n", names[c],
-                                     static_cast<unsigned long long>(acc), static_cast<unsigned long long>(mpi));
+        if (g_rank == 0)
+          std::printf("%s: %llu through Accord, %llu through MPI\n", names[c],
+                      static_cast<unsigned long long>(acc), static_cast<unsigned long long>(mpi));
       }
       uint64_t acc = 0, mpi = 0;
       counts_fn(0, &acc, &mpi);
@@ -292,7 +303,8 @@ int main(int argc, char** argv) {
   }
   int local = g_failures, total = 0;
   PMPI_Allreduce(&local, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (g_rank == 0) std::printf(total == 0 ? "interpose_check: ok\n" : "interpose_check: %d failures\n", total);
+  if (g_rank == 0)
+    std::printf(total == 0 ? "interpose_check: ok\n" : "interpose_check: %d failures\n", total);
   MPI_Finalize();
   return total == 0 ? 0 : 1;
 }

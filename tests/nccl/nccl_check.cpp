@@ -20,11 +20,11 @@ int g_failures = 0;
 void fail(const std::string& what) {
   if (g_failures++ < 20) std::fprintf(stderr, "FAIL %s\n", what.c_str());
 }
-#define EXPECT_OK(call)                                                                    \
-  do {                                                                                     \
-    ncclResult_t r_ = (call);                                                              \
-    if (r_ != ncclSuccess) fail(std::string(#call) + ": " + ncclGetErrorString(r_) + ": " + \
-                                ncclGetLastError(nullptr));                                \
+#define EXPECT_OK(call)                                                                            \
+  do {                                                                                             \
+    ncclResult_t r_ = (call);                                                                      \
+    if (r_ != ncclSuccess)                                                                         \
+      fail(std::string(#call) + ": " + ncclGetErrorString(r_) + ": " + ncclGetLastError(nullptr)); \
   } while (0)
 
 // Rank r contributes r + 1 + (i % 5): sums, products (of at most 4 ranks), minima and
@@ -35,13 +35,17 @@ void run_all(std::vector<ncclComm_t>& comms, ncclDataType_t type, size_t count, 
   std::vector<std::vector<T>> in(n), out(n);
   for (int r = 0; r < n; ++r) {
     in[r].resize(count * n + 1);
-    for (size_t i = 0; i < in[r].size(); ++i) in[r][i] = static_cast<T>(r + 1 + static_cast<int>(i % 5));
+    for (size_t i = 0; i < in[r].size(); ++i)
+      in[r][i] = static_cast<T>(r + 1 + static_cast<int>(i % 5));
   }
   auto want = [&](ncclRedOp_t op, size_t i) {
     double acc = op == ncclProd ? 1 : op == ncclMin ? 1e9 : op == ncclMax ? -1e9 : 0;
     for (int r = 0; r < n; ++r) {
       double v = r + 1 + static_cast<int>(i % 5);
-      acc = op == ncclSum ? acc + v : op == ncclProd ? acc * v : op == ncclMin ? std::min(acc, v) : std::max(acc, v);
+      acc = op == ncclSum    ? acc + v
+            : op == ncclProd ? acc * v
+            : op == ncclMin  ? std::min(acc, v)
+                             : std::max(acc, v);
     }
     return static_cast<T>(acc);
   };
@@ -50,13 +54,15 @@ void run_all(std::vector<ncclComm_t>& comms, ncclDataType_t type, size_t count, 
     EXPECT_OK(ncclGroupStart());
     for (int r = 0; r < n; ++r) {
       out[r] = in_place ? in[r] : std::vector<T>(count + 1);
-      EXPECT_OK(ncclAllReduce(in_place ? out[r].data() : in[r].data(), out[r].data(), count, type, op, comms[r], 0));
+      EXPECT_OK(ncclAllReduce(in_place ? out[r].data() : in[r].data(), out[r].data(), count, type,
+                              op, comms[r], 0));
     }
     EXPECT_OK(ncclGroupEnd());
     for (int r = 0; r < n; ++r)
       for (size_t i = 0; i < count; ++i)
         if (out[r][i] != want(op, i)) {
-          fail("ncclAllReduce op " + std::to_string(op) + " count " + std::to_string(count) + " " + what);
+          fail("ncclAllReduce op " + std::to_string(op) + " count " + std::to_string(count) + " " +
+               what);
           break;
         }
     // reduce-scatter: rank r gets block r of the reduction of the n*count inputs
@@ -64,7 +70,8 @@ void run_all(std::vector<ncclComm_t>& comms, ncclDataType_t type, size_t count, 
     for (int r = 0; r < n; ++r) {
       out[r] = in_place ? in[r] : std::vector<T>(count + 1);
       const T* send = in_place ? out[r].data() : in[r].data();
-      EXPECT_OK(ncclReduceScatter(send, out[r].data() + (in_place ? count * r : 0), count, type, op, comms[r], 0));
+      EXPECT_OK(ncclReduceScatter(send, out[r].data() + (in_place ? count * r : 0), count, type, op,
+                                  comms[r], 0));
     }
     EXPECT_OK(ncclGroupEnd());
     for (int r = 0; r < n; ++r)
@@ -79,12 +86,13 @@ void run_all(std::vector<ncclComm_t>& comms, ncclDataType_t type, size_t count, 
   EXPECT_OK(ncclGroupStart());
   for (int r = 0; r < n; ++r) {
     out[r] = in_place ? in[r] : std::vector<T>(count + 1);
-    EXPECT_OK(ncclReduce(in_place ? out[r].data() : in[r].data(), out[r].data(), count, type, ncclSum, root,
-                         comms[r], 0));
+    EXPECT_OK(ncclReduce(in_place ? out[r].data() : in[r].data(), out[r].data(), count, type,
+                         ncclSum, root, comms[r], 0));
   }
   EXPECT_OK(ncclGroupEnd());
   for (size_t i = 0; i < count; ++i)
-    if (out[root][i] != want(ncclSum, i)) fail("ncclReduce count " + std::to_string(count) + " " + what);
+    if (out[root][i] != want(ncclSum, i))
+      fail("ncclReduce count " + std::to_string(count) + " " + what);
   EXPECT_OK(ncclGroupStart());
   for (int r = 0; r < n; ++r) {
     out[r] = r == 0 ? in[0] : std::vector<T>(count + 1);
@@ -98,8 +106,8 @@ void run_all(std::vector<ncclComm_t>& comms, ncclDataType_t type, size_t count, 
   for (int r = 0; r < n; ++r) {
     out[r].assign(count * n + 1, T(0));
     if (in_place) std::memcpy(out[r].data() + count * r, in[r].data(), count * sizeof(T));
-    EXPECT_OK(ncclAllGather(in_place ? out[r].data() + count * r : in[r].data(), out[r].data(), count, type,
-                            comms[r], 0));
+    EXPECT_OK(ncclAllGather(in_place ? out[r].data() + count * r : in[r].data(), out[r].data(),
+                            count, type, comms[r], 0));
   }
   EXPECT_OK(ncclGroupEnd());
   for (int r = 0; r < n; ++r)
@@ -109,34 +117,41 @@ void run_all(std::vector<ncclComm_t>& comms, ncclDataType_t type, size_t count, 
 }
 
 void expect_invalid_usage(ncclResult_t r, const char* what) {
-  if (r != ncclInvalidUsage) fail(std::string(what) + " returned " + std::to_string(r) + ", not ncclInvalidUsage");
-  else if (std::strlen(ncclGetLastError(nullptr)) == 0) fail(std::string(what) + ": no message in ncclGetLastError");
-  else std::printf("%s -> ncclInvalidUsage: %s\n", what, ncclGetLastError(nullptr));
+  if (r != ncclInvalidUsage)
+    fail(std::string(what) + " returned " + std::to_string(r) + ", not ncclInvalidUsage");
+  else if (std::strlen(ncclGetLastError(nullptr)) == 0)
+    fail(std::string(what) + ": no message in ncclGetLastError");
+  else
+    std::printf("%s -> ncclInvalidUsage: %s\n", what, ncclGetLastError(nullptr));
 }
 
 int dlopen_check(const char* dir) {
   std::string path = std::string(dir) + "/libnccl.so.2";
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (h == nullptr) return std::fprintf(stderr, "FAIL dlopen %s: %s\n", path.c_str(), dlerror()), 1;
-  const char* names[] = {"ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRank", "ncclCommInitAll",
-                         "ncclCommDestroy", "ncclCommAbort", "ncclCommGetAsyncError", "ncclCommCount",
-                         "ncclCommCuDevice", "ncclCommUserRank", "ncclAllReduce", "ncclBroadcast", "ncclReduce",
-                         "ncclAllGather", "ncclReduceScatter", "ncclGroupStart", "ncclGroupEnd",
-                         "ncclGetErrorString", "ncclGetLastError"};
+  const char* names[] = {
+      "ncclGetVersion",   "ncclGetUniqueId",    "ncclCommInitRank",      "ncclCommInitAll",
+      "ncclCommDestroy",  "ncclCommAbort",      "ncclCommGetAsyncError", "ncclCommCount",
+      "ncclCommCuDevice", "ncclCommUserRank",   "ncclAllReduce",         "ncclBroadcast",
+      "ncclReduce",       "ncclAllGather",      "ncclReduceScatter",     "ncclGroupStart",
+      "ncclGroupEnd",     "ncclGetErrorString", "ncclGetLastError"};
   for (const char* name : names)
-    if (dlsym(h, name) == nullptr) return std::fprintf(stderr, "FAIL %s lacks %s\n", path.c_str(), name), 1;
+    if (dlsym(h, name) == nullptr)
+      return std::fprintf(stderr, "FAIL %s lacks %s\n", path.c_str(), name), 1;
   auto init_all = reinterpret_cast<decltype(&ncclCommInitAll)>(dlsym(h, "ncclCommInitAll"));
   auto all_reduce = reinterpret_cast<decltype(&ncclAllReduce)>(dlsym(h, "ncclAllReduce"));
   auto group_start = reinterpret_cast<decltype(&ncclGroupStart)>(dlsym(h, "ncclGroupStart"));
   auto group_end = reinterpret_cast<decltype(&ncclGroupEnd)>(dlsym(h, "ncclGroupEnd"));
   auto destroy = reinterpret_cast<decltype(&ncclCommDestroy)>(dlsym(h, "ncclCommDestroy"));
   ncclComm_t comms[2];
-  if (init_all(comms, 2, nullptr) != ncclSuccess) return std::fprintf(stderr, "FAIL init through dlopen\n"), 1;
+  if (init_all(comms, 2, nullptr) != ncclSuccess)
+    return std::fprintf(stderr, "FAIL init through dlopen\n"), 1;
   int a[3] = {1, 2, 3}, b[3] = {10, 20, 30};
   group_start();
   all_reduce(a, a, 3, ncclInt32, ncclSum, comms[0], 0);
   all_reduce(b, b, 3, ncclInt32, ncclSum, comms[1], 0);
-  if (group_end() != ncclSuccess || a[2] != 33 || b[0] != 11) return std::fprintf(stderr, "FAIL dlopen sum\n"), 1;
+  if (group_end() != ncclSuccess || a[2] != 33 || b[0] != 11)
+    return std::fprintf(stderr, "FAIL dlopen sum\n"), 1;
   destroy(comms[0]);
   destroy(comms[1]);
   std::printf("nccl_check: %s loads and serves all 19 names: ok\n", path.c_str());
@@ -176,9 +191,11 @@ int main(int argc, char** argv) {
     int device = 0;
     expect_invalid_usage(ncclCommCuDevice(comms[0], &device), "ncclCommCuDevice (host ranks)");
     float f = 1;
-    expect_invalid_usage(ncclAllReduce(&f, &f, 1, ncclFloat8e4m3, ncclSum, comms[0], 0), "float8 all-reduce");
-    expect_invalid_usage(ncclAllReduce(&f, &f, 1, ncclFloat32, static_cast<ncclRedOp_t>(ncclNumOps), comms[0], 0),
-                         "custom op");
+    expect_invalid_usage(ncclAllReduce(&f, &f, 1, ncclFloat8e4m3, ncclSum, comms[0], 0),
+                         "float8 all-reduce");
+    expect_invalid_usage(
+        ncclAllReduce(&f, &f, 1, ncclFloat32, static_cast<ncclRedOp_t>(ncclNumOps), comms[0], 0),
+        "custom op");
     expect_invalid_usage(ncclSend(&f, 1, ncclFloat32, 1, comms[0], 0), "ncclSend");
     ncclComm_t sub = nullptr;
     expect_invalid_usage(ncclCommSplit(comms[0], 0, 0, &sub, nullptr), "ncclCommSplit");
