@@ -21,7 +21,8 @@ libdir=$(pkg-config --variable=libdir accord)
 cat > "$tmp/c_user.c" <<'C'
 #include <accord/accord.h>
 #include <stdio.h>
-int main(void) {
+#include <stdlib.h>
+int main(int argc, char** argv) {
   accord_comm_t comm;
   float x[3] = {1.0f, 2.0f, 3.0f};
   int version = 0;
@@ -30,6 +31,7 @@ int main(void) {
   if (accord_all_reduce(x, x, 3, ACCORD_FLOAT32, ACCORD_SUM, comm, NULL) != ACCORD_SUCCESS) return 3;
   accord_comm_destroy(comm);
   printf("c ok %d %g\n", version, x[2]);
+  if (argc > 1 && version != atoi(argv[1])) { printf("version %d, pkg-config says %s\n", version, argv[1]); return 5; }
   return x[2] == 3.0f ? 0 : 4;
 }
 C
@@ -54,7 +56,9 @@ CPP
 env -u RANK -u WORLD_SIZE true
 cc -std=c99 -Wall -Wextra -pedantic -Werror $cflags "$tmp/c_user.c" -o "$tmp/c_user" $libs
 c++ -std=c++20 -Wall -Wextra -Werror $cflags "$tmp/cpp_user.cpp" -o "$tmp/cpp_user" $libs
-LD_LIBRARY_PATH=$libdir env -u RANK -u WORLD_SIZE -u OMPI_COMM_WORLD_RANK "$tmp/c_user"
+# accord_get_version agrees with the installed pkg-config version (MAJOR*10000+MINOR*100+PATCH).
+want_version=$(pkg-config --modversion accord | awk -F. '{print $1*10000 + $2*100 + $3}')
+LD_LIBRARY_PATH=$libdir env -u RANK -u WORLD_SIZE -u OMPI_COMM_WORLD_RANK "$tmp/c_user" "$want_version"
 LD_LIBRARY_PATH=$libdir env -u RANK -u WORLD_SIZE -u OMPI_COMM_WORLD_RANK "$tmp/cpp_user"
 
 # Only the public API is exported, and the soname carries the ABI version.
@@ -64,3 +68,17 @@ if [ -n "$bad" ]; then echo "exported symbols outside the public API:"; echo "$b
 soname=$(objdump -p "$lib" | awk '/SONAME/ {print $2}')
 [ "$soname" = "libaccord.so.0" ] || { echo "unexpected soname $soname"; exit 1; }
 echo "install ok: $(nm -D --defined-only "$lib" | wc -l) exported symbols, soname $soname"
+
+# The framework libraries, when built: they export only their own names.
+if [ -e "$libdir/libaccord_mpi.so" ]; then
+  bad=$(nm -D --defined-only "$libdir/libaccord_mpi.so" | awk '{print $3}' | grep -v -e '^MPI_' -e '^accord_mpi_interpose_counts$' || true)
+  [ -z "$bad" ] || { echo "libaccord_mpi.so exports more than MPI_* wrappers:"; echo "$bad" | head; exit 1; }
+  echo "libaccord_mpi.so ok: $(nm -D --defined-only "$libdir/libaccord_mpi.so" | awk '{print $3}' | grep '^MPI_' | tr '\n' ' ')"
+fi
+if [ -e "$libdir/libaccord_nccl.so" ]; then
+  bad=$(nm -D --defined-only "$libdir/libaccord_nccl.so" | awk '{print $3}' | grep -v '^nccl' || true)
+  [ -z "$bad" ] || { echo "libaccord_nccl.so exports more than nccl* names:"; echo "$bad" | head; exit 1; }
+  link=$libdir/accord-nccl/libnccl.so.2
+  [ "$(readlink -f "$link")" = "$(readlink -f "$libdir/libaccord_nccl.so")" ] || { echo "$link does not point at libaccord_nccl.so"; exit 1; }
+  echo "libaccord_nccl.so ok: $(nm -D --defined-only "$libdir/libaccord_nccl.so" | wc -l) nccl names, $link"
+fi

@@ -1,0 +1,229 @@
+// A program written against the real nccl.h of the CUDA toolkit, linked against
+// libaccord_nccl.so. It runs on host-memory ranks (this build has no GPU path; stream 0 and
+// host buffers): ncclCommInitAll ranks driven in one thread inside a group, and
+// ncclGetUniqueId + ncclCommInitRank ranks in threads; every collective, exact inputs,
+// compared bit for bit; then unsupported calls must return ncclInvalidUsage with a message.
+// With --dlopen DIR it instead loads DIR/libnccl.so.2 by name (the compat symlink) and checks
+// that every NCCL name is there and works.
+#include <dlfcn.h>
+#include <nccl.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+int g_failures = 0;
+void fail(const std::string& what) {
+  if (g_failures++ < 20) std::fprintf(stderr, "FAIL %s\n", what.c_str());
+}
+#define EXPECT_OK(call)                                                                            \
+  do {                                                                                             \
+    ncclResult_t r_ = (call);                                                                      \
+    if (r_ != ncclSuccess)                                                                         \
+      fail(std::string(#call) + ": " + ncclGetErrorString(r_) + ": " + ncclGetLastError(nullptr)); \
+  } while (0)
+
+// Rank r contributes r + 1 + (i % 5): sums, products (of at most 4 ranks), minima and
+// maxima are exact in every dtype here.
+template <typename T>
+void run_all(std::vector<ncclComm_t>& comms, ncclDataType_t type, size_t count, bool in_place) {
+  const int n = static_cast<int>(comms.size());
+  std::vector<std::vector<T>> in(n), out(n);
+  for (int r = 0; r < n; ++r) {
+    in[r].resize(count * n + 1);
+    for (size_t i = 0; i < in[r].size(); ++i)
+      in[r][i] = static_cast<T>(r + 1 + static_cast<int>(i % 5));
+  }
+  auto want = [&](ncclRedOp_t op, size_t i) {
+    double acc = op == ncclProd ? 1 : op == ncclMin ? 1e9 : op == ncclMax ? -1e9 : 0;
+    for (int r = 0; r < n; ++r) {
+      double v = r + 1 + static_cast<int>(i % 5);
+      acc = op == ncclSum    ? acc + v
+            : op == ncclProd ? acc * v
+            : op == ncclMin  ? std::min(acc, v)
+                             : std::max(acc, v);
+    }
+    return static_cast<T>(acc);
+  };
+  const char* what = in_place ? "in-place" : "out-of-place";
+  for (ncclRedOp_t op : {ncclSum, ncclProd, ncclMin, ncclMax}) {
+    EXPECT_OK(ncclGroupStart());
+    for (int r = 0; r < n; ++r) {
+      out[r] = in_place ? in[r] : std::vector<T>(count + 1);
+      EXPECT_OK(ncclAllReduce(in_place ? out[r].data() : in[r].data(), out[r].data(), count, type,
+                              op, comms[r], 0));
+    }
+    EXPECT_OK(ncclGroupEnd());
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; ++i)
+        if (out[r][i] != want(op, i)) {
+          fail("ncclAllReduce op " + std::to_string(op) + " count " + std::to_string(count) + " " +
+               what);
+          break;
+        }
+    // reduce-scatter: rank r gets block r of the reduction of the n*count inputs
+    EXPECT_OK(ncclGroupStart());
+    for (int r = 0; r < n; ++r) {
+      out[r] = in_place ? in[r] : std::vector<T>(count + 1);
+      const T* send = in_place ? out[r].data() : in[r].data();
+      EXPECT_OK(ncclReduceScatter(send, out[r].data() + (in_place ? count * r : 0), count, type, op,
+                                  comms[r], 0));
+    }
+    EXPECT_OK(ncclGroupEnd());
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; ++i)
+        if (out[r][(in_place ? count * r : 0) + i] != want(op, count * r + i)) {
+          fail("ncclReduceScatter count " + std::to_string(count) + " " + what);
+          break;
+        }
+  }
+  // reduce to the last rank, broadcast from rank 0, all-gather
+  const int root = n - 1;
+  EXPECT_OK(ncclGroupStart());
+  for (int r = 0; r < n; ++r) {
+    out[r] = in_place ? in[r] : std::vector<T>(count + 1);
+    EXPECT_OK(ncclReduce(in_place ? out[r].data() : in[r].data(), out[r].data(), count, type,
+                         ncclSum, root, comms[r], 0));
+  }
+  EXPECT_OK(ncclGroupEnd());
+  for (size_t i = 0; i < count; ++i)
+    if (out[root][i] != want(ncclSum, i))
+      fail("ncclReduce count " + std::to_string(count) + " " + what);
+  EXPECT_OK(ncclGroupStart());
+  for (int r = 0; r < n; ++r) {
+    out[r] = r == 0 ? in[0] : std::vector<T>(count + 1);
+    EXPECT_OK(ncclBroadcast(out[r].data(), out[r].data(), count, type, 0, comms[r], 0));
+  }
+  EXPECT_OK(ncclGroupEnd());
+  for (int r = 0; r < n; ++r)
+    if (count > 0 && std::memcmp(out[r].data(), in[0].data(), count * sizeof(T)) != 0)
+      fail("ncclBroadcast count " + std::to_string(count));
+  EXPECT_OK(ncclGroupStart());
+  for (int r = 0; r < n; ++r) {
+    out[r].assign(count * n + 1, T(0));
+    if (in_place) std::memcpy(out[r].data() + count * r, in[r].data(), count * sizeof(T));
+    EXPECT_OK(ncclAllGather(in_place ? out[r].data() + count * r : in[r].data(), out[r].data(),
+                            count, type, comms[r], 0));
+  }
+  EXPECT_OK(ncclGroupEnd());
+  for (int r = 0; r < n; ++r)
+    for (int q = 0; q < n; ++q)
+      if (count > 0 && std::memcmp(out[r].data() + count * q, in[q].data(), count * sizeof(T)) != 0)
+        fail("ncclAllGather count " + std::to_string(count) + " " + what);
+}
+
+void expect_invalid_usage(ncclResult_t r, const char* what) {
+  if (r != ncclInvalidUsage)
+    fail(std::string(what) + " returned " + std::to_string(r) + ", not ncclInvalidUsage");
+  else if (std::strlen(ncclGetLastError(nullptr)) == 0)
+    fail(std::string(what) + ": no message in ncclGetLastError");
+  else
+    std::printf("%s -> ncclInvalidUsage: %s\n", what, ncclGetLastError(nullptr));
+}
+
+int dlopen_check(const char* dir) {
+  std::string path = std::string(dir) + "/libnccl.so.2";
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) return std::fprintf(stderr, "FAIL dlopen %s: %s\n", path.c_str(), dlerror()), 1;
+  const char* names[] = {
+      "ncclGetVersion",   "ncclGetUniqueId",    "ncclCommInitRank",      "ncclCommInitAll",
+      "ncclCommDestroy",  "ncclCommAbort",      "ncclCommGetAsyncError", "ncclCommCount",
+      "ncclCommCuDevice", "ncclCommUserRank",   "ncclAllReduce",         "ncclBroadcast",
+      "ncclReduce",       "ncclAllGather",      "ncclReduceScatter",     "ncclGroupStart",
+      "ncclGroupEnd",     "ncclGetErrorString", "ncclGetLastError"};
+  for (const char* name : names)
+    if (dlsym(h, name) == nullptr)
+      return std::fprintf(stderr, "FAIL %s lacks %s\n", path.c_str(), name), 1;
+  auto init_all = reinterpret_cast<decltype(&ncclCommInitAll)>(dlsym(h, "ncclCommInitAll"));
+  auto all_reduce = reinterpret_cast<decltype(&ncclAllReduce)>(dlsym(h, "ncclAllReduce"));
+  auto group_start = reinterpret_cast<decltype(&ncclGroupStart)>(dlsym(h, "ncclGroupStart"));
+  auto group_end = reinterpret_cast<decltype(&ncclGroupEnd)>(dlsym(h, "ncclGroupEnd"));
+  auto destroy = reinterpret_cast<decltype(&ncclCommDestroy)>(dlsym(h, "ncclCommDestroy"));
+  ncclComm_t comms[2];
+  if (init_all(comms, 2, nullptr) != ncclSuccess)
+    return std::fprintf(stderr, "FAIL init through dlopen\n"), 1;
+  int a[3] = {1, 2, 3}, b[3] = {10, 20, 30};
+  group_start();
+  all_reduce(a, a, 3, ncclInt32, ncclSum, comms[0], 0);
+  all_reduce(b, b, 3, ncclInt32, ncclSum, comms[1], 0);
+  if (group_end() != ncclSuccess || a[2] != 33 || b[0] != 11)
+    return std::fprintf(stderr, "FAIL dlopen sum\n"), 1;
+  destroy(comms[0]);
+  destroy(comms[1]);
+  std::printf("nccl_check: %s loads and serves all 19 names: ok\n", path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 2 && std::strcmp(argv[1], "--dlopen") == 0) return dlopen_check(argv[2]);
+  int version = 0;
+  EXPECT_OK(ncclGetVersion(&version));
+  if (version != NCCL_VERSION_CODE) fail("ncclGetVersion");
+
+  for (int n : {2, 3}) {
+    std::vector<ncclComm_t> comms(n);
+    EXPECT_OK(ncclCommInitAll(comms.data(), n, nullptr));
+    for (int r = 0; r < n; ++r) {
+      int rank = -1, count = -1;
+      EXPECT_OK(ncclCommUserRank(comms[r], &rank));
+      EXPECT_OK(ncclCommCount(comms[r], &count));
+      if (rank != r || count != n) fail("ncclCommUserRank / ncclCommCount");
+    }
+    for (size_t count : {size_t{0}, size_t{1}, size_t{1009}, size_t{70001}})
+      for (bool in_place : {false, true}) {
+        run_all<float>(comms, ncclFloat32, count, in_place);
+        run_all<int32_t>(comms, ncclInt32, count, in_place);
+        run_all<double>(comms, ncclFloat64, count, in_place);
+        run_all<uint8_t>(comms, ncclUint8, count, in_place);
+        run_all<int64_t>(comms, ncclInt64, count, in_place);
+      }
+    ncclResult_t async = ncclInternalError;
+    EXPECT_OK(ncclCommGetAsyncError(comms[0], &async));
+    if (async != ncclSuccess) fail("ncclCommGetAsyncError");
+
+    // Unsupported calls: ncclInvalidUsage and a message, never a crash.
+    int device = 0;
+    expect_invalid_usage(ncclCommCuDevice(comms[0], &device), "ncclCommCuDevice (host ranks)");
+    float f = 1;
+    expect_invalid_usage(ncclAllReduce(&f, &f, 1, ncclFloat8e4m3, ncclSum, comms[0], 0),
+                         "float8 all-reduce");
+    expect_invalid_usage(
+        ncclAllReduce(&f, &f, 1, ncclFloat32, static_cast<ncclRedOp_t>(ncclNumOps), comms[0], 0),
+        "custom op");
+    expect_invalid_usage(ncclSend(&f, 1, ncclFloat32, 1, comms[0], 0), "ncclSend");
+    ncclComm_t sub = nullptr;
+    expect_invalid_usage(ncclCommSplit(comms[0], 0, 0, &sub, nullptr), "ncclCommSplit");
+    expect_invalid_usage(ncclGroupEnd(), "ncclGroupEnd without ncclGroupStart");
+    if (ncclAllReduce(&f, &f, 1, ncclFloat32, ncclSum, nullptr, 0) != ncclInvalidArgument)
+      fail("NULL comm is not ncclInvalidArgument");
+    for (ncclComm_t c : comms) EXPECT_OK(ncclCommDestroy(c));
+  }
+
+  // One rank per thread: unique id + ncclCommInitRank, as one process per GPU would.
+  ncclUniqueId id;
+  EXPECT_OK(ncclGetUniqueId(&id));
+  const int n = 3;
+  std::vector<std::thread> threads;
+  std::vector<int> sums(n, 0);
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      ncclComm_t comm;
+      EXPECT_OK(ncclCommInitRank(&comm, n, id, r));
+      std::vector<int64_t> v(1000, r + 1);
+      EXPECT_OK(ncclAllReduce(v.data(), v.data(), v.size(), ncclInt64, ncclSum, comm, 0));
+      sums[r] = static_cast<int>(v[999]);
+      EXPECT_OK(ncclCommDestroy(comm));
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r)
+    if (sums[r] != 6) fail("ncclCommInitRank threads all-reduce");
+
+  std::printf(g_failures == 0 ? "nccl_check: ok\n" : "nccl_check: %d failures\n", g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
