@@ -159,13 +159,24 @@ Status Communicator::init(const InitSpec& spec) {
   local_ranks_ = {rank_};
   hosts_ = {host_identity(settings_)};
   host_of_ = {0};
-  if (nranks_ == 1) return Status::success();
+  if (nranks_ == 1) return setup_device(spec.device);
 
   const Deadline deadline = Deadline::after_ms(settings_.init_timeout_ms);
   std::unique_ptr<StoreClient> store;
   ACCORD_TRY(StoreClient::connect(spec.endpoint, rank_, nranks_, deadline, &store));
   if (fault_.at("init.connected", rank_)) trigger_fault(fault_);
   Status s = connect_transports(store.get(), deadline);
+  if (s.ok()) s = setup_device(spec.device);
+  if (s.ok()) {
+    std::vector<std::string> devices;
+    s = store->all_gather("device", rank_, nranks_, std::to_string(device_), &devices, deadline);
+    for (size_t r = 0; s.ok() && r < devices.size(); ++r) device_of_[r] = std::atoi(devices[r].c_str());
+  }
+  if (s.ok() && device_ >= 0)
+    for (int peer : local_ranks_)
+      if (peer != rank_ && device_of_[static_cast<size_t>(peer)] >= 0)
+        LOG_INFO(kGpu, "rank %d: pair %d-%d: %s", rank_, std::min(rank_, peer), std::max(rank_, peer),
+                 device_pair(std::min(rank_, peer), std::max(rank_, peer)).c_str());
   if (!s.ok()) {
     // Unless the failure came from the store itself (another rank's), tell the others why.
     store->report_failure(s);
@@ -268,7 +279,11 @@ std::string Communicator::plan() const {
     for (int b = a + 1; b < nranks_; ++b) {
       const std::string& ha = hosts_.at(static_cast<size_t>(a));
       const std::string& hb = hosts_.at(static_cast<size_t>(b));
-      if (ha == hb)
+      const bool gpus = device_of_.size() == static_cast<size_t>(nranks_) &&
+                        device_of_[static_cast<size_t>(a)] >= 0 && device_of_[static_cast<size_t>(b)] >= 0;
+      if (ha == hb && gpus)
+        out += format("pair %d-%d: %s\n", a, b, device_pair(a, b).c_str());
+      else if (ha == hb)
         out += format("pair %d-%d: shm (same host %s, shared memory)\n", a, b, short_host(ha).c_str());
       else
         out += format("pair %d-%d: tcp (different hosts %s and %s, %d sockets)\n", a, b, short_host(ha).c_str(),
@@ -292,6 +307,11 @@ std::future<Status> Communicator::run_async(std::vector<CollArgs> ops) {
     return Status::success();
   });
   std::future<Status> result = task->get_future();
+  post_job([task] { (*task)(); });
+  return result;
+}
+
+void Communicator::post_job(std::function<void()> job) {
   std::lock_guard<std::mutex> lock(worker_mutex_);
   if (!worker_.joinable()) {
     worker_ = std::thread([this] {
@@ -308,9 +328,8 @@ std::future<Status> Communicator::run_async(std::vector<CollArgs> ops) {
       }
     });
   }
-  worker_jobs_.push_back([task] { (*task)(); });
+  worker_jobs_.push_back(std::move(job));
   worker_cv_.notify_one();
-  return result;
 }
 
 Communicator::~Communicator() {
@@ -322,6 +341,7 @@ Communicator::~Communicator() {
     worker_cv_.notify_all();
     worker_.join();
   }
+  release_device();
   if (fault_.at("destroy", rank_)) trigger_fault(fault_);
   for (int fd : links_.pidfd)
     if (fd >= 0) ::close(fd);
@@ -499,7 +519,9 @@ Status Communicator::check_consistency(const CollArgs& a) {
   return Status::success();
 }
 
-Status Communicator::run(const CollArgs& a) {
+Status Communicator::run(const CollArgs& a) { return run_on(a, false); }
+
+Status Communicator::run_on(const CollArgs& a, bool on_device) {
   RankScope scope(rank_, nranks_);
   const char* name = collective_name(a.coll);
   if (!sticky_.ok())
@@ -547,8 +569,24 @@ Status Communicator::run(const CollArgs& a) {
     x.divisor = a.op == ACCORD_AVG ? nranks_ : 0;
   }
   x.streaming = out_bytes >= nt_threshold_;
-  if (scratch_.size() < schedule->scratch_bytes) scratch_.resize(schedule->scratch_bytes);
-  x.scratch = scratch_.data();
+  if (on_device) {
+    x.mover = mover_.get();
+    mover_->set_call(static_cast<accord_datatype_t>(a.dtype), static_cast<accord_red_op_t>(a.op));
+    x.streaming = false;
+    if (dev_scratch_bytes_ < schedule->scratch_bytes) {
+      // Freeing waits for every stream (as cudaFree), the caller's held ones too: the old
+      // buffer is kept until the communicator goes.
+      void* bigger = nullptr;
+      ACCORD_TRY(rt_->alloc_device(device_, schedule->scratch_bytes, &bigger));
+      if (dev_scratch_ != nullptr) old_scratch_.push_back(dev_scratch_);
+      dev_scratch_ = bigger;
+      dev_scratch_bytes_ = schedule->scratch_bytes;
+    }
+    x.scratch = dev_scratch_;
+  } else {
+    if (scratch_.size() < schedule->scratch_bytes) scratch_.resize(schedule->scratch_bytes);
+    x.scratch = scratch_.data();
+  }
   x.wait.deadline = Deadline::after_ms(settings_.timeout_ms);
   x.wait.abort_flag = &abort_;
   x.wait.self_rank = rank_;

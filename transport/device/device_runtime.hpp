@@ -202,6 +202,11 @@ class DeviceRuntime {
 // whose description() says why and whose device calls fail saying so. Logs the choice at info.
 Status make_device_runtime(const Settings& settings, std::unique_ptr<DeviceRuntime>* out);
 
+// The runtime of this process, made by make_device_runtime on first use and kept until exit:
+// every communicator and the public device API (accord_device.h) share it, so that device
+// pointers of one are known to the others. Null (with *why set) when it has no device.
+DeviceRuntime* process_device_runtime(const Settings& settings, std::string* why = nullptr);
+
 // Bytes per element; 0 for an unknown dtype.
 size_t dtype_bytes(accord_datatype_t dtype);
 
