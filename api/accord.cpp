@@ -68,6 +68,10 @@ accord_status_t run_collective(accord_comm_t comm, const CollArgs& args, accord_
     Status where = comm->impl->classify(args, &on_device);
     if (!where.ok()) return report(comm, where);
     if (on_device) return report(comm, comm->impl->enqueue_device(args, stream));
+    if (stream != nullptr && comm->impl->device() < 0)
+      return report(comm, error(ACCORD_ERR_UNSUPPORTED, "rank %d: %s: a stream was given, but this communicator has "
+                                "no GPU (accord_comm_init_all with a devlist, ACCORD_DEVICE or ACCORD_SIM_TOPO give "
+                                "it one); pass stream = NULL with host memory", comm->impl->rank(), fn));
     if (t_group.depth > 0) {
       Status s = comm->impl->validate(args);
       if (s.ok()) t_group.ops.emplace_back(comm, args);

@@ -85,7 +85,8 @@ typedef struct accord_comm* accord_comm_t;
  *  (accord_device.h) returns. With device buffers a collective is asynchronous, as in NCCL: it
  *  returns once enqueued; later work on the stream sees its result; a failure while it runs
  *  sets the communicator's asynchronous error (accord_comm_get_async_error) and still lets
- *  the stream go on. Host buffers run synchronously whatever the stream (NULL is fine). */
+ *  the stream go on. Host buffers run synchronously; a communicator without a GPU refuses a
+ *  non-NULL stream (ACCORD_ERR_UNSUPPORTED). */
 typedef void* accord_stream_t;
 
 /** Bytes in a unique id (same as NCCL's). */
