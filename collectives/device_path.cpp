@@ -119,9 +119,10 @@ std::string Communicator::device_pair(int a, int b) const {
     path = sys.path(da, db) == topo::PathClass::kUnknown
                ? std::string("an unknown path")
                : "path " + topo::path_class_name(sys.path(da, db), sys.pair(da, db).nvlinks);
+    const std::string& reason = sys.p2p_reason(da, db).empty() ? sys.p2p_reason(db, da) : sys.p2p_reason(da, db);
     if (!peer)
-      return format("host-staged (GPU %d and GPU %d cannot peer: %s: %s)", da, db, path.c_str(),
-                    sys.p2p_reason(da, db).c_str());
+      return format("host-staged (GPU %d and GPU %d cannot peer: %s)", da, db,
+                    reason.empty() ? path.c_str() : reason.c_str());
   } else {
     bool ab = false, ba = false;
     (void)rt_->can_access_peer(da, db, &ab);
