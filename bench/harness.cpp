@@ -656,6 +656,7 @@ int run_main(Coll coll, int argc, char** argv) {
       const char* env = std::getenv("ACCORD_DEVICE");
       const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
       if (lr == nullptr) lr = std::getenv("LOCAL_RANK");
+      if (lr == nullptr) lr = std::getenv("RANK");
       device = env ? std::atoi(env) : (lr ? std::atoi(lr) : 0) % ngpus;
       setenv("ACCORD_DEVICE", std::to_string(device).c_str(), 1);
     }
