@@ -171,6 +171,7 @@ Status Communicator::init(const InitSpec& spec) {
     std::vector<std::string> devices;
     s = store->all_gather("device", rank_, nranks_, std::to_string(device_), &devices, deadline);
     for (size_t r = 0; s.ok() && r < devices.size(); ++r) device_of_[r] = std::atoi(devices[r].c_str());
+    if (s.ok()) compute_ring();
   }
   if (s.ok() && device_ >= 0)
     for (int peer : local_ranks_)
@@ -275,6 +276,11 @@ Status Communicator::connect_remote(StoreClient* store, Deadline deadline) {
 std::string Communicator::plan() const {
   auto short_host = [](const std::string& h) { return h.substr(0, h.find('/')); };
   std::string out;
+  if (!ring_.empty()) {
+    out += "ring order (all-reduce ring, broadcast/reduce chains on GPUs):";
+    for (int r : ring_) out += format(" %d", r);
+    out += "\n";
+  }
   for (int a = 0; a < nranks_; ++a)
     for (int b = a + 1; b < nranks_; ++b) {
       const std::string& ha = hosts_.at(static_cast<size_t>(a));
@@ -451,9 +457,9 @@ Algo Communicator::choose_algo(const CollArgs& a, size_t bytes, size_t* chunk) {
   return pick;
 }
 
-const Schedule* Communicator::schedule_for(const ScheduleRequest& req) {
+const Schedule* Communicator::schedule_for(const ScheduleRequest& req, bool mapped) {
   auto key = std::make_tuple(static_cast<int>(req.coll) * 16 + static_cast<int>(req.algo), req.root, req.count,
-                             req.elem_bytes, req.chunk_bytes, 0, req.in_place);
+                             req.elem_bytes, req.chunk_bytes, mapped ? 1 : 0, req.in_place);
   // Training repeats the same few calls: check the last one before the map.
   if (last_schedule_ != nullptr && key == last_key_) return last_schedule_;
   auto it = schedules_.find(key);
@@ -461,6 +467,11 @@ const Schedule* Communicator::schedule_for(const ScheduleRequest& req) {
     if (schedules_.size() >= 64) schedules_.clear();
     Schedule s;
     if (!build_schedule(req, &s)) return nullptr;
+    if (mapped)  // built over ring positions: peers become the ranks at those positions
+      for (Step& st : s.steps) {
+        if (st.send_peer >= 0) st.send_peer = ring_[static_cast<size_t>(st.send_peer)];
+        if (st.recv_peer >= 0) st.recv_peer = ring_[static_cast<size_t>(st.recv_peer)];
+      }
     it = schedules_.emplace(key, std::move(s)).first;
   }
   last_key_ = key;
@@ -554,7 +565,14 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
     default:
       req.in_place = a.send == a.recv;
   }
-  const Schedule* schedule = schedule_for(req);
+  // Note [Ring order]: on GPUs, rings and chains run in the topology's best ring order.
+  const bool mapped = on_device && !ring_.empty() &&
+                      ((a.coll == Collective::kAllReduce && req.algo == Algo::kRing) || req.algo == Algo::kChain);
+  if (mapped) {
+    req.rank = pos_of_[static_cast<size_t>(rank_)];
+    req.root = pos_of_[static_cast<size_t>(a.root)];
+  }
+  const Schedule* schedule = schedule_for(req, mapped);
   if (schedule == nullptr)
     return error(ACCORD_ERR_INTERNAL, "rank %d: %s: no schedule for algorithm %s", rank_, name, algo_name(req.algo));
 

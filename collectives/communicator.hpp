@@ -98,6 +98,7 @@ class Communicator {
   Status setup_device(int requested);
   Status register_slots();
   void release_device();
+  void compute_ring();
   std::string device_pair(int a, int b) const;
   Status connect_transports(StoreClient* store, Deadline deadline);
   void group_by_host(const std::vector<std::string>& infos, std::vector<long>* local_pids);
@@ -108,7 +109,7 @@ class Communicator {
   // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
   Status check_consistency(const CollArgs& a);
   Algo choose_algo(const CollArgs& a, size_t bytes, size_t* chunk);
-  const Schedule* schedule_for(const ScheduleRequest& req);
+  const Schedule* schedule_for(const ScheduleRequest& req, bool mapped = false);
 
   int rank_ = 0;
   int nranks_ = 1;
@@ -147,6 +148,7 @@ class Communicator {
   DeviceRuntime* rt_ = nullptr;
   int device_ = -1;
   std::vector<int> device_of_;
+  std::vector<int> ring_, pos_of_;  // Note [Ring order]: position -> rank, rank -> position; empty: rank order
   Stream stream_;                                 // internal: every kernel of a collective
   std::unique_ptr<DataMover> mover_;
   void* dev_scratch_ = nullptr;

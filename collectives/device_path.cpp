@@ -19,6 +19,7 @@
 
 #include "collectives/communicator.hpp"
 #include "core/log.hpp"
+#include "topology/search.hpp"
 #include "topology/system.hpp"
 #include "transport/device/sim_runtime.hpp"
 
@@ -104,6 +105,41 @@ void Communicator::release_device() {
   for (void* p : old_scratch_) (void)rt_->free_device(p);
   for (void* p : registered_) (void)rt_->unregister_host(p);
   registered_.clear();
+}
+
+// Note [Ring order]: the all-reduce ring and the broadcast/reduce chains of a job on GPUs run
+// in the order of the topology's best ring over the ranks' GPUs (topo::best_ring: highest
+// bottleneck, then fewest hops at it), so the slow hops (pairs that cannot peer, SYS paths)
+// are used as few times as possible. The schedule is built for ring positions and its peers
+// are mapped to the ranks at those positions; outputs do not depend on the order. Every rank
+// computes the same order from the same inputs. Reduce-scatter and all-gather keep rank order
+// (their output layout is by rank). Only with the simulated runtime for now (the System is
+// its own); with CUDA the order stays by rank until the detected topology is wired in.
+void Communicator::compute_ring() {
+  ring_.clear();
+  pos_of_.clear();
+  auto* sim = dynamic_cast<const SimulatedRuntime*>(rt_);
+  if (device_ < 0 || sim == nullptr || nhosts_ != 1 || nranks_ < 3) return;
+  for (int d : device_of_)
+    if (d < 0) return;
+  const topo::System& sys = sim->system();
+  const int n = nranks_;
+  std::vector<double> bw(static_cast<size_t>(n * n), 0.0);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      const int di = device_of_[static_cast<size_t>(i)], dj = device_of_[static_cast<size_t>(j)];
+      if (i != j) bw[static_cast<size_t>(i * n + j)] = di == dj ? 1e6 : sys.bandwidth_gbs(di, dj);
+    }
+  std::vector<int> ring = topo::best_ring(bw, n);
+  bool identity = true;
+  for (int i = 0; i < n; ++i) identity = identity && ring[static_cast<size_t>(i)] == i;
+  if (identity) return;
+  ring_ = ring;
+  pos_of_.assign(static_cast<size_t>(n), 0);
+  for (int i = 0; i < n; ++i) pos_of_[static_cast<size_t>(ring_[static_cast<size_t>(i)])] = i;
+  std::string order;
+  for (int r : ring_) order += format(" %d", r);
+  LOG_INFO(kGpu, "rank %d: ring order of ranks (topology's best ring over their GPUs):%s", rank_, order.c_str());
 }
 
 std::string Communicator::device_pair(int a, int b) const {

@@ -356,4 +356,41 @@ TEST(GpuPath, PlanNamesEveryGpuPair) {
     }
 }
 
+// The ring runs in the topology's best order: on the 4-GPU machine it crosses between {0,1}
+// and {2,3} (pairs that cannot peer) exactly twice; on the DGX-1 it never uses a pair that
+// cannot peer (NVLink only).
+TEST(GpuPath, RingAvoidsSlowHops) {
+  Job job;
+  ASSERT_NO_FATAL_FAILURE(job.init());
+  if (testing::Test::IsSkipped()) return;
+  const std::string plan = plan_of(job.comms[0]);
+  std::vector<int> ring;
+  const size_t at = plan.find("ring order");
+  if (at == std::string::npos) {
+    for (int r = 0; r < job.n; ++r) ring.push_back(r);
+  } else {
+    const std::string line = plan.substr(plan.find(':', at) + 1, plan.find('\n', at) - plan.find(':', at) - 1);
+    size_t pos = 0;
+    while (pos < line.size()) {
+      char* end = nullptr;
+      long v = std::strtol(line.c_str() + pos, &end, 10);
+      if (end == line.c_str() + pos) break;
+      ring.push_back(static_cast<int>(v));
+      pos = static_cast<size_t>(end - line.c_str());
+    }
+  }
+  ASSERT_EQ(static_cast<int>(ring.size()), job.n) << plan;
+  int slow = 0;
+  for (int i = 0; i < job.n; ++i) {
+    int a = ring[static_cast<size_t>(i)], b = ring[static_cast<size_t>((i + 1) % job.n)];
+    if (a > b) std::swap(a, b);
+    const std::string head = "pair " + std::to_string(a) + "-" + std::to_string(b) + ": ";
+    const size_t p = plan.find(head);
+    ASSERT_NE(p, std::string::npos) << plan;
+    slow += plan.substr(p, plan.find('\n', p) - p).find("cannot peer") != std::string::npos;
+  }
+  const char* topo = std::getenv("ACCORD_TEST_TOPO");
+  EXPECT_EQ(slow, topo != nullptr && std::string(topo) == "tf4" ? 2 : 0) << plan;
+}
+
 }  // namespace
