@@ -38,6 +38,12 @@ accord_status_t find_stream(accord_stream_t stream, const char* fn, Stream* out)
   return ACCORD_SUCCESS;
 }
 
+// The runtime and the Stream behind an accord_stream_t made by accord_stream_create.
+accord_status_t runtime_and_stream(accord_stream_t stream, const char* fn, DeviceRuntime** rt, Stream* out) {
+  accord_status_t c = with_runtime(fn, rt);
+  return c == ACCORD_SUCCESS ? find_stream(stream, fn, out) : c;
+}
+
 }  // namespace
 }  // namespace accord
 
@@ -119,18 +125,16 @@ accord_status_t accord_stream_create(accord_stream_t* stream, int device) {
 
 accord_status_t accord_stream_synchronize(accord_stream_t stream) {
   DeviceRuntime* rt = nullptr;
-  accord_status_t c = with_runtime("accord_stream_synchronize", &rt);
   Stream s;
-  if (c == ACCORD_SUCCESS) c = find_stream(stream, "accord_stream_synchronize", &s);
+  accord_status_t c = runtime_and_stream(stream, "accord_stream_synchronize", &rt, &s);
   if (c != ACCORD_SUCCESS) return c;
   return report(nullptr, rt->synchronize_stream(s));
 }
 
 accord_status_t accord_stream_destroy(accord_stream_t stream) {
   DeviceRuntime* rt = nullptr;
-  accord_status_t c = with_runtime("accord_stream_destroy", &rt);
   Stream s;
-  if (c == ACCORD_SUCCESS) c = find_stream(stream, "accord_stream_destroy", &s);
+  accord_status_t c = runtime_and_stream(stream, "accord_stream_destroy", &rt, &s);
   if (c != ACCORD_SUCCESS) return c;
   {
     std::lock_guard<std::mutex> lock(g_streams_mutex);
