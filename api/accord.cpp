@@ -77,6 +77,9 @@ accord_status_t run_collective(accord_comm_t comm, const CollArgs& args, accord_
       if (s.ok()) t_group.ops.emplace_back(comm, args);
       return report(comm, s);
     }
+    // A communicator with a GPU may have device calls queued on its worker: a host call runs
+    // behind them, on the same worker, so that the two never use the channels at once.
+    if (comm->impl->device() >= 0) return report(comm, comm->impl->run_async({args}).get());
     return report(comm, comm->impl->run(args));
   });
 }

@@ -301,6 +301,42 @@ TEST(GpuPath, WorkerErrorIsAsyncAndReleasesTheStream) {
   for (int r = 0; r < job.n; ++r) OK(accord_device_free(buf[static_cast<size_t>(r)]));
 }
 
+// Host buffers on communicators with a GPU keep the synchronous host path, queued behind the
+// device calls made before them (here: a device all-reduce, then a host one, in one group).
+TEST(GpuPath, HostBuffersAfterDeviceCalls) {
+  Job job;
+  ASSERT_NO_FATAL_FAILURE(job.init());
+  if (testing::Test::IsSkipped()) return;
+  const size_t count = 100;
+  std::vector<void*> dbuf(static_cast<size_t>(job.n));
+  std::vector<std::vector<int32_t>> hbuf(static_cast<size_t>(job.n), std::vector<int32_t>(count));
+  for (int r = 0; r < job.n; ++r) {
+    OK(accord_device_alloc(&dbuf[static_cast<size_t>(r)], count * 4, r));
+    std::vector<int32_t> h(count, r + 1);
+    OK(accord_device_memcpy(dbuf[static_cast<size_t>(r)], h.data(), count * 4));
+    hbuf[static_cast<size_t>(r)].assign(count, 10 * (r + 1));
+  }
+  OK(accord_group_start());
+  for (int r = 0; r < job.n; ++r) {
+    const size_t u = static_cast<size_t>(r);
+    OK(accord_all_reduce(dbuf[u], dbuf[u], count, ACCORD_INT32, ACCORD_SUM, job.comms[u], job.streams[u]));
+    OK(accord_all_reduce(hbuf[u].data(), hbuf[u].data(), count, ACCORD_INT32, ACCORD_SUM, job.comms[u], nullptr));
+  }
+  OK(accord_group_end());
+  const int32_t want = job.n * (job.n + 1) / 2;
+  for (int r = 0; r < job.n; ++r) {
+    const size_t u = static_cast<size_t>(r);
+    OK(accord_stream_synchronize(job.streams[u]));
+    std::vector<int32_t> h(count);
+    OK(accord_device_memcpy(h.data(), dbuf[u], count * 4));
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(h[i], want) << "device, rank " << r;
+      ASSERT_EQ(hbuf[u][i], 10 * want) << "host, rank " << r;
+    }
+    OK(accord_device_free(dbuf[u]));
+  }
+}
+
 // A buffer of another GPU, or host and device mixed, is refused naming the buffer.
 TEST(GpuPath, WrongMemoryIsRefused) {
   Job job;
