@@ -17,10 +17,6 @@ namespace {
 constexpr size_t kDefaultSlotBytes = 256 << 10;  // measured best of 32K..512K at 16-256 MiB
 constexpr size_t kDefaultSlots = 8;
 constexpr size_t kDefaultStreamingBytes = 4 << 20;  // streaming loses at 1 MiB, wins from 16 MiB
-// Note [Hierarchical choice]: with ranks on several hosts (each holding as many), all-reduce
-// from this size up is hierarchical: the host links then carry 2(H-1)/H of the buffer, the
-// least possible, where the flat ring carries 2(n-1)/n. Below it the ring's fewer hops win.
-constexpr size_t kHierMinBytes = 1 << 20;
 
 // CPUs this process may run on: more local ranks than this is oversubscription.
 int online_cores() {
@@ -151,6 +147,7 @@ Status Communicator::init(const InitSpec& spec) {
   chunk_bytes_ = shape.slot_bytes;
   if (settings_.chunk_bytes > 0) chunk_bytes_ = std::min(chunk_bytes_, static_cast<size_t>(settings_.chunk_bytes));
   if (!settings_.tune_file.empty()) ACCORD_TRY(Tuner::load(settings_.tune_file, &tuner_));
+  tuner_.set_net_mbps(static_cast<double>(settings_.net_mbps));
   nt_threshold_ = settings_.nt_threshold_bytes > 0 ? static_cast<size_t>(settings_.nt_threshold_bytes)
                                                    : kDefaultStreamingBytes;
   links_.send.assign(static_cast<size_t>(nranks_), nullptr);
@@ -255,6 +252,9 @@ void Communicator::group_by_host(const std::vector<std::string>& infos, std::vec
   // The hierarchical schedule needs as many ranks on every host.
   nhosts_ = static_cast<int>(per_host.size());
   hosts_even_ = std::count(per_host.begin(), per_host.end(), per_host[0]) == static_cast<long>(per_host.size());
+  host_layout_.nhosts = nhosts_;
+  host_layout_.ranks_per_host = *std::max_element(per_host.begin(), per_host.end());
+  host_layout_.even = hosts_even_;
 }
 
 // TCP to every rank on another host, over channels of the same shape as shared memory's
@@ -409,9 +409,6 @@ Algo Communicator::choose_algo(const CollArgs& a, size_t bytes, size_t* chunk) {
           pick = Algo::kRing;
           why = "ACCORD_ALGO=hier needs as many ranks on every host; ring instead";
         }
-      } else if (nhosts_ > 1 && hosts_even_ && bytes >= kHierMinBytes) {
-        pick = Algo::kHierarchical;
-        why = "several hosts, large message: host links carry the least (Note [Hierarchical choice])";
       } else {
         // Training and benchmarks repeat a few sizes: the tuner runs once per size.
         auto hit = tune_cache_.find(bytes);
@@ -419,7 +416,9 @@ Algo Communicator::choose_algo(const CollArgs& a, size_t bytes, size_t* chunk) {
           *chunk = hit->second.second;
           return hit->second.first;
         }
-        TuneChoice c = tuner_.choose_all_reduce(bytes, nranks_, oversubscribed_, chunk_bytes_);
+        TuneChoice c = nhosts_ > 1
+                           ? tuner_.choose_all_reduce_hosts(bytes, nranks_, host_layout_, oversubscribed_, chunk_bytes_)
+                           : tuner_.choose_all_reduce(bytes, nranks_, oversubscribed_, chunk_bytes_);
         pick = c.pick.algo;
         if (c.pick.chunk_bytes != 0) *chunk = std::min(chunk_bytes_, c.pick.chunk_bytes);
         why = std::move(c.why);

@@ -126,7 +126,8 @@ class Communicator {
   std::vector<std::string> hosts_;  // host identity of every rank (from init)
   std::vector<int> host_of_;        // the same as small ints (ScheduleRequest::host_of)
   int nhosts_ = 1;
-  bool hosts_even_ = true;          // as many ranks on every host (Note [Hierarchical choice])
+  bool hosts_even_ = true;          // as many ranks on every host (hierarchical needs it)
+  HostLayout host_layout_;          // the same, for the tuner (Note [Tuner across hosts])
   std::atomic<bool> abort_{false};
   Status sticky_;  // first failure inside a collective
   std::atomic<accord_status_t> sticky_code_{ACCORD_SUCCESS};

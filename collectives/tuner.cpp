@@ -166,6 +166,98 @@ double Tuner::predict(const TuneCandidate& c, size_t bytes, int nranks, bool ove
   return model_us(c, bytes, nranks, oversubscribed, max_chunk);
 }
 
+TuneChoice Tuner::pick(std::vector<std::pair<double, TuneCandidate>> scored, size_t max_chunk,
+                       const std::string& model) const {
+  TuneChoice best;
+  std::stable_sort(scored.begin(), scored.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Near-ties (within kTieMargin of the fastest) go to the simplest candidate: the default
+  // chunk, then ring, direct, rd, tree, hier. At small sizes ring and ring/64K are the same
+  // schedule and direct and rd the same two messages; measurement noise must not flip between them.
+  auto simplicity = [&](const TuneCandidate& c) {
+    const int chunk_rank = c.chunk_bytes == 0 || c.chunk_bytes >= max_chunk ? 0 : 1;
+    const int algo_rank = c.algo == Algo::kRing ? 0 : c.algo == Algo::kDirect ? 1
+                          : c.algo == Algo::kRecursiveDoubling ? 2 : c.algo == Algo::kTree ? 3 : 4;
+    return chunk_rank * 8 + algo_rank;
+  };
+  size_t chosen = 0;
+  for (size_t i = 1; i < scored.size(); ++i)
+    if (scored[i].first <= scored.front().first * (1 + kTieMargin) &&
+        simplicity(scored[i].second) < simplicity(scored[chosen].second))
+      chosen = i;
+  if (chosen != 0) std::swap(scored[0], scored[chosen]);
+  best.pick = scored.front().second;
+  best.predicted_us = scored.front().first;
+  best.why = format("%s predicts %.1f us", model.c_str(), best.predicted_us);
+  for (size_t i = 1; i < scored.size() && i < 4; ++i)
+    best.why += format(i == 1 ? " vs %s %.1f" : ", %s %.1f", candidate_name(scored[i].second).c_str(),
+                       scored[i].first);
+  return best;
+}
+
+// Note [Tuner across hosts]: H hosts with L ranks each (N = H L, numbered host by host). Every
+// candidate pays its hops over the network (net_hop_us each, in sequence), its hops inside a
+// host (the shared-memory hop), the bytes the busiest host link carries per direction at
+// ACCORD_NET_MBPS, and its copies and reductions in memory:
+//  - ring over all N ranks: 2(N-1) + pieces - 1 steps in lockstep, each as slow as its network
+//    hop; every host link carries 2(N-1)/N S.
+//  - hierarchical (algorithms/hierarchical.cpp): 2(L-1) shared-memory steps, then a ring over
+//    H hosts on slices of S/L, all L slices of a host side by side: 2(H-1) + pieces - 1 network
+//    steps; the link carries 2(H-1)/H S, the least any all-reduce can.
+//  - recursive doubling: log2 L rounds inside a host, log2 H across (each sending the whole
+//    buffer from every one of the host's L ranks: L S per crossing round), 2 more for the
+//    ranks above a power of two.
+//  - direct: one step; each host sends each of its L ranks' buffer to the N - L others.
+// The tree is not weighed: over rank order its edges cross hosts where its shape says, not
+// where the hosts are.
+double Tuner::predict_hosts(const TuneCandidate& c, size_t bytes, int nranks, const HostLayout& layout,
+                            bool oversubscribed, size_t max_chunk) const {
+  const double n = nranks, s = static_cast<double>(bytes);
+  const double h = std::max(1, layout.nhosts), l = std::max(1, layout.ranks_per_host);
+  const double chunk = static_cast<double>(effective_chunk(c, max_chunk));
+  const double hop = oversubscribed ? k_.oversubscribed_hop_us : k_.hop_us;
+  const double net = k_.net_hop_us, link = k_.net_bytes_per_us;
+  const double copy = k_.copy_bytes_per_us, red = k_.reduce_bytes_per_us;
+  switch (c.algo) {
+    case Algo::kRing: {
+      const double pieces = ceil_div(s / n, chunk);
+      return net * (2 * (n - 1) + pieces - 1) + 2 * (n - 1) / n * s / link + 2 * (n - 1) / n * s / copy +
+             (n - 1) / n * s / red;
+    }
+    case Algo::kHierarchical: {
+      if (!layout.even) return 1e30;
+      const double pieces = ceil_div(s / (l * h), chunk);
+      return hop * 2 * (l - 1) + net * (2 * (h - 1) + pieces - 1) + 2 * (h - 1) / h * s / link +
+             2 * s / copy + s / red;
+    }
+    case Algo::kRecursiveDoubling: {
+      const double p = std::exp2(std::floor(std::log2(n)));
+      const double extra = p < n ? 2 : 0;
+      const double inside = std::floor(std::log2(l)), across = std::log2(p) - inside + extra;
+      return hop * inside + net * across * ceil_div(s, chunk) + across * l * s / link +
+             (std::log2(p) + extra) * s / copy + std::log2(p) * s / red;
+    }
+    case Algo::kDirect:
+      return net * ceil_div(s, chunk) + l * (n - l) * s / link + (n - 1) * s / copy + (n - 1) * s / red;
+    default:
+      return 1e30;
+  }
+}
+
+TuneChoice Tuner::choose_all_reduce_hosts(size_t bytes, int nranks, const HostLayout& layout, bool oversubscribed,
+                                          size_t max_chunk) const {
+  std::vector<std::pair<double, TuneCandidate>> scored;
+  std::vector<Algo> algos = {Algo::kRing, Algo::kDirect, Algo::kRecursiveDoubling};
+  if (layout.even) algos.push_back(Algo::kHierarchical);
+  for (Algo a : algos) {
+    TuneCandidate c{a, 0};
+    scored.emplace_back(predict_hosts(c, bytes, nranks, layout, oversubscribed, max_chunk), c);
+  }
+  return pick(std::move(scored), max_chunk,
+              format("multi-host model (%d hosts x %d ranks, %.0f Mbit/s links)", layout.nhosts,
+                     layout.ranks_per_host, k_.net_bytes_per_us * 8));
+}
+
 TuneChoice Tuner::choose_all_reduce(size_t bytes, int nranks, bool oversubscribed, size_t max_chunk) const {
   TuneChoice best;
   if (nranks <= 1) {
@@ -185,29 +277,7 @@ TuneChoice Tuner::choose_all_reduce(size_t bytes, int nranks, bool oversubscribe
   if (!measured) cands = {{Algo::kRing, 0}, {Algo::kTree, 0}, {Algo::kDirect, 0}, {Algo::kRecursiveDoubling, 0}};
   std::vector<std::pair<double, TuneCandidate>> scored;
   for (const TuneCandidate& c : cands) scored.emplace_back(predict(c, bytes, nranks, oversubscribed, max_chunk), c);
-  std::stable_sort(scored.begin(), scored.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  // Near-ties (within kTieMargin of the fastest) go to the simplest candidate: the default
-  // chunk, then ring, direct, rd, tree. At small sizes ring and ring/64K are the same schedule
-  // and direct and rd the same two messages; measurement noise must not flip between them.
-  auto simplicity = [&](const TuneCandidate& c) {
-    const int chunk_rank = c.chunk_bytes == 0 || c.chunk_bytes >= max_chunk ? 0 : 1;
-    const int algo_rank = c.algo == Algo::kRing ? 0 : c.algo == Algo::kDirect ? 1
-                          : c.algo == Algo::kRecursiveDoubling ? 2 : 3;
-    return chunk_rank * 4 + algo_rank;
-  };
-  size_t chosen = 0;
-  for (size_t i = 1; i < scored.size(); ++i)
-    if (scored[i].first <= scored.front().first * (1 + kTieMargin) &&
-        simplicity(scored[i].second) < simplicity(scored[chosen].second))
-      chosen = i;
-  if (chosen != 0) std::swap(scored[0], scored[chosen]);
-  best.pick = scored.front().second;
-  best.predicted_us = scored.front().first;
-  best.why = format("%s predicts %.1f us", measured ? source_.c_str() : "built-in model", best.predicted_us);
-  for (size_t i = 1; i < scored.size() && i < 4; ++i)
-    best.why += format(i == 1 ? " vs %s %.1f" : ", %s %.1f", candidate_name(scored[i].second).c_str(),
-                       scored[i].first);
+  best = pick(std::move(scored), max_chunk, measured ? source_ : "built-in model");
   if (!measured && !points_.empty())
     best.why += format("; %s has no measurements for %d ranks", source_.c_str(), nranks);
   return best;

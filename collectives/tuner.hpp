@@ -11,6 +11,11 @@
 // smallest's time, above the largest it continues the last segment. A file covers the rank
 // counts it was measured with; other rank counts use the built-in model.
 //
+// Across hosts (Note [Tuner across hosts], tuner.cpp) a second model weighs the flat ring,
+// recursive doubling, the one-shot direct exchange and the hierarchical algorithm by their
+// hops over the network (TuneConstants::net_hop_us) and the bytes each host's link carries
+// (ACCORD_NET_MBPS), plus their shared-memory hops inside a host.
+//
 // Only all-reduce has several algorithms today; the other collectives have one each
 // (communicator.cpp).
 #pragma once
@@ -42,6 +47,16 @@ struct TuneConstants {
   double oversubscribed_hop_us = 6;  // the same when ranks outnumber cores (a scheduler round)
   double copy_bytes_per_us = 9000;   // ~9 GB/s through a shared-memory slot
   double reduce_bytes_per_us = 7000; // ~7 GB/s reading two operands, writing one
+  double net_hop_us = 30;            // one TCP message between hosts (progress thread, kernel, wire)
+  double net_bytes_per_us = 1250;    // each host's link, per direction (10 Gbit/s; ACCORD_NET_MBPS)
+};
+
+// Where the ranks are: nhosts hosts, ranks_per_host on each (even: every host the same, and
+// ranks numbered host by host, as the launchers do), or uneven (hierarchical cannot serve).
+struct HostLayout {
+  int nhosts = 1;
+  int ranks_per_host = 1;  // the largest count on any host when uneven
+  bool even = true;
 };
 
 class Tuner {
@@ -54,6 +69,14 @@ class Tuner {
   // Picks for an all-reduce of `bytes` on `nranks` ranks (more of them on a host than it has
   // cores: `oversubscribed`), chunks of at most `max_chunk` bytes.
   TuneChoice choose_all_reduce(size_t bytes, int nranks, bool oversubscribed, size_t max_chunk) const;
+
+  // Picks for an all-reduce across hosts (layout.nhosts > 1) from the multi-host model.
+  TuneChoice choose_all_reduce_hosts(size_t bytes, int nranks, const HostLayout& layout, bool oversubscribed,
+                                     size_t max_chunk) const;
+  double predict_hosts(const TuneCandidate& c, size_t bytes, int nranks, const HostLayout& layout,
+                       bool oversubscribed, size_t max_chunk) const;
+  // The host link's speed (from ACCORD_NET_MBPS).
+  void set_net_mbps(double mbps) { if (mbps > 0) k_.net_bytes_per_us = mbps / 8; }
 
   // The model's time for one candidate (microseconds).
   double predict(const TuneCandidate& c, size_t bytes, int nranks, bool oversubscribed, size_t max_chunk) const;
@@ -72,6 +95,8 @@ class Tuner {
  private:
   double model_us(const TuneCandidate& c, size_t bytes, int nranks, bool oversubscribed, size_t max_chunk) const;
   bool measured_us(const TuneCandidate& c, size_t bytes, int nranks, size_t max_chunk, double* us) const;
+  // Sorts candidates by time, gives near-ties to the simplest, and says why.
+  TuneChoice pick(std::vector<std::pair<double, TuneCandidate>> scored, size_t max_chunk, const std::string& model) const;
 
   TuneConstants k_;
   std::vector<Point> points_;  // sorted by (nranks, algo, chunk, bytes)

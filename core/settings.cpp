@@ -49,6 +49,8 @@ const std::vector<Entry>& entries() {
       SIZE_ENTRY("ACCORD_CHUNK_BYTES", chunk_bytes, "0",
                  "largest pipeline chunk (0: the slot size; the tuner may pick less); K/M/G suffixes"),
       STR_ENTRY("ACCORD_TUNE_FILE", tune_file, "", "times measured by bench/calibrate.sh for the tuner (empty: built-in model)"),
+      INT_ENTRY("ACCORD_NET_MBPS", net_mbps, "10000",
+                "speed of each host's network link in Mbit/s, for the tuner's choice across hosts"),
       SIZE_ENTRY("ACCORD_NT_THRESHOLD", nt_threshold_bytes, "0",
                  "message size from which outputs are written with streaming stores (0: built-in)"),
       SIZE_ENTRY("ACCORD_SHM_SLOT_BYTES", shm_slot_bytes, "0", "bytes per shared-memory FIFO slot"),

@@ -20,6 +20,7 @@ struct Settings {
   std::string algo;                  // ACCORD_ALGO (empty = tuner decides)
   int64_t chunk_bytes = 0;           // ACCORD_CHUNK_BYTES (0 = tuner decides)
   std::string tune_file;             // ACCORD_TUNE_FILE
+  int64_t net_mbps = 10000;          // ACCORD_NET_MBPS: host link speed for the tuner's multi-host model
   int64_t nt_threshold_bytes = 0;    // ACCORD_NT_THRESHOLD (0 = built-in)
   // Shared memory transport
   int64_t shm_slot_bytes = 0;        // ACCORD_SHM_SLOT_BYTES (0 = built-in)

@@ -97,7 +97,7 @@ std::string render_text(const System& s, const Plan& plan) {
   for (size_t c = 0; c < plan.rings.size(); ++c)
     o += format("  ring %zu: %s  (%s GB/s)\n", c, list(plan.rings[c]).c_str(),
                 gbs(plan.ring_bandwidth_gbs[c]).c_str());
-  o += "Trees (double binary tree over each ring's order; parent->child)\n";
+  o += "Trees (double binary trees, GPUs placed to maximise the slowest edge; parent->child)\n";
   for (size_t t = 0; t < plan.trees.size(); ++t) {
     const Tree& tr = plan.trees[t];
     o += format("  channel %d tree %zu: root %d;", tr.channel, t % 2, tr.root);

@@ -9,7 +9,11 @@
 // at least half of the first one's bandwidth (a slower channel would hold the faster ones back,
 // since every channel carries an equal share of the data).
 //
-// Trees: NCCL's double binary tree over each channel's ring order (research/nccl.md 2.3).
+// Trees: NCCL's double binary tree (research/nccl.md 2.3), with the GPUs placed on its positions
+// so that the slowest edge of either tree is as fast as possible, then with the fewest edges at
+// that speed: exhaustive over all n! placements up to kExactTreeLimit GPUs, pairwise swaps from
+// the channel's ring order above. (Placing GPUs in ring order, as NCCL does across nodes, makes
+// edges between positions up to n/2 apart: on DGX-1 that crosses the CPU interconnect.)
 // Predictions follow NCCL's model without protocol efficiencies: ring bus bandwidth = the sum of
 // channel bandwidths; tree algorithm bandwidth = half the sum of the channels' tree bandwidths.
 #include "topology/search.hpp"
@@ -169,6 +173,73 @@ void double_binary_tree(int n, std::vector<int>* parent0, std::vector<int>* pare
   }
 }
 
+TreeScore score_tree(const std::vector<double>& bw, int n, const std::vector<int>& order) {
+  TreeScore t;
+  const int m = static_cast<int>(order.size());
+  if (m < 2) return t;
+  std::vector<int> p0, p1;
+  double_binary_tree(m, &p0, &p1);
+  t.bottleneck = std::numeric_limits<double>::infinity();
+  std::vector<double> speeds;
+  speeds.reserve(2 * m);
+  for (const std::vector<int>* parents : {&p0, &p1})
+    for (int pos = 0; pos < m; ++pos) {
+      int parent = (*parents)[pos];
+      if (parent < 0) continue;
+      int a = order[parent], b = order[pos];
+      speeds.push_back(std::min(bw[a * n + b], bw[b * n + a]));
+      t.bottleneck = std::min(t.bottleneck, speeds.back());
+    }
+  for (double v : speeds) t.slow_edges += same_speed(v, t.bottleneck);
+  return t;
+}
+
+bool better(const TreeScore& a, const TreeScore& b) {
+  if (!same_speed(a.bottleneck, b.bottleneck)) return a.bottleneck > b.bottleneck;
+  return a.slow_edges < b.slow_edges;
+}
+
+std::vector<int> best_tree_order(const std::vector<double>& bw, int n, const std::vector<int>& start) {
+  std::vector<int> best = start;
+  if (static_cast<int>(start.size()) < 3) return best;
+  TreeScore best_score = score_tree(bw, n, best);
+  if (static_cast<int>(start.size()) <= kExactTreeLimit) {
+    // Every placement; the start (ring order) stays unless one is strictly better.
+    std::vector<int> cand = start;
+    std::sort(cand.begin(), cand.end());
+    do {
+      TreeScore sc = score_tree(bw, n, cand);
+      if (better(sc, best_score)) best = cand, best_score = sc;
+    } while (std::next_permutation(cand.begin(), cand.end()));
+    return best;
+  }
+  // Above the limit: pairwise swaps while they improve, from every rotation of the ring order
+  // in both directions (a single start gets stuck where a whole island would have to move).
+  const int m = static_cast<int>(start.size());
+  for (int dir = 0; dir < 2; ++dir)
+    for (int rot = 0; rot < m; ++rot) {
+      std::vector<int> cand(m);
+      for (int i = 0; i < m; ++i) cand[i] = start[((dir == 0 ? i : m - 1 - i) + rot) % m];
+      TreeScore score = score_tree(bw, n, cand);
+      for (bool improved = true; improved;) {
+        improved = false;
+        for (int i = 0; i < m; ++i)
+          for (int j = i + 1; j < m; ++j) {
+            std::swap(cand[i], cand[j]);
+            TreeScore sc = score_tree(bw, n, cand);
+            if (better(sc, score)) {
+              score = sc;
+              improved = true;
+            } else {
+              std::swap(cand[i], cand[j]);
+            }
+          }
+      }
+      if (better(score, best_score)) best = cand, best_score = score;
+    }
+  return best;
+}
+
 namespace {
 
 // A shared thing a hop consumes: (kind, x, y). Capacities in GB/s.
@@ -312,27 +383,30 @@ Status plan_collectives(const System& s, const std::vector<int>& gpus_in, Plan* 
     if (c == 0 && channel <= kEps) break;
   }
 
-  // Trees over each channel's order; a tree is as fast as its slowest edge and its channel.
+  // Trees: the double binary tree with GPUs placed to maximise its slowest edge (the same
+  // placement serves every channel, so it is searched once); a tree pair runs at its slowest
+  // edge and at most at its channel's bandwidth.
   std::vector<int> p0, p1;
+  double_binary_tree(n, &p0, &p1);
+  const std::vector<int> tree_order = best_tree_order(static_bw, n, out->rank_rings[0]);
   double tree_sum = 0;
   double ring_sum = 0;
   for (size_t c = 0; c < out->rings.size(); ++c) {
     double tree_pair = out->ring_bandwidth_gbs[c];
     ring_sum += out->ring_bandwidth_gbs[c];
-    double_binary_tree(n, &p0, &p1);
     for (const std::vector<int>* parents : {&p0, &p1}) {
       Tree t;
       t.channel = static_cast<int>(c);
       t.bandwidth_gbs = std::numeric_limits<double>::infinity();
       for (int pos = 0; pos < n; ++pos) {
-        int gpu = out->rings[c][pos];
+        int gpu = gpus[tree_order[pos]];
         if ((*parents)[pos] < 0) {
           t.root = gpu;
           continue;
         }
-        int parent = out->rings[c][(*parents)[pos]];
+        int parent = gpus[tree_order[(*parents)[pos]]];
         t.edges.emplace_back(parent, gpu);
-        t.bandwidth_gbs = std::min(t.bandwidth_gbs, s.bandwidth_gbs(parent, gpu));
+        t.bandwidth_gbs = std::min({t.bandwidth_gbs, s.bandwidth_gbs(parent, gpu), s.bandwidth_gbs(gpu, parent)});
       }
       tree_pair = std::min(tree_pair, t.bandwidth_gbs);
       out->trees.push_back(t);

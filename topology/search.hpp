@@ -13,7 +13,7 @@
 namespace accord::topo {
 
 struct Tree {
-  int channel = 0;                         // the ring channel whose order it was built over
+  int channel = 0;                         // the ring channel it belongs to (shares its links)
   int root = -1;                           // GPU index
   std::vector<std::pair<int, int>> edges;  // (parent, child) GPU indices
   double bandwidth_gbs = 0;                // slowest edge of this tree
@@ -56,5 +56,21 @@ inline constexpr int kExactRingLimit = 16;
 // (-1 for the root). Tree 1 is tree 0 mirrored (even n) or shifted by one (odd n), so that for
 // even n every position is a leaf in one of the two trees (odd n: all but one).
 void double_binary_tree(int n, std::vector<int>* parent0, std::vector<int>* parent1);
+
+// How good a placement of GPUs on the double binary tree's positions is: the slowest edge of
+// either tree (an edge carries data both ways, so its speed is the slower direction), then how
+// many edges run at that speed (fewer is better).
+struct TreeScore {
+  double bottleneck = 0;
+  int slow_edges = 0;
+};
+// order[pos] = which of the n GPUs (positions into `bw`) sits at tree position pos.
+TreeScore score_tree(const std::vector<double>& bw, int n, const std::vector<int>& order);
+bool better(const TreeScore& a, const TreeScore& b);
+// Best placement by that rule, starting from `start` (a ring order): exhaustive up to
+// kExactTreeLimit GPUs (n! placements); above, pairwise swaps while they improve, from every
+// rotation of `start` in both directions.
+std::vector<int> best_tree_order(const std::vector<double>& bw, int n, const std::vector<int>& start);
+inline constexpr int kExactTreeLimit = 8;
 
 }  // namespace accord::topo

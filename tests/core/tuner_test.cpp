@@ -117,6 +117,45 @@ TEST(Tuner, BuiltInModelPrefersFewHopsSmallAndTheRingLarge) {
   EXPECT_EQ(t.choose_all_reduce(1 << 20, 1, false, kSlot).why, "one rank: a local copy");
 }
 
+// Across hosts (Note [Tuner across hosts]): small messages take the fewest network hops (direct
+// or recursive doubling, not the ring's 2(n-1)); from mid sizes the hierarchical algorithm, whose
+// host links carry the least; never hierarchical when hosts hold different numbers of ranks; and
+// a slower network moves the crossover to smaller sizes.
+TEST(Tuner, MultiHostModelWeighsHierarchicalAgainstTheFlatRing) {
+  Tuner t;
+  const HostLayout two_by_two{2, 2, true};
+  for (size_t bytes : {size_t{8}, size_t{256}}) {
+    Algo a = t.choose_all_reduce_hosts(bytes, 4, two_by_two, false, kSlot).pick.algo;
+    EXPECT_TRUE(a == Algo::kDirect || a == Algo::kRecursiveDoubling) << bytes << ": " << algo_name(a);
+  }
+  for (size_t bytes : {size_t{1} << 20, size_t{64} << 20, size_t{256} << 20}) {
+    TuneChoice c = t.choose_all_reduce_hosts(bytes, 4, two_by_two, false, kSlot);
+    EXPECT_EQ(c.pick.algo, Algo::kHierarchical) << bytes << ": " << c.why;
+    EXPECT_NE(c.why.find("multi-host model (2 hosts x 2 ranks, 10000 Mbit/s links)"), std::string::npos) << c.why;
+    EXPECT_LT(c.predicted_us, t.predict_hosts({Algo::kRing, 0}, bytes, 4, two_by_two, false, kSlot));
+  }
+  // Hierarchical's link carries 2(H-1)/H S, the ring's 2(N-1)/N S: at 64 MiB over 10 Gbit/s the
+  // link time alone differs by 1.5x on 2 hosts x 2 ranks.
+  const size_t big = size_t{64} << 20;
+  EXPECT_GT(t.predict_hosts({Algo::kRing, 0}, big, 4, two_by_two, false, kSlot) /
+                t.predict_hosts({Algo::kHierarchical, 0}, big, 4, two_by_two, false, kSlot),
+            1.2);
+  const HostLayout uneven{2, 2, false};
+  for (size_t bytes : {size_t{8}, size_t{1} << 20, big})
+    EXPECT_NE(t.choose_all_reduce_hosts(bytes, 3, uneven, false, kSlot).pick.algo, Algo::kHierarchical);
+  // Hierarchical from a smaller size on a slower network.
+  auto crossover = [&](double mbps) {
+    Tuner u;
+    u.set_net_mbps(mbps);
+    for (size_t bytes = 8; bytes <= big; bytes *= 2)
+      if (u.choose_all_reduce_hosts(bytes, 8, {2, 4, true}, false, kSlot).pick.algo == Algo::kHierarchical)
+        return bytes;
+    return size_t{0};
+  };
+  EXPECT_GT(crossover(1000), 0u);
+  EXPECT_LE(crossover(1000), crossover(100000));
+}
+
 TEST(Tuner, MalformedFilesNameTheFileLineAndWhatWasExpected) {
   EXPECT_NE(parse_error("").find("bad.tune: empty"), std::string::npos);
   EXPECT_NE(parse_error("hello 1\n").find("bad.tune:1: expected the header 'accord-tune 1'"), std::string::npos);

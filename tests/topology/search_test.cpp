@@ -161,3 +161,76 @@ TEST(Search, LargeSystemsUseTheHeuristic) {
   ASSERT_EQ(ring.size(), static_cast<size_t>(n));
   EXPECT_EQ(score_ring(bw, n, ring).slow_hops, n / 2);
 }
+
+// Trees: the slowest edge of the planned trees is the best any placement of the GPUs on the
+// double binary tree's positions reaches (brute force over all placements up to 8 GPUs), and
+// the plan's reported tree bandwidth is that edge's speed.
+TEST(Search, TreesMaximiseTheirSlowestEdgeOnEveryFixture) {
+  for (const char* f : kFiles) {
+    SCOPED_TRACE(f);
+    System s;
+    ASSERT_TRUE(load_system_file(fixture(f), &s).ok());
+    const int n = s.gpu_count();
+    if (n < 3 || n > 8) continue;
+    Plan plan;
+    ASSERT_TRUE(plan_collectives(s, {}, &plan).ok());
+    ASSERT_EQ(plan.trees.size(), 2 * plan.rings.size());
+    auto speed = [&](int a, int b) { return std::min(s.bandwidth_gbs(a, b), s.bandwidth_gbs(b, a)); };
+    double planned = 1e300;
+    for (const Tree& t : plan.trees) {
+      ASSERT_EQ(t.edges.size(), static_cast<size_t>(n - 1));
+      double slowest = 1e300;
+      for (auto [parent, child] : t.edges) slowest = std::min(slowest, speed(parent, child));
+      EXPECT_DOUBLE_EQ(t.bandwidth_gbs, slowest);
+      planned = std::min(planned, slowest);
+    }
+    std::vector<int> p0, p1, order(n);
+    double_binary_tree(n, &p0, &p1);
+    std::iota(order.begin(), order.end(), 0);
+    double best = 0;
+    do {
+      double slowest = 1e300;
+      for (const auto* parents : {&p0, &p1})
+        for (int pos = 0; pos < n; ++pos)
+          if ((*parents)[pos] >= 0) slowest = std::min(slowest, speed(order[(*parents)[pos]], order[pos]));
+      best = std::max(best, slowest);
+    } while (std::next_permutation(order.begin(), order.end()));
+    EXPECT_DOUBLE_EQ(planned, best);
+  }
+}
+
+TEST(Search, Dgx1TreesUseNvlinkOnly) {
+  System s;
+  ASSERT_TRUE(load_system_file(fixture("dgx1-v100-topo-m.txt"), &s).ok());
+  Plan plan;
+  ASSERT_TRUE(plan_collectives(s, {}, &plan).ok());
+  for (const Tree& t : plan.trees)
+    for (auto [parent, child] : t.edges) EXPECT_EQ(s.path(parent, child), PathClass::kNvLink) << parent << "->" << child;
+}
+
+TEST(Search, TreeSwapSearchAboveTheExactLimit) {
+  // 12 GPUs whose only fast links are exactly the edges of the double binary trees under a
+  // hidden placement; the search starts from the identity order (whose trees use slow links)
+  // and must find a placement that uses fast links only.
+  const int n = 12;
+  const std::vector<int> hidden = {7, 2, 11, 0, 5, 9, 3, 10, 1, 8, 4, 6};
+  std::vector<double> bw(n * n, 1.0);
+  std::vector<int> p0, p1;
+  double_binary_tree(n, &p0, &p1);
+  for (const auto* parents : {&p0, &p1})
+    for (int pos = 0; pos < n; ++pos)
+      if ((*parents)[pos] >= 0) {
+        int a = hidden[(*parents)[pos]], b = hidden[pos];
+        bw[a * n + b] = bw[b * n + a] = 50;
+      }
+  std::vector<int> start(n);
+  std::iota(start.begin(), start.end(), 0);
+  std::vector<int> order = best_tree_order(bw, n, start);
+  std::vector<int> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, start);  // a permutation
+  TreeScore got = score_tree(bw, n, order), from = score_tree(bw, n, start);
+  EXPECT_FALSE(better(from, got));
+  EXPECT_EQ(score_tree(bw, n, hidden).bottleneck, 50);
+  EXPECT_DOUBLE_EQ(got.bottleneck, 50);  // it finds a placement on fast links only
+}
