@@ -1,7 +1,5 @@
 // The public device API (include/accord/accord_device.h) over the process's device runtime
 // (process_device_runtime): the runtime every communicator of this process uses.
-#include "include/accord/accord_device.h"
-
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -9,6 +7,7 @@
 
 #include "api/handles.hpp"
 #include "core/settings.hpp"
+#include "include/accord/accord_device.h"
 #include "transport/device/device_runtime.hpp"
 
 namespace accord {
@@ -24,7 +23,8 @@ accord_status_t with_runtime(const char* fn, DeviceRuntime** rt) {
   std::string why;
   *rt = process_device_runtime(settings, &why);
   if (*rt == nullptr)
-    return report(nullptr, error(ACCORD_ERR_UNSUPPORTED, "%s: there is no GPU: %s", fn, why.c_str()));
+    return report(nullptr,
+                  error(ACCORD_ERR_UNSUPPORTED, "%s: there is no GPU: %s", fn, why.c_str()));
   return ACCORD_SUCCESS;
 }
 
@@ -32,14 +32,17 @@ accord_status_t find_stream(accord_stream_t stream, const char* fn, Stream* out)
   std::lock_guard<std::mutex> lock(g_streams_mutex);
   auto it = g_streams.find(stream);
   if (it == g_streams.end())
-    return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT, "%s: stream %p was not made by accord_stream_create "
-                                 "(or was destroyed)", fn, stream));
+    return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT,
+                                 "%s: stream %p was not made by accord_stream_create "
+                                 "(or was destroyed)",
+                                 fn, stream));
   *out = it->second;
   return ACCORD_SUCCESS;
 }
 
 // The runtime and the Stream behind an accord_stream_t made by accord_stream_create.
-accord_status_t runtime_and_stream(accord_stream_t stream, const char* fn, DeviceRuntime** rt, Stream* out) {
+accord_status_t runtime_and_stream(accord_stream_t stream, const char* fn, DeviceRuntime** rt,
+                                   Stream* out) {
   accord_status_t c = with_runtime(fn, rt);
   return c == ACCORD_SUCCESS ? find_stream(stream, fn, out) : c;
 }
@@ -52,7 +55,9 @@ using namespace accord;
 extern "C" {
 
 accord_status_t accord_device_count(int* count) {
-  if (count == nullptr) return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_device_count: count is NULL"));
+  if (count == nullptr)
+    return report(nullptr,
+                  error(ACCORD_ERR_INVALID_ARGUMENT, "accord_device_count: count is NULL"));
   Settings settings;
   Status s = load_settings(&settings);
   if (!s.ok()) return report(nullptr, s);
@@ -62,7 +67,8 @@ accord_status_t accord_device_count(int* count) {
 }
 
 accord_status_t accord_device_alloc(void** ptr, size_t bytes, int device) {
-  if (ptr == nullptr) return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_device_alloc: ptr is NULL"));
+  if (ptr == nullptr)
+    return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_device_alloc: ptr is NULL"));
   *ptr = nullptr;
   DeviceRuntime* rt = nullptr;
   accord_status_t c = with_runtime("accord_device_alloc", &rt);
@@ -81,7 +87,8 @@ accord_status_t accord_device_free(void* ptr) {
 accord_status_t accord_device_memcpy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return ACCORD_SUCCESS;
   if (dst == nullptr || src == nullptr)
-    return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_device_memcpy: dst or src is NULL"));
+    return report(nullptr,
+                  error(ACCORD_ERR_INVALID_ARGUMENT, "accord_device_memcpy: dst or src is NULL"));
   DeviceRuntime* rt = nullptr;
   accord_status_t c = with_runtime("accord_device_memcpy", &rt);
   if (c != ACCORD_SUCCESS) return c;
@@ -109,7 +116,8 @@ accord_status_t accord_device_memcpy(void* dst, const void* src, size_t bytes) {
 
 accord_status_t accord_stream_create(accord_stream_t* stream, int device) {
   if (stream == nullptr)
-    return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_stream_create: stream is NULL"));
+    return report(nullptr,
+                  error(ACCORD_ERR_INVALID_ARGUMENT, "accord_stream_create: stream is NULL"));
   *stream = nullptr;
   DeviceRuntime* rt = nullptr;
   accord_status_t c = with_runtime("accord_stream_create", &rt);

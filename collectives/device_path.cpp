@@ -65,19 +65,21 @@ Status Communicator::setup_device(int requested) {
   rt_ = process_device_runtime(settings_, &why);
   if (rt_ == nullptr) {
     if (requested < 0 && settings_.device < 0) return Status::success();  // host only
-    return error(ACCORD_ERR_UNSUPPORTED, "rank %d: GPU %d was asked for (%s), but there is no GPU: %s", rank_,
+    return error(ACCORD_ERR_UNSUPPORTED,
+                 "rank %d: GPU %d was asked for (%s), but there is no GPU: %s", rank_,
                  requested >= 0 ? requested : static_cast<int>(settings_.device),
                  requested >= 0 ? "accord_comm_init_all devlist" : "ACCORD_DEVICE", why.c_str());
   }
-  const int local_rank =
-      static_cast<int>(std::find(local_ranks_.begin(), local_ranks_.end(), rank_) - local_ranks_.begin());
+  const int local_rank = static_cast<int>(
+      std::find(local_ranks_.begin(), local_ranks_.end(), rank_) - local_ranks_.begin());
   const int count = rt_->device_count();
-  int d = requested >= 0 ? requested
+  int d = requested >= 0          ? requested
           : settings_.device >= 0 ? static_cast<int>(settings_.device)
                                   : local_rank % count;
   if (d >= count)
-    return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: GPU %d does not exist: the %s runtime has %d GPUs (0..%d)",
-                 rank_, d, rt_->kind(), count, count - 1);
+    return error(ACCORD_ERR_INVALID_ARGUMENT,
+                 "rank %d: GPU %d does not exist: the %s runtime has %d GPUs (0..%d)", rank_, d,
+                 rt_->kind(), count, count - 1);
   ACCORD_TRY(rt_->create_stream(d, &stream_).prefix(format("rank %d: ", rank_)));
   device_ = d;
   device_of_[static_cast<size_t>(rank_)] = d;
@@ -91,8 +93,9 @@ Status Communicator::setup_device(int requested) {
 Status Communicator::register_slots() {
   if (shm_ == nullptr) return Status::success();
   for (const ShmTransport::Mapping& m : shm_->mappings()) {
-    ACCORD_TRY(rt_->register_host(m.addr, m.bytes)
-                   .prefix(format("rank %d: pinning shared-memory slots for GPU %d: ", rank_, device_)));
+    ACCORD_TRY(
+        rt_->register_host(m.addr, m.bytes)
+            .prefix(format("rank %d: pinning shared-memory slots for GPU %d: ", rank_, device_)));
     registered_.push_back(m.addr);
   }
   return Status::success();
@@ -139,12 +142,14 @@ void Communicator::compute_ring() {
   for (int i = 0; i < n; ++i) pos_of_[static_cast<size_t>(ring_[static_cast<size_t>(i)])] = i;
   std::string order;
   for (int r : ring_) order += format(" %d", r);
-  LOG_INFO(kGpu, "rank %d: ring order of ranks (topology's best ring over their GPUs):%s", rank_, order.c_str());
+  LOG_INFO(kGpu, "rank %d: ring order of ranks (topology's best ring over their GPUs):%s", rank_,
+           order.c_str());
 }
 
 std::string Communicator::device_pair(int a, int b) const {
   const int da = device_of_[static_cast<size_t>(a)], db = device_of_[static_cast<size_t>(b)];
-  if (da == db) return format("host-staged (GPU %d shared by both ranks, staged through shared memory)", da);
+  if (da == db)
+    return format("host-staged (GPU %d shared by both ranks, staged through shared memory)", da);
   if (settings_.p2p_disable)
     return format("host-staged (GPU %d and GPU %d: ACCORD_P2P_DISABLE=1)", da, db);
   std::string path;
@@ -155,7 +160,8 @@ std::string Communicator::device_pair(int a, int b) const {
     path = sys.path(da, db) == topo::PathClass::kUnknown
                ? std::string("an unknown path")
                : "path " + topo::path_class_name(sys.path(da, db), sys.pair(da, db).nvlinks);
-    const std::string& reason = sys.p2p_reason(da, db).empty() ? sys.p2p_reason(db, da) : sys.p2p_reason(da, db);
+    const std::string& reason =
+        sys.p2p_reason(da, db).empty() ? sys.p2p_reason(db, da) : sys.p2p_reason(da, db);
     if (!peer)
       return format("host-staged (GPU %d and GPU %d cannot peer: %s)", da, db,
                     reason.empty() ? path.c_str() : reason.c_str());
@@ -164,11 +170,15 @@ std::string Communicator::device_pair(int a, int b) const {
     (void)rt_->can_access_peer(da, db, &ab);
     (void)rt_->can_access_peer(db, da, &ba);
     peer = ab && ba;
-    if (!peer) return format("host-staged (GPU %d and GPU %d cannot peer: the driver says no)", da, db);
+    if (!peer)
+      return format("host-staged (GPU %d and GPU %d cannot peer: the driver says no)", da, db);
     path = "peer-capable";
   }
-  return format("host-staged (GPU %d and GPU %d could peer over %s; the p2p/ipc device FIFOs are not built yet, "
-                "so the pair stages through pinned shared memory)", da, db, path.c_str());
+  return format(
+      "host-staged (GPU %d and GPU %d could peer over %s; the p2p/ipc device FIFOs are not built "
+      "yet, "
+      "so the pair stages through pinned shared memory)",
+      da, db, path.c_str());
 }
 
 Status Communicator::classify(const CollArgs& a, bool* on_device) const {
@@ -189,15 +199,17 @@ Status Communicator::classify(const CollArgs& a, bool* on_device) const {
       continue;
     }
     if (info.device != device_)
-      return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: %s %p is memory of GPU %d, but this communicator runs "
-                   "on GPU %d; pass buffers of GPU %d", rank_, name, i == 0 ? "sendbuf" : "recvbuf", p, info.device,
-                   device_, device_);
+      return error(ACCORD_ERR_INVALID_ARGUMENT,
+                   "rank %d: %s: %s %p is memory of GPU %d, but this communicator runs "
+                   "on GPU %d; pass buffers of GPU %d",
+                   rank_, name, i == 0 ? "sendbuf" : "recvbuf", p, info.device, device_, device_);
     ++devices;
   }
   if (devices > 0 && hosts > 0)
-    return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: one buffer is memory of GPU %d and the other host "
-                 "memory; pass both on GPU %d (asynchronous on a stream) or both on the host", rank_, name, device_,
-                 device_);
+    return error(ACCORD_ERR_INVALID_ARGUMENT,
+                 "rank %d: %s: one buffer is memory of GPU %d and the other host "
+                 "memory; pass both on GPU %d (asynchronous on a stream) or both on the host",
+                 rank_, name, device_, device_);
   *on_device = devices > 0;
   return Status::success();
 }
@@ -207,19 +219,25 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   const char* name = collective_name(a.coll);
   const accord_status_t sticky = sticky_code_.load(std::memory_order_acquire);
   if (sticky != ACCORD_SUCCESS)
-    return error(sticky, "rank %d: %s refused: this communicator failed earlier (accord_comm_get_async_error gives "
-                 "the code, accord_last_error the message); destroy it and create a new one", rank_, name);
+    return error(
+        sticky,
+        "rank %d: %s refused: this communicator failed earlier (accord_comm_get_async_error gives "
+        "the code, accord_last_error the message); destroy it and create a new one",
+        rank_, name);
   size_t in_bytes = 0, out_bytes = 0;
   ACCORD_TRY(check_args(a, &in_bytes, &out_bytes));
   if (user_stream == nullptr)
-    return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: device buffers need a stream of GPU %d (a cudaStream_t, "
-                 "or accord_stream_create)", rank_, name, device_);
+    return error(ACCORD_ERR_INVALID_ARGUMENT,
+                 "rank %d: %s: device buffers need a stream of GPU %d (a cudaStream_t, "
+                 "or accord_stream_create)",
+                 rank_, name, device_);
   Stream us;
   auto it = user_streams_.find(user_stream);
   if (it != user_streams_.end()) {
     us = it->second;
   } else {
-    ACCORD_TRY(rt_->wrap_user_stream(device_, user_stream, &us).prefix(format("rank %d: %s: ", rank_, name)));
+    ACCORD_TRY(rt_->wrap_user_stream(device_, user_stream, &us)
+                   .prefix(format("rank %d: %s: ", rank_, name)));
     user_streams_.emplace(user_stream, us);
   }
   Event ready;

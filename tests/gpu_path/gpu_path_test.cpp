@@ -28,7 +28,8 @@ struct Job {
   void init() {
     OK(accord_device_count(&n));
     // The 'gpu' suite runs this binary without ACCORD_SIM_TOPO: real GPUs, or skip.
-    if (n < 2 && std::getenv("ACCORD_SIM_TOPO") == nullptr) GTEST_SKIP() << "needs 2 real GPUs (found " << n << ")";
+    if (n < 2 && std::getenv("ACCORD_SIM_TOPO") == nullptr)
+      GTEST_SKIP() << "needs 2 real GPUs (found " << n << ")";
     ASSERT_GT(n, 1) << "ACCORD_SIM_TOPO must name a machine with GPUs";
     std::vector<int> devs(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) devs[static_cast<size_t>(i)] = i;
@@ -52,20 +53,34 @@ double value(int rank, size_t i) { return static_cast<double>(1 + rank + static_
 
 void put(accord_datatype_t d, void* p, size_t i, double v) {
   switch (d) {
-    case ACCORD_INT32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-    case ACCORD_FLOAT32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case ACCORD_FLOAT64: static_cast<double*>(p)[i] = v; break;
-    case ACCORD_UINT8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
-    default: FAIL();
+    case ACCORD_INT32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case ACCORD_FLOAT32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case ACCORD_FLOAT64:
+      static_cast<double*>(p)[i] = v;
+      break;
+    case ACCORD_UINT8:
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      break;
+    default:
+      FAIL();
   }
 }
 double get(accord_datatype_t d, const void* p, size_t i) {
   switch (d) {
-    case ACCORD_INT32: return static_cast<const int32_t*>(p)[i];
-    case ACCORD_FLOAT32: return static_cast<const float*>(p)[i];
-    case ACCORD_FLOAT64: return static_cast<const double*>(p)[i];
-    case ACCORD_UINT8: return static_cast<const uint8_t*>(p)[i];
-    default: return -1;
+    case ACCORD_INT32:
+      return static_cast<const int32_t*>(p)[i];
+    case ACCORD_FLOAT32:
+      return static_cast<const float*>(p)[i];
+    case ACCORD_FLOAT64:
+      return static_cast<const double*>(p)[i];
+    case ACCORD_UINT8:
+      return static_cast<const uint8_t*>(p)[i];
+    default:
+      return -1;
   }
 }
 double fold(accord_red_op_t op, int n, size_t i) {
@@ -79,7 +94,8 @@ double fold(accord_red_op_t op, int n, size_t i) {
 
 enum class Coll { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce };
 const char* coll_name(Coll c) {
-  static const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"};
+  static const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                "reduce"};
   return names[static_cast<int>(c)];
 }
 
@@ -107,11 +123,21 @@ void check(Job& job, Coll coll, accord_datatype_t dtype, accord_red_op_t op, siz
     accord_comm_t c = job.comms[u];
     accord_stream_t s = job.streams[u];
     switch (coll) {
-      case Coll::kAllReduce: OK(accord_all_reduce(in[u], out[u], count, dtype, op, c, s)); break;
-      case Coll::kReduceScatter: OK(accord_reduce_scatter(in[u], out[u], count, dtype, op, c, s)); break;
-      case Coll::kAllGather: OK(accord_all_gather(in[u], out[u], count, dtype, c, s)); break;
-      case Coll::kBroadcast: OK(accord_broadcast(in[u], out[u], count, dtype, root, c, s)); break;
-      case Coll::kReduce: OK(accord_reduce(in[u], out[u], count, dtype, op, root, c, s)); break;
+      case Coll::kAllReduce:
+        OK(accord_all_reduce(in[u], out[u], count, dtype, op, c, s));
+        break;
+      case Coll::kReduceScatter:
+        OK(accord_reduce_scatter(in[u], out[u], count, dtype, op, c, s));
+        break;
+      case Coll::kAllGather:
+        OK(accord_all_gather(in[u], out[u], count, dtype, c, s));
+        break;
+      case Coll::kBroadcast:
+        OK(accord_broadcast(in[u], out[u], count, dtype, root, c, s));
+        break;
+      case Coll::kReduce:
+        OK(accord_reduce(in[u], out[u], count, dtype, op, root, c, s));
+        break;
     }
   }
   OK(accord_group_end());
@@ -128,14 +154,22 @@ void check(Job& job, Coll coll, accord_datatype_t dtype, accord_red_op_t op, siz
       double want = 0;
       switch (coll) {
         case Coll::kAllReduce:
-        case Coll::kReduce: want = fold(op, n, i); break;
-        case Coll::kReduceScatter: want = fold(op, n, static_cast<size_t>(r) * count + i); break;
-        case Coll::kAllGather: want = value(static_cast<int>(i / count), i % count); break;
-        case Coll::kBroadcast: want = value(root, i); break;
+        case Coll::kReduce:
+          want = fold(op, n, i);
+          break;
+        case Coll::kReduceScatter:
+          want = fold(op, n, static_cast<size_t>(r) * count + i);
+          break;
+        case Coll::kAllGather:
+          want = value(static_cast<int>(i / count), i % count);
+          break;
+        case Coll::kBroadcast:
+          want = value(root, i);
+          break;
       }
       ASSERT_EQ(get(dtype, host.data(), i), want)
-          << coll_name(coll) << " rank " << r << " element " << i << " of " << out_count << " dtype " << dtype
-          << " op " << op;
+          << coll_name(coll) << " rank " << r << " element " << i << " of " << out_count
+          << " dtype " << dtype << " op " << op;
     }
   }
   for (int r = 0; r < n; ++r) {
@@ -176,8 +210,9 @@ TEST(GpuPath, OneThreadWithoutGroup) {
     OK(accord_device_memcpy(buf[static_cast<size_t>(r)], h.data(), count * 4));
   }
   for (int r = 0; r < job.n; ++r)
-    OK(accord_all_reduce(buf[static_cast<size_t>(r)], buf[static_cast<size_t>(r)], count, ACCORD_FLOAT32, ACCORD_SUM,
-                         job.comms[static_cast<size_t>(r)], job.streams[static_cast<size_t>(r)]));
+    OK(accord_all_reduce(buf[static_cast<size_t>(r)], buf[static_cast<size_t>(r)], count,
+                         ACCORD_FLOAT32, ACCORD_SUM, job.comms[static_cast<size_t>(r)],
+                         job.streams[static_cast<size_t>(r)]));
   const float want = static_cast<float>(job.n * (job.n + 1) / 2);
   for (int r = 0; r < job.n; ++r) {
     OK(accord_stream_synchronize(job.streams[static_cast<size_t>(r)]));
@@ -193,7 +228,9 @@ accord::DeviceRuntime* runtime() {
   EXPECT_TRUE(accord::load_settings(&s).ok());
   return accord::process_device_runtime(s);
 }
-accord::Stream as_stream(accord_stream_t s) { return accord::Stream{reinterpret_cast<uintptr_t>(s)}; }
+accord::Stream as_stream(accord_stream_t s) {
+  return accord::Stream{reinterpret_cast<uintptr_t>(s)};
+}
 
 void gate_fn(void* arg) {
   auto* open = static_cast<std::atomic<bool>*>(arg);
@@ -234,12 +271,14 @@ TEST(GpuPath, AsyncOnTheCallersStream) {
   }
   OK(accord_group_start());
   for (int r = 0; r < job.n; ++r)
-    OK(accord_all_reduce(buf[static_cast<size_t>(r)], buf[static_cast<size_t>(r)], count, ACCORD_FLOAT32, ACCORD_SUM,
-                         job.comms[static_cast<size_t>(r)], job.streams[static_cast<size_t>(r)]));
+    OK(accord_all_reduce(buf[static_cast<size_t>(r)], buf[static_cast<size_t>(r)], count,
+                         ACCORD_FLOAT32, ACCORD_SUM, job.comms[static_cast<size_t>(r)],
+                         job.streams[static_cast<size_t>(r)]));
   OK(accord_group_end());
   for (int r = 0; r < job.n; ++r) {
     const size_t u = static_cast<size_t>(r);
-    ASSERT_TRUE(rt->copy_async(accord::CopyKind::kDeviceToHost, pinned[u], buf[u], count * 4, as_stream(job.streams[u]))
+    ASSERT_TRUE(rt->copy_async(accord::CopyKind::kDeviceToHost, pinned[u], buf[u], count * 4,
+                               as_stream(job.streams[u]))
                     .ok());
     seen[u].host = pinned[u];
     ASSERT_TRUE(rt->launch_host_func(as_stream(job.streams[u]), see_fn, &seen[u]).ok());
@@ -253,14 +292,16 @@ TEST(GpuPath, AsyncOnTheCallersStream) {
     const size_t u = static_cast<size_t>(r);
     OK(accord_stream_synchronize(job.streams[u]));
     EXPECT_EQ(seen[u].value, want) << "rank " << r;
-    for (size_t i = 0; i < count; ++i) ASSERT_EQ(pinned[u][i], want) << "rank " << r << " element " << i;
+    for (size_t i = 0; i < count; ++i)
+      ASSERT_EQ(pinned[u][i], want) << "rank " << r << " element " << i;
     ASSERT_TRUE(rt->free_host_pinned(pinned[u]).ok());
     OK(accord_device_free(buf[u]));
   }
 }
 
-// Rank 0 disagrees on the dtype (same bytes, so the same algorithm everywhere): the device workers fail (mismatch), the error is the
-// communicator's asynchronous error, and the streams are released all the same.
+// Rank 0 disagrees on the dtype (same bytes, so the same algorithm everywhere): the device workers
+// fail (mismatch), the error is the communicator's asynchronous error, and the streams are released
+// all the same.
 TEST(GpuPath, WorkerErrorIsAsyncAndReleasesTheStream) {
   // Ranks not next to rank 0 wait for messages that never come: they time out (quickly here).
   setenv("ACCORD_TIMEOUT_MS", "1500", 1);
@@ -269,12 +310,13 @@ TEST(GpuPath, WorkerErrorIsAsyncAndReleasesTheStream) {
   if (testing::Test::IsSkipped()) return;
   setenv("ACCORD_TIMEOUT_MS", "30000", 1);
   std::vector<void*> buf(static_cast<size_t>(job.n));
-  for (int r = 0; r < job.n; ++r) OK(accord_device_alloc(&buf[static_cast<size_t>(r)], 4096 * 4, r));
+  for (int r = 0; r < job.n; ++r)
+    OK(accord_device_alloc(&buf[static_cast<size_t>(r)], 4096 * 4, r));
   OK(accord_group_start());
   for (int r = 0; r < job.n; ++r)
     OK(accord_all_reduce(buf[static_cast<size_t>(r)], buf[static_cast<size_t>(r)], 4096,
-                         r == 0 ? ACCORD_INT32 : ACCORD_FLOAT32, ACCORD_SUM, job.comms[static_cast<size_t>(r)],
-                         job.streams[static_cast<size_t>(r)]));
+                         r == 0 ? ACCORD_INT32 : ACCORD_FLOAT32, ACCORD_SUM,
+                         job.comms[static_cast<size_t>(r)], job.streams[static_cast<size_t>(r)]));
   OK(accord_group_end());
   int failed = 0, mismatched = 0;
   for (int r = 0; r < job.n; ++r) {
@@ -284,7 +326,8 @@ TEST(GpuPath, WorkerErrorIsAsyncAndReleasesTheStream) {
     if (async != ACCORD_SUCCESS) {
       ++failed;
       mismatched += async == ACCORD_ERR_MISMATCH;
-      EXPECT_TRUE(async == ACCORD_ERR_MISMATCH || async == ACCORD_ERR_TIMEOUT) << accord_status_string(async);
+      EXPECT_TRUE(async == ACCORD_ERR_MISMATCH || async == ACCORD_ERR_TIMEOUT)
+          << accord_status_string(async);
     }
   }
   EXPECT_EQ(failed, job.n);
@@ -294,8 +337,9 @@ TEST(GpuPath, WorkerErrorIsAsyncAndReleasesTheStream) {
     accord_status_t async = ACCORD_SUCCESS;
     OK(accord_comm_get_async_error(job.comms[static_cast<size_t>(r)], &async));
     if (async == ACCORD_SUCCESS) continue;
-    EXPECT_NE(accord_all_reduce(buf[static_cast<size_t>(r)], buf[static_cast<size_t>(r)], 16, ACCORD_FLOAT32,
-                                ACCORD_SUM, job.comms[static_cast<size_t>(r)], job.streams[static_cast<size_t>(r)]),
+    EXPECT_NE(accord_all_reduce(buf[static_cast<size_t>(r)], buf[static_cast<size_t>(r)], 16,
+                                ACCORD_FLOAT32, ACCORD_SUM, job.comms[static_cast<size_t>(r)],
+                                job.streams[static_cast<size_t>(r)]),
               ACCORD_SUCCESS);
   }
   for (int r = 0; r < job.n; ++r) OK(accord_device_free(buf[static_cast<size_t>(r)]));
@@ -319,8 +363,10 @@ TEST(GpuPath, HostBuffersAfterDeviceCalls) {
   OK(accord_group_start());
   for (int r = 0; r < job.n; ++r) {
     const size_t u = static_cast<size_t>(r);
-    OK(accord_all_reduce(dbuf[u], dbuf[u], count, ACCORD_INT32, ACCORD_SUM, job.comms[u], job.streams[u]));
-    OK(accord_all_reduce(hbuf[u].data(), hbuf[u].data(), count, ACCORD_INT32, ACCORD_SUM, job.comms[u], nullptr));
+    OK(accord_all_reduce(dbuf[u], dbuf[u], count, ACCORD_INT32, ACCORD_SUM, job.comms[u],
+                         job.streams[u]));
+    OK(accord_all_reduce(hbuf[u].data(), hbuf[u].data(), count, ACCORD_INT32, ACCORD_SUM,
+                         job.comms[u], nullptr));
   }
   OK(accord_group_end());
   const int32_t want = job.n * (job.n + 1) / 2;
@@ -347,11 +393,13 @@ TEST(GpuPath, WrongMemoryIsRefused) {
   OK(accord_device_alloc(&other, 64, 1));
   OK(accord_device_alloc(&mine, 64, 0));
   std::vector<float> host(16);
-  EXPECT_EQ(accord_all_reduce(other, other, 16, ACCORD_FLOAT32, ACCORD_SUM, job.comms[0], job.streams[0]),
-            ACCORD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      accord_all_reduce(other, other, 16, ACCORD_FLOAT32, ACCORD_SUM, job.comms[0], job.streams[0]),
+      ACCORD_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(accord_last_error(job.comms[0])).find("GPU 1"), std::string::npos)
       << accord_last_error(job.comms[0]);
-  EXPECT_EQ(accord_all_reduce(mine, host.data(), 16, ACCORD_FLOAT32, ACCORD_SUM, job.comms[0], job.streams[0]),
+  EXPECT_EQ(accord_all_reduce(mine, host.data(), 16, ACCORD_FLOAT32, ACCORD_SUM, job.comms[0],
+                              job.streams[0]),
             ACCORD_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(accord_last_error(job.comms[0])).find("host"), std::string::npos);
   OK(accord_device_free(other));
@@ -405,7 +453,8 @@ TEST(GpuPath, RingAvoidsSlowHops) {
   if (at == std::string::npos) {
     for (int r = 0; r < job.n; ++r) ring.push_back(r);
   } else {
-    const std::string line = plan.substr(plan.find(':', at) + 1, plan.find('\n', at) - plan.find(':', at) - 1);
+    const std::string line =
+        plan.substr(plan.find(':', at) + 1, plan.find('\n', at) - plan.find(':', at) - 1);
     size_t pos = 0;
     while (pos < line.size()) {
       char* end = nullptr;
