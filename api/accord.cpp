@@ -62,15 +62,24 @@ accord_status_t run_collective(accord_comm_t comm, const CollArgs& args, accord_
   return guarded(comm, [&]() -> accord_status_t {
     accord_status_t code;
     if (!live(comm, fn, &code)) return code;
-    if (stream != nullptr)
-      return report(comm, error(ACCORD_ERR_UNSUPPORTED, "rank %d: %s: a stream was given, but this build runs "
-                                "collectives on host buffers only; pass stream = NULL with host memory",
-                                comm->impl->rank(), fn));
+    // Device buffers: enqueued on the caller's stream at once, in a group too (the device
+    // worker of each communicator runs them, so one thread can drive several GPUs).
+    bool on_device = false;
+    Status where = comm->impl->classify(args, &on_device);
+    if (!where.ok()) return report(comm, where);
+    if (on_device) return report(comm, comm->impl->enqueue_device(args, stream));
+    if (stream != nullptr && comm->impl->device() < 0)
+      return report(comm, error(ACCORD_ERR_UNSUPPORTED, "rank %d: %s: a stream was given, but this communicator has "
+                                "no GPU (accord_comm_init_all with a devlist, ACCORD_DEVICE or ACCORD_SIM_TOPO give "
+                                "it one); pass stream = NULL with host memory", comm->impl->rank(), fn));
     if (t_group.depth > 0) {
       Status s = comm->impl->validate(args);
       if (s.ok()) t_group.ops.emplace_back(comm, args);
       return report(comm, s);
     }
+    // A communicator with a GPU may have device calls queued on its worker: a host call runs
+    // behind them, on the same worker, so that the two never use the channels at once.
+    if (comm->impl->device() >= 0) return report(comm, comm->impl->run_async({args}).get());
     return report(comm, comm->impl->run(args));
   });
 }
@@ -170,7 +179,8 @@ accord_status_t accord_get_unique_id(accord_unique_id_t* id) {
   });
 }
 
-accord_status_t accord_comm_init_rank(accord_comm_t* comm, int nranks, accord_unique_id_t id, int rank) {
+namespace {
+accord_status_t init_rank_on(accord_comm_t* comm, int nranks, accord_unique_id_t id, int rank, int device) {
   return guarded(nullptr, [&]() -> accord_status_t {
     if (comm == nullptr)
       return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_init_rank: comm is NULL"));
@@ -181,6 +191,7 @@ accord_status_t accord_comm_init_rank(accord_comm_t* comm, int nranks, accord_un
     InitSpec spec;
     spec.rank = rank;
     spec.nranks = nranks;
+    spec.device = device;
     Status s = load_settings(&spec.settings);
     if (s.ok()) s = decode_unique_id(id.internal, &spec.endpoint);
     std::unique_ptr<Communicator> c;
@@ -189,6 +200,11 @@ accord_status_t accord_comm_init_rank(accord_comm_t* comm, int nranks, accord_un
     *comm = new_handle(std::move(c));
     return ACCORD_SUCCESS;
   });
+}
+}  // namespace
+
+accord_status_t accord_comm_init_rank(accord_comm_t* comm, int nranks, accord_unique_id_t id, int rank) {
+  return init_rank_on(comm, nranks, id, rank, -1);
 }
 
 accord_status_t accord_comm_init_from_env(accord_comm_t* comm) {
@@ -215,8 +231,10 @@ accord_status_t accord_comm_init_all(accord_comm_t* comms, int ndev, const int* 
       return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_init_all: comms is NULL or ndev %d < 1",
                                    ndev));
     if (devlist != nullptr)
-      return report(nullptr, error(ACCORD_ERR_UNSUPPORTED, "accord_comm_init_all: device lists need the GPU path, "
-                                   "which this build does not have; pass devlist = NULL for host-memory ranks"));
+      for (int i = 0; i < ndev; ++i)
+        if (devlist[i] < 0)
+          return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_init_all: devlist[%d] = %d is not a "
+                                       "GPU; use device indices 0..accord_device_count()-1", i, devlist[i]));
     for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
     accord_unique_id_t id;
     accord_status_t st = accord_get_unique_id(&id);
@@ -226,7 +244,7 @@ accord_status_t accord_comm_init_all(accord_comm_t* comms, int ndev, const int* 
     std::vector<std::thread> threads;
     for (int r = 0; r < ndev; ++r)
       threads.emplace_back([&, r] {
-        codes[static_cast<size_t>(r)] = accord_comm_init_rank(&comms[r], ndev, id, r);
+        codes[static_cast<size_t>(r)] = init_rank_on(&comms[r], ndev, id, r, devlist ? devlist[r] : -1);
         messages[static_cast<size_t>(r)] = accord_last_error(nullptr);
       });
     for (auto& t : threads) t.join();

@@ -7,6 +7,7 @@
 #include "harness.hpp"
 
 #include <accord/accord.h>
+#include <accord/accord_device.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +36,7 @@ struct Options {
   std::vector<accord_datatype_t> dtypes = {ACCORD_FLOAT32};
   std::vector<accord_red_op_t> ops = {ACCORD_SUM};
   bool compare_mpi = false, backend_mpi = false, show_plan = false;
+  bool device = false;  // -g given: device buffers (accord_device.h), one stream per rank
 };
 
 const char* kCollNames[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"};
@@ -122,7 +124,7 @@ bool parse_args(int argc, char** argv, Options* o) {
       case 'c': o->check = std::atoi(v); break;
       case 'r': o->root = std::atoi(v); break;
       case 't': o->threads = std::atoi(v), ok = o->threads > 0; break;
-      case 'g': o->gpus = std::atoi(v), ok = o->gpus > 0; break;
+      case 'g': o->gpus = std::atoi(v), ok = o->gpus > 0, o->device = true; break;
       case 'z': case 'a': case 'm': case 'G': break;  // nccl-tests options with no meaning here
       case 'd': {
         o->dtypes.clear();
@@ -247,6 +249,54 @@ struct Rank {
   accord_comm_t comm;
   int rank, n;
   bool use_mpi;  // MPI is initialised and spans the same ranks
+  int device = -1;                  // -g: this rank's GPU; buffers are device memory
+  accord_stream_t stream = nullptr;
+  // Device mode: device copies of the host buffers `in` and `out` (same sizes), so that a
+  // pointer into a host buffer maps to the same offset of its device twin.
+  char* d_in = nullptr;
+  char* d_out = nullptr;
+  const char* h_in = nullptr;
+  const char* h_out = nullptr;
+  size_t d_bytes = 0;
+  size_t h_in_bytes = 0;
+
+  bool on_device() const { return device >= 0; }
+  // (Re)allocates the device twins of in and out and uploads both.
+  bool upload(const std::vector<char>& in, const std::vector<char>& out) {
+    if (!on_device()) return true;
+    if (d_bytes < in.size() || d_bytes < out.size()) {
+      // Allocated once, for the largest size: freeing device memory waits for every stream
+      // (as cudaFree), and other ranks' streams wait for collectives this rank has not
+      // called yet.
+      if (d_in != nullptr) return fail("device buffers sized too small");
+      d_bytes = std::max(std::max(in.size(), out.size()), o.max_bytes + 128);
+      if (accord_device_alloc(reinterpret_cast<void**>(&d_in), d_bytes, device) != ACCORD_SUCCESS ||
+          accord_device_alloc(reinterpret_cast<void**>(&d_out), d_bytes, device) != ACCORD_SUCCESS)
+        return fail("accord_device_alloc");
+    }
+    h_in = in.data();
+    h_out = out.data();
+    h_in_bytes = in.size();
+    return (accord_device_memcpy(d_in, in.data(), in.size()) == ACCORD_SUCCESS &&
+            accord_device_memcpy(d_out, out.data(), out.size()) == ACCORD_SUCCESS) ||
+           fail("accord_device_memcpy");
+  }
+  bool download(std::vector<char>& in, std::vector<char>& out) {
+    if (!on_device()) return true;
+    if (!sync()) return false;
+    return (accord_device_memcpy(in.data(), d_in, in.size()) == ACCORD_SUCCESS &&
+            accord_device_memcpy(out.data(), d_out, out.size()) == ACCORD_SUCCESS) ||
+           fail("accord_device_memcpy");
+  }
+  template <typename T>
+  T* dev(T* host) const {
+    if (!on_device() || host == nullptr) return host;
+    const char* p = reinterpret_cast<const char*>(host);
+    if (p >= h_in && p < h_in + h_in_bytes) return reinterpret_cast<T*>(d_in + (p - h_in));
+    return reinterpret_cast<T*>(d_out + (p - h_out));
+  }
+  // Device mode: waits for the rank's stream (before any host-memory call on the communicator).
+  bool sync() { return !on_device() || accord_stream_synchronize(stream) == ACCORD_SUCCESS || fail("stream"); }
 
   bool fail(const char* what) {
     std::fprintf(stderr, "rank %d: %s failed: %s\n", rank, what, accord_last_error(comm));
@@ -277,12 +327,14 @@ struct Rank {
     (void)mpi;
 #endif
     accord_status_t s = ACCORD_SUCCESS;
+    send = dev(send);
+    recv = dev(recv);
     switch (coll) {
-      case Coll::kAllReduce: s = accord_all_reduce(send, recv, count, d, op, comm, nullptr); break;
-      case Coll::kReduceScatter: s = accord_reduce_scatter(send, recv, count, d, op, comm, nullptr); break;
-      case Coll::kAllGather: s = accord_all_gather(send, recv, count, d, comm, nullptr); break;
-      case Coll::kBroadcast: s = accord_broadcast(send, recv, count, d, o.root, comm, nullptr); break;
-      case Coll::kReduce: s = accord_reduce(send, recv, count, d, op, o.root, comm, nullptr); break;
+      case Coll::kAllReduce: s = accord_all_reduce(send, recv, count, d, op, comm, stream); break;
+      case Coll::kReduceScatter: s = accord_reduce_scatter(send, recv, count, d, op, comm, stream); break;
+      case Coll::kAllGather: s = accord_all_gather(send, recv, count, d, comm, stream); break;
+      case Coll::kBroadcast: s = accord_broadcast(send, recv, count, d, o.root, comm, stream); break;
+      case Coll::kReduce: s = accord_reduce(send, recv, count, d, op, o.root, comm, stream); break;
     }
     return s == ACCORD_SUCCESS || fail(kCollNames[static_cast<int>(coll)]);
   }
@@ -299,10 +351,11 @@ struct Rank {
   double time_calls(const void* send, void* recv, size_t count, accord_datatype_t d, accord_red_op_t op, bool mpi) {
     for (int i = 0; i < o.warmup; ++i)
       if (!call(send, recv, count, d, op, mpi)) return -1;
-    if (!barrier()) return -1;
+    if (!sync() || !barrier()) return -1;
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < o.iters; ++i)
       if (!call(send, recv, count, d, op, mpi)) return -1;
+    if (!sync()) return -1;
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.iters;
     return max_over_ranks(secs);
   }
@@ -340,7 +393,7 @@ struct Rank {
       for (size_t i = 0; i < in_n; ++i) store(send, i, d, source(rank, i));
       if (in_place) recv = coll == Coll::kReduceScatter ? send + static_cast<size_t>(rank) * out_n * es : send;
     }
-    if (!call(send, recv, cc, d, op, false)) return -1;
+    if (!upload(in, out) || !call(send, recv, cc, d, op, false) || !download(in, out)) return -1;
     if (!check_out) return 0;
     std::vector<char> want(out_n * es + 1);
     for (size_t i = 0; i < out_n; ++i) {
@@ -420,6 +473,7 @@ struct Rank {
           layout(count, &in_n, &out_n, &cc);
           std::vector<char> in(std::max(in_n, out_n) * es + 64), out(std::max(in_n, out_n) * es + 64);
           for (size_t i = 0; i < in_n; ++i) store(in.data(), i, d, value(d, op, rank, n, i));
+          if (!upload(in, out)) return 2;
           const double S = static_cast<double>(count * es);
           double t[2];
           long wrong[2] = {0, 0};
@@ -453,6 +507,7 @@ struct Rank {
               wrong[place] = static_cast<long>(sum);
               wrong_total += wrong[place];
               for (size_t i = 0; i < in_n; ++i) store(in.data(), i, d, value(d, op, rank, n, i));
+              if (!upload(in, out)) return 2;
             }
           }
           if (print) {
@@ -499,6 +554,10 @@ struct Rank {
       }
       std::printf("#\n# Collective test concluded: %s_perf\n", kCollNames[static_cast<int>(coll)]);
     }
+    if (on_device()) {
+      accord_device_free(d_in);
+      accord_device_free(d_out);
+    }
     return wrong_total == 0 ? 0 : 1;
   }
 };
@@ -508,9 +567,8 @@ struct Rank {
 int run_main(Coll coll, int argc, char** argv) {
   Options o;
   if (!parse_args(argc, argv, &o)) return 2;
-  if (o.gpus != 1) {
-    std::fprintf(stderr, "-g %d: this build runs on host memory only (1 rank per thread); the GPU path is not built\n",
-                 o.gpus);
+  if (o.device && o.threads > 1) {
+    std::fprintf(stderr, "-g N runs N GPUs as ranks of this process; -t N runs host-memory ranks: pick one\n");
     return 2;
   }
   bool use_mpi = false;
@@ -529,7 +587,40 @@ int run_main(Coll coll, int argc, char** argv) {
     return 2;
   }
   int code = 0;
-  if (o.threads > 1) {
+  if (o.device && !use_mpi && o.gpus > 1) {
+    // One process, one rank per GPU (accord_comm_init_all), each driven by its own thread.
+    int ngpus = 0;
+    accord_device_count(&ngpus);
+    if (ngpus < o.gpus) {
+      std::fprintf(stderr, "-g %d: only %d GPUs (%s); set ACCORD_SIM_TOPO=FILE for simulated ones\n", o.gpus, ngpus,
+                   ngpus ? "fewer than asked" : accord_last_error(nullptr));
+      return 2;
+    }
+    std::vector<accord_comm_t> comms(static_cast<size_t>(o.gpus));
+    std::vector<int> devs(static_cast<size_t>(o.gpus));
+    for (int g = 0; g < o.gpus; ++g) devs[static_cast<size_t>(g)] = g;
+    if (accord_comm_init_all(comms.data(), o.gpus, devs.data()) != ACCORD_SUCCESS) {
+      std::fprintf(stderr, "accord_comm_init_all: %s\n", accord_last_error(nullptr));
+      return 2;
+    }
+    std::vector<int> codes(static_cast<size_t>(o.gpus));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < o.gpus; ++r)
+      threads.emplace_back([&, r] {
+        Rank rk{coll, o, comms[static_cast<size_t>(r)], r, o.gpus, false};
+        rk.device = r;
+        if (accord_stream_create(&rk.stream, r) != ACCORD_SUCCESS) {
+          std::fprintf(stderr, "rank %d: accord_stream_create: %s\n", r, accord_last_error(nullptr));
+          codes[static_cast<size_t>(r)] = 2;
+          return;
+        }
+        codes[static_cast<size_t>(r)] = rk.run();
+        accord_stream_destroy(rk.stream);
+      });
+    for (auto& t : threads) t.join();
+    for (accord_comm_t c : comms) accord_comm_destroy(c);
+    for (int c : codes) code = std::max(code, c);
+  } else if (o.threads > 1) {
     accord_unique_id_t id;
     if (accord_get_unique_id(&id) != ACCORD_SUCCESS) {
       std::fprintf(stderr, "accord_get_unique_id: %s\n", accord_last_error(nullptr));
@@ -552,6 +643,23 @@ int run_main(Coll coll, int argc, char** argv) {
     for (auto& t : threads) t.join();
     for (int c : codes) code = std::max(code, c);
   } else {
+    // -g 1: one GPU per rank, the launcher's local rank modulo the GPUs unless ACCORD_DEVICE
+    // says; told to the communicator through ACCORD_DEVICE so that both agree.
+    int device = -1;
+    if (o.device) {
+      int ngpus = 0;
+      accord_device_count(&ngpus);
+      if (ngpus == 0) {
+        std::fprintf(stderr, "-g 1 needs a GPU (set ACCORD_SIM_TOPO=FILE for simulated ones)\n");
+        return 2;
+      }
+      const char* env = std::getenv("ACCORD_DEVICE");
+      const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+      if (lr == nullptr) lr = std::getenv("LOCAL_RANK");
+      if (lr == nullptr) lr = std::getenv("RANK");
+      device = env ? std::atoi(env) : (lr ? std::atoi(lr) : 0) % ngpus;
+      setenv("ACCORD_DEVICE", std::to_string(device).c_str(), 1);
+    }
     accord_comm_t comm = nullptr;
     accord_status_t s;
 #if ACCORD_HAVE_MPI
@@ -571,7 +679,15 @@ int run_main(Coll coll, int argc, char** argv) {
       return 2;
     }
     Rank rk{coll, o, comm, rank, n, use_mpi};
+    if (o.device) {
+      rk.device = device;
+      if (accord_stream_create(&rk.stream, rk.device) != ACCORD_SUCCESS) {
+        std::fprintf(stderr, "rank %d: accord_stream_create: %s\n", rank, accord_last_error(nullptr));
+        return 2;
+      }
+    }
     code = rk.run();
+    if (rk.stream) accord_stream_destroy(rk.stream);
     accord_comm_destroy(comm);
   }
 #if ACCORD_HAVE_MPI

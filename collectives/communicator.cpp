@@ -156,13 +156,25 @@ Status Communicator::init(const InitSpec& spec) {
   local_ranks_ = {rank_};
   hosts_ = {host_identity(settings_)};
   host_of_ = {0};
-  if (nranks_ == 1) return Status::success();
+  if (nranks_ == 1) return setup_device(spec.device);
 
   const Deadline deadline = Deadline::after_ms(settings_.init_timeout_ms);
   std::unique_ptr<StoreClient> store;
   ACCORD_TRY(StoreClient::connect(spec.endpoint, rank_, nranks_, deadline, &store));
   if (fault_.at("init.connected", rank_)) trigger_fault(fault_);
   Status s = connect_transports(store.get(), deadline);
+  if (s.ok()) s = setup_device(spec.device);
+  if (s.ok()) {
+    std::vector<std::string> devices;
+    s = store->all_gather("device", rank_, nranks_, std::to_string(device_), &devices, deadline);
+    for (size_t r = 0; s.ok() && r < devices.size(); ++r) device_of_[r] = std::atoi(devices[r].c_str());
+    if (s.ok()) compute_ring();
+  }
+  if (s.ok() && device_ >= 0)
+    for (int peer : local_ranks_)
+      if (peer != rank_ && device_of_[static_cast<size_t>(peer)] >= 0)
+        LOG_INFO(kGpu, "rank %d: pair %d-%d: %s", rank_, std::min(rank_, peer), std::max(rank_, peer),
+                 device_pair(std::min(rank_, peer), std::max(rank_, peer)).c_str());
   if (!s.ok()) {
     // Unless the failure came from the store itself (another rank's), tell the others why.
     store->report_failure(s);
@@ -264,11 +276,20 @@ Status Communicator::connect_remote(StoreClient* store, Deadline deadline) {
 std::string Communicator::plan() const {
   auto short_host = [](const std::string& h) { return h.substr(0, h.find('/')); };
   std::string out;
+  if (!ring_.empty()) {
+    out += "ring order (all-reduce ring, broadcast/reduce chains on GPUs):";
+    for (int r : ring_) out += format(" %d", r);
+    out += "\n";
+  }
   for (int a = 0; a < nranks_; ++a)
     for (int b = a + 1; b < nranks_; ++b) {
       const std::string& ha = hosts_.at(static_cast<size_t>(a));
       const std::string& hb = hosts_.at(static_cast<size_t>(b));
-      if (ha == hb)
+      const bool gpus = device_of_.size() == static_cast<size_t>(nranks_) &&
+                        device_of_[static_cast<size_t>(a)] >= 0 && device_of_[static_cast<size_t>(b)] >= 0;
+      if (ha == hb && gpus)
+        out += format("pair %d-%d: %s\n", a, b, device_pair(a, b).c_str());
+      else if (ha == hb)
         out += format("pair %d-%d: shm (same host %s, shared memory)\n", a, b, short_host(ha).c_str());
       else
         out += format("pair %d-%d: tcp (different hosts %s and %s, %d sockets)\n", a, b, short_host(ha).c_str(),
@@ -292,6 +313,11 @@ std::future<Status> Communicator::run_async(std::vector<CollArgs> ops) {
     return Status::success();
   });
   std::future<Status> result = task->get_future();
+  post_job([task] { (*task)(); });
+  return result;
+}
+
+void Communicator::post_job(std::function<void()> job) {
   std::lock_guard<std::mutex> lock(worker_mutex_);
   if (!worker_.joinable()) {
     worker_ = std::thread([this] {
@@ -308,9 +334,8 @@ std::future<Status> Communicator::run_async(std::vector<CollArgs> ops) {
       }
     });
   }
-  worker_jobs_.push_back([task] { (*task)(); });
+  worker_jobs_.push_back(std::move(job));
   worker_cv_.notify_one();
-  return result;
 }
 
 Communicator::~Communicator() {
@@ -322,6 +347,7 @@ Communicator::~Communicator() {
     worker_cv_.notify_all();
     worker_.join();
   }
+  release_device();
   if (fault_.at("destroy", rank_)) trigger_fault(fault_);
   for (int fd : links_.pidfd)
     if (fd >= 0) ::close(fd);
@@ -430,9 +456,9 @@ Algo Communicator::choose_algo(const CollArgs& a, size_t bytes, size_t* chunk) {
   return pick;
 }
 
-const Schedule* Communicator::schedule_for(const ScheduleRequest& req) {
+const Schedule* Communicator::schedule_for(const ScheduleRequest& req, bool mapped) {
   auto key = std::make_tuple(static_cast<int>(req.coll) * 16 + static_cast<int>(req.algo), req.root, req.count,
-                             req.elem_bytes, req.chunk_bytes, 0, req.in_place);
+                             req.elem_bytes, req.chunk_bytes, mapped ? 1 : 0, req.in_place);
   // Training repeats the same few calls: check the last one before the map.
   if (last_schedule_ != nullptr && key == last_key_) return last_schedule_;
   auto it = schedules_.find(key);
@@ -440,6 +466,11 @@ const Schedule* Communicator::schedule_for(const ScheduleRequest& req) {
     if (schedules_.size() >= 64) schedules_.clear();
     Schedule s;
     if (!build_schedule(req, &s)) return nullptr;
+    if (mapped)  // built over ring positions: peers become the ranks at those positions
+      for (Step& st : s.steps) {
+        if (st.send_peer >= 0) st.send_peer = ring_[static_cast<size_t>(st.send_peer)];
+        if (st.recv_peer >= 0) st.recv_peer = ring_[static_cast<size_t>(st.recv_peer)];
+      }
     it = schedules_.emplace(key, std::move(s)).first;
   }
   last_key_ = key;
@@ -498,7 +529,9 @@ Status Communicator::check_consistency(const CollArgs& a) {
   return Status::success();
 }
 
-Status Communicator::run(const CollArgs& a) {
+Status Communicator::run(const CollArgs& a) { return run_on(a, false); }
+
+Status Communicator::run_on(const CollArgs& a, bool on_device) {
   RankScope scope(rank_, nranks_);
   const char* name = collective_name(a.coll);
   if (!sticky_.ok())
@@ -531,7 +564,14 @@ Status Communicator::run(const CollArgs& a) {
     default:
       req.in_place = a.send == a.recv;
   }
-  const Schedule* schedule = schedule_for(req);
+  // Note [Ring order]: on GPUs, rings and chains run in the topology's best ring order.
+  const bool mapped = on_device && !ring_.empty() &&
+                      ((a.coll == Collective::kAllReduce && req.algo == Algo::kRing) || req.algo == Algo::kChain);
+  if (mapped) {
+    req.rank = pos_of_[static_cast<size_t>(rank_)];
+    req.root = pos_of_[static_cast<size_t>(a.root)];
+  }
+  const Schedule* schedule = schedule_for(req, mapped);
   if (schedule == nullptr)
     return error(ACCORD_ERR_INTERNAL, "rank %d: %s: no schedule for algorithm %s", rank_, name, algo_name(req.algo));
 
@@ -546,8 +586,24 @@ Status Communicator::run(const CollArgs& a) {
     x.divisor = a.op == ACCORD_AVG ? nranks_ : 0;
   }
   x.streaming = out_bytes >= nt_threshold_;
-  if (scratch_.size() < schedule->scratch_bytes) scratch_.resize(schedule->scratch_bytes);
-  x.scratch = scratch_.data();
+  if (on_device) {
+    x.mover = mover_.get();
+    mover_->set_call(static_cast<accord_datatype_t>(a.dtype), static_cast<accord_red_op_t>(a.op));
+    x.streaming = false;
+    if (dev_scratch_bytes_ < schedule->scratch_bytes) {
+      // Freeing waits for every stream (as cudaFree), the caller's held ones too: the old
+      // buffer is kept until the communicator goes.
+      void* bigger = nullptr;
+      ACCORD_TRY(rt_->alloc_device(device_, schedule->scratch_bytes, &bigger));
+      if (dev_scratch_ != nullptr) old_scratch_.push_back(dev_scratch_);
+      dev_scratch_ = bigger;
+      dev_scratch_bytes_ = schedule->scratch_bytes;
+    }
+    x.scratch = dev_scratch_;
+  } else {
+    if (scratch_.size() < schedule->scratch_bytes) scratch_.resize(schedule->scratch_bytes);
+    x.scratch = scratch_.data();
+  }
   x.wait.deadline = Deadline::after_ms(settings_.timeout_ms);
   x.wait.abort_flag = &abort_;
   x.wait.self_rank = rank_;

@@ -26,6 +26,7 @@
 #include "core/settings.hpp"
 #include "core/status.hpp"
 #include "transport/bootstrap/store.hpp"
+#include "transport/device/device_runtime.hpp"
 #include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 
@@ -36,6 +37,9 @@ struct InitSpec {
   int nranks = 1;
   StoreEndpoint endpoint;
   Settings settings;
+  // The rank's GPU: >= 0 from accord_comm_init_all's devlist; -1: ACCORD_DEVICE, else local
+  // rank modulo the GPUs when ACCORD_SIM_TOPO or ACCORD_DEVICE asks for GPUs, else host only.
+  int device = -1;
 };
 
 // One collective call, as the API received it.
@@ -61,6 +65,15 @@ class Communicator {
 
   Status run(const CollArgs& args);
 
+  // ---- the device path (collectives/device_path.cpp) ----
+  int device() const { return device_; }
+  // Whether the call's buffers are device memory of this communicator's GPU (true) or host
+  // memory (false); a buffer of another GPU, or a mix, is ACCORD_ERR_INVALID_ARGUMENT.
+  Status classify(const CollArgs& args, bool* on_device) const;
+  // NCCL semantics: checks the call, makes the caller's stream wait for the collective and
+  // hands it to the device worker; returns once enqueued (Note [Stream gate]).
+  Status enqueue_device(const CollArgs& args, void* user_stream);
+
   // "pair A-B: TRANSPORT (reason)" for every pair of ranks (same on every rank).
   std::string plan() const;
 
@@ -70,6 +83,7 @@ class Communicator {
   // Runs `ops` in order on this communicator's worker thread (started on first use); the
   // future holds the first failure. Used by accord_group_end.
   std::future<Status> run_async(std::vector<CollArgs> ops);
+  void post_job(std::function<void()> job);
 
   // Abort: wakes every wait of this communicator with ACCORD_ERR_ABORTED. Safe from any thread.
   void abort() { abort_.store(true, std::memory_order_release); }
@@ -80,6 +94,12 @@ class Communicator {
  private:
   Communicator() = default;
   Status init(const InitSpec& spec);
+  Status run_on(const CollArgs& args, bool on_device);
+  Status setup_device(int requested);
+  Status register_slots();
+  void release_device();
+  void compute_ring();
+  std::string device_pair(int a, int b) const;
   Status connect_transports(StoreClient* store, Deadline deadline);
   void group_by_host(const std::vector<std::string>& infos, std::vector<long>* local_pids);
   Status connect_remote(StoreClient* store, Deadline deadline);
@@ -89,7 +109,7 @@ class Communicator {
   // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
   Status check_consistency(const CollArgs& a);
   Algo choose_algo(const CollArgs& a, size_t bytes, size_t* chunk);
-  const Schedule* schedule_for(const ScheduleRequest& req);
+  const Schedule* schedule_for(const ScheduleRequest& req, bool mapped = false);
 
   int rank_ = 0;
   int nranks_ = 1;
@@ -125,7 +145,21 @@ class Communicator {
   Tuner tuner_;
   std::unordered_map<size_t, std::pair<Algo, size_t>> tune_cache_;  // all-reduce bytes -> algorithm, chunk
   bool oversubscribed_ = false;  // more ranks on this host than CPUs to run them (the tuner's model)
-  // Group worker (accord_group_end).
+  // Device path: the process's runtime, this rank's GPU (-1: host only), every rank's GPU.
+  DeviceRuntime* rt_ = nullptr;
+  int device_ = -1;
+  std::vector<int> device_of_;
+  std::vector<int> ring_, pos_of_;  // Note [Ring order]: position -> rank, rank -> position; empty: rank order
+  Stream stream_;                                 // internal: every kernel of a collective
+  std::unique_ptr<DataMover> mover_;
+  void* dev_scratch_ = nullptr;
+  size_t dev_scratch_bytes_ = 0;
+  std::vector<void*> old_scratch_;
+  std::vector<void*> registered_;                 // host memory given to register_host
+  std::map<void*, Stream> user_streams_;          // the caller's streams, wrapped once
+  std::atomic<uint64_t>* done_ = nullptr;         // collectives finished (leaked: streams read it)
+  uint64_t issued_ = 0;                           // collectives enqueued
+  // Group worker (accord_group_end) and device worker.
   std::thread worker_;
   std::mutex worker_mutex_;
   std::condition_variable worker_cv_;

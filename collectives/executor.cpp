@@ -35,6 +35,20 @@ class Runner {
     c.death_notes = links_.death_notes;
     return c;
   }
+  Status copy(void* d, const void* s, size_t bytes, bool streaming) {
+    if (a_.mover == nullptr) {
+      kernels::copy(d, s, bytes, streaming);
+      return Status::success();
+    }
+    return a_.mover->copy(d, s, bytes);
+  }
+  Status reduce(const kernels::ReduceArgs& k) {
+    if (a_.mover == nullptr) {
+      a_.reduce(k);
+      return Status::success();
+    }
+    return a_.mover->reduce(k);
+  }
   size_t count(const Step& s) const { return s.bytes / a_.elem_bytes; }
   int divisor(const Step& s) const { return s.postop ? a_.divisor : 0; }
 
@@ -72,16 +86,16 @@ class Runner {
     switch (s.kind) {
       case StepKind::kSend:
         ACCORD_TRY(acquire(s.send_peer, s.bytes, &slot));
-        kernels::copy(slot, src(s), s.bytes, false);
+        ACCORD_TRY(copy(slot, src(s), s.bytes, false));
         links_.send[static_cast<size_t>(s.send_peer)]->post(s.bytes, a_.tag);
         return Status::success();
       case StepKind::kRecv:
         ACCORD_TRY(receive(s.recv_peer, s.bytes, &msg));
-        kernels::copy(dst(s), msg, s.bytes, a_.streaming);
+        ACCORD_TRY(copy(dst(s), msg, s.bytes, a_.streaming));
         links_.recv[static_cast<size_t>(s.recv_peer)]->release();
         return Status::success();
       case StepKind::kCopy:
-        if (dst(s) != src(s)) kernels::copy(dst(s), src(s), s.bytes, a_.streaming);
+        if (dst(s) != src(s)) ACCORD_TRY(copy(dst(s), src(s), s.bytes, a_.streaming));
         return Status::success();
       case StepKind::kRecvReduce:
         ACCORD_TRY(receive(s.recv_peer, s.bytes, &msg));
@@ -90,7 +104,7 @@ class Runner {
         k.a = s.message_right ? static_cast<const void*>(src(s)) : msg;
         k.b = s.message_right ? msg : static_cast<const void*>(src(s));
         k.divisor = divisor(s);
-        a_.reduce(k);
+        ACCORD_TRY(reduce(k));
         links_.recv[static_cast<size_t>(s.recv_peer)]->release();
         return Status::success();
       case StepKind::kRecvReduceSend:
@@ -109,10 +123,10 @@ class Runner {
         k.b = s.kind == StepKind::kRecvCopySend ? nullptr : src(s);
         k.divisor = divisor(s);
         if (k.b == nullptr && k.divisor <= 1) {
-          kernels::copy(k.dst0, msg, s.bytes, a_.streaming);
-          kernels::copy(slot, msg, s.bytes, false);
+          ACCORD_TRY(copy(k.dst0, msg, s.bytes, a_.streaming));
+          ACCORD_TRY(copy(slot, msg, s.bytes, false));
         } else {
-          a_.reduce(k);
+          ACCORD_TRY(reduce(k));
         }
         links_.send[static_cast<size_t>(s.send_peer)]->post(s.bytes, a_.tag);
         links_.recv[static_cast<size_t>(s.recv_peer)]->release();
@@ -144,7 +158,7 @@ class Runner {
     const void* y = nullptr;
     ACCORD_TRY(operand(0, &x));
     if (n == 1) {
-      if (dst(s) != x) kernels::copy(dst(s), x, s.bytes, false);
+      if (dst(s) != x) ACCORD_TRY(copy(dst(s), x, s.bytes, false));
       return Status::success();
     }
     ACCORD_TRY(operand(1, &y));
@@ -152,7 +166,7 @@ class Runner {
     k.b = y;
     k.dst0 = n == 2 ? static_cast<void*>(dst(s)) : a_.scratch;
     k.divisor = n == 2 ? divisor(s) : 0;
-    a_.reduce(k);
+    ACCORD_TRY(reduce(k));
     done_with(0);
     done_with(1);
     for (int r = 2; r < n; ++r) {
@@ -162,7 +176,7 @@ class Runner {
       k.b = y;
       k.dst0 = last ? static_cast<void*>(dst(s)) : a_.scratch;
       k.divisor = last ? divisor(s) : 0;
-      a_.reduce(k);
+      ACCORD_TRY(reduce(k));
       done_with(r);
     }
     return Status::success();

@@ -73,6 +73,8 @@ const std::vector<Entry>& entries() {
       STR_ENTRY("ACCORD_TOPO_DUMP_FILE", topo_dump_file, "", "write the detected topology here"),
       STR_ENTRY("ACCORD_SIM_TOPO", sim_topo, "",
                 "present simulated GPUs of the machine in this topology file"),
+      INT_ENTRY("ACCORD_DEVICE", device, "-1",
+                "GPU of this rank (-1: local rank modulo the GPUs, when ACCORD_SIM_TOPO or ACCORD_DEVICE asks for GPUs)"),
       BOOL_ENTRY("ACCORD_P2P_DISABLE", p2p_disable, "0", "never use GPU peer-to-peer; stage through host"),
       BOOL_ENTRY("ACCORD_SIM_THROTTLE", sim_throttle, "0",
                  "simulated GPUs: copies take at least bytes / the topology's link bandwidth"),

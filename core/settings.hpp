@@ -39,6 +39,7 @@ struct Settings {
   std::string topo_dump_file;        // ACCORD_TOPO_DUMP_FILE
   std::string sim_topo;              // ACCORD_SIM_TOPO
   bool p2p_disable = false;          // ACCORD_P2P_DISABLE
+  int64_t device = -1;               // ACCORD_DEVICE (-1 = local rank % devices)
   bool sim_throttle = false;         // ACCORD_SIM_THROTTLE
   // Testing
   std::string fault;                 // ACCORD_FAULT (core/fault.hpp)

@@ -80,7 +80,13 @@ typedef enum {
 /** Opaque communicator handle: one per rank. */
 typedef struct accord_comm* accord_comm_t;
 
-/** CUDA stream (cudaStream_t) or NULL for synchronous host buffers. */
+/** The caller's stream for collectives on device buffers: with CUDA a cudaStream_t of the
+ *  communicator's GPU; with simulated GPUs (ACCORD_SIM_TOPO) the value accord_stream_create
+ *  (accord_device.h) returns. With device buffers a collective is asynchronous, as in NCCL: it
+ *  returns once enqueued; later work on the stream sees its result; a failure while it runs
+ *  sets the communicator's asynchronous error (accord_comm_get_async_error) and still lets
+ *  the stream go on. Host buffers run synchronously; a communicator without a GPU refuses a
+ *  non-NULL stream (ACCORD_ERR_UNSUPPORTED). */
 typedef void* accord_stream_t;
 
 /** Bytes in a unique id (same as NCCL's). */
@@ -121,8 +127,11 @@ ACCORD_API accord_status_t accord_comm_init_rank(accord_comm_t* comm, int nranks
 ACCORD_API accord_status_t accord_comm_init_from_env(accord_comm_t* comm);
 
 /** Creates ndev communicators in this process, ranks 0..ndev-1 of one job (as NCCL's
- *  ncclCommInitAll). devlist: CUDA devices, one per rank; NULL for host-memory ranks.
- *  This build has no GPU path: a non-NULL devlist returns ACCORD_ERR_UNSUPPORTED. */
+ *  ncclCommInitAll), each initialised on its own thread. devlist: the GPU of each rank (CUDA
+ *  devices, or simulated GPUs with ACCORD_SIM_TOPO); NULL for host-memory ranks. One thread
+ *  may then drive every rank: collectives on device buffers return once enqueued, with or
+ *  without accord_group_start/end. Without devlist, accord_comm_init_rank picks
+ *  ACCORD_DEVICE, else (with ACCORD_SIM_TOPO) the local rank modulo the GPUs. */
 ACCORD_API accord_status_t accord_comm_init_all(accord_comm_t* comms, int ndev, const int* devlist);
 
 /** Frees the communicator. Waits for nothing: call it after the last collective on every

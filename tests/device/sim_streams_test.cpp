@@ -311,5 +311,46 @@ TEST(SimStreams, ThrottledPeerCopiesFollowTheTopologysBandwidth) {
   ASSERT_OK(rt->free_device(d4));
 }
 
+// register_host makes existing host memory usable by kernels (the host-staged transport):
+// refused before, accepted after, not freeable as runtime-pinned memory, refused again after
+// unregister_host; overlapping registrations are errors. stream_wait_flag holds a stream until
+// a host thread sets the flag.
+TEST(SimStreams, RegisteredHostMemoryAndFlags) {
+  auto rt = make_sim(kTf4);
+  ASSERT_TRUE(rt);
+  Stream s;
+  ASSERT_OK(rt->create_stream(0, &s));
+  std::vector<float> host(64, 3.0f);
+  void* dev = nullptr;
+  ASSERT_OK(rt->alloc_device(0, 64 * sizeof(float), &dev));
+  kernels::ReduceArgs k;
+  k.dst0 = host.data();
+  k.a = dev;
+  k.count = 64;
+  EXPECT_FALSE(rt->reduce_async(k, ACCORD_FLOAT32, ACCORD_SUM, s).ok());  // pageable: refused
+  ASSERT_OK(rt->register_host(host.data(), host.size() * sizeof(float)));
+  PointerInfo info;
+  ASSERT_OK(rt->pointer_info(host.data() + 3, &info));
+  EXPECT_EQ(info.kind, MemoryKind::kHostPinned);
+  EXPECT_FALSE(rt->register_host(host.data() + 8, 16).ok());  // overlaps
+  EXPECT_FALSE(rt->free_host_pinned(host.data()).ok());       // not the runtime's to free
+  std::vector<float> zeros(64, 0.0f);
+  ASSERT_OK(rt->copy(CopyKind::kHostToDevice, 0, dev, zeros.data(), 64 * sizeof(float)));
+  std::atomic<uint64_t> flag{0};
+  ASSERT_OK(rt->stream_wait_flag(s, &flag, 2));
+  ASSERT_OK(rt->reduce_async(k, ACCORD_FLOAT32, ACCORD_SUM, s));  // host = dev (zeros), after the flag
+  flag.store(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(host[0], 3.0f) << "ran before the flag reached its value";
+  flag.store(2);
+  ASSERT_OK(rt->synchronize_stream(s));
+  for (float v : host) ASSERT_EQ(v, 0.0f);
+  ASSERT_OK(rt->unregister_host(host.data()));
+  EXPECT_FALSE(rt->unregister_host(host.data()).ok());
+  EXPECT_FALSE(rt->reduce_async(k, ACCORD_FLOAT32, ACCORD_SUM, s).ok());
+  ASSERT_OK(rt->free_device(dev));
+  ASSERT_OK(rt->destroy_stream(s));
+}
+
 }  // namespace
 }  // namespace accord::testing

@@ -2,7 +2,9 @@
 // cuda_runtime.cpp).
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "transport/device/cuda_runtime.hpp"
 #include "transport/device/cuda_check.hpp"
@@ -228,5 +230,58 @@ Status CudaRuntime::reduce_async(const kernels::ReduceArgs& args, accord_datatyp
                "(collectives/kernels/cuda_kernels.hpp is missing)", s.device);
 #endif
 }
+
+}  // namespace accord
+
+namespace accord {
+
+// ---- registered host memory, flags, the caller's streams ----
+
+Status CudaRuntime::register_host(void* ptr, size_t bytes) {
+  if (!ptr || bytes == 0)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "register_host(%p, %zu bytes): need a pointer and a size", ptr, bytes);
+  if (count_ == 0) ACCORD_TRY(check_device(0, "register_host"));
+  // Portable: every device's work may use it; mapped: kernels read and write it in place.
+  ACCORD_CUDA_CHECK(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped), -1,
+                    "register_host");
+  return Status();
+}
+
+Status CudaRuntime::unregister_host(void* ptr) {
+  if (!ptr) return error(ACCORD_ERR_INVALID_ARGUMENT, "unregister_host: null pointer");
+  ACCORD_CUDA_CHECK(cudaHostUnregister(ptr), -1, "unregister_host");
+  return Status();
+}
+
+namespace {
+struct FlagWait {
+  const std::atomic<uint64_t>* flag;
+  uint64_t value;
+};
+void wait_flag_host_fn(void* arg) {
+  FlagWait* w = static_cast<FlagWait*>(arg);
+  while (w->flag->load(std::memory_order_acquire) < w->value) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  delete w;
+}
+}  // namespace
+
+// Note [Stream gate] (transport/device/README.md): a host function that blocks until the flag
+// is set. CUDA runs host functions of all streams on one thread per process, so this is safe
+// only because a communicator's worker never needs a host function to make progress (it waits
+// for inputs with an event). cuStreamWaitValue64 on a registered flag would free that thread;
+// it needs the driver API (open point in the README).
+Status CudaRuntime::stream_wait_flag(Stream stream, const std::atomic<uint64_t>* flag, uint64_t value) {
+  if (!flag) return error(ACCORD_ERR_INVALID_ARGUMENT, "stream_wait_flag: null flag");
+  FlagWait* w = new FlagWait{flag, value};
+  Status s = launch_host_func(stream, wait_flag_host_fn, w);
+  if (!s.ok()) delete w;
+  return s;
+}
+
+Status CudaRuntime::wrap_user_stream(int device, void* user_stream, Stream* out) {
+  return wrap_stream(device, user_stream, out);
+}
+
+void* CudaRuntime::user_stream(Stream stream) const { return native_stream(stream); }
 
 }  // namespace accord

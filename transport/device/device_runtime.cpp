@@ -3,6 +3,8 @@
 #include "transport/device/device_runtime.hpp"
 
 #include "accord_config.h"
+#include <mutex>
+
 #include "core/log.hpp"
 #include "transport/device/sim_runtime.hpp"
 #if ACCORD_HAVE_CUDA
@@ -73,6 +75,26 @@ Status make_device_runtime(const Settings& settings, std::unique_ptr<DeviceRunti
   LOG_INFO(kGpu, "device runtime: %s", empty->description().c_str());
   *out = std::move(empty);
   return Status();
+}
+
+DeviceRuntime* process_device_runtime(const Settings& settings, std::string* why) {
+  static std::mutex mu;
+  static DeviceRuntime* runtime = nullptr;  // never destroyed: streams may outlive every communicator
+  static std::string reason;
+  std::lock_guard<std::mutex> lock(mu);
+  if (runtime == nullptr && reason.empty()) {
+    std::unique_ptr<DeviceRuntime> rt;
+    Status s = make_device_runtime(settings, &rt);
+    if (!s.ok()) {
+      reason = s.message();
+    } else if (rt->device_count() == 0) {
+      reason = rt->description();
+    } else {
+      runtime = rt.release();
+    }
+  }
+  if (why != nullptr) *why = reason;
+  return runtime;
 }
 
 }  // namespace accord

@@ -24,6 +24,7 @@
 //    touches freed memory.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -112,6 +113,12 @@ class DeviceRuntime {
   virtual Status alloc_host_pinned(size_t bytes, void** out) = 0;
   virtual Status free_host_pinned(void* ptr) = 0;
   virtual Status pointer_info(const void* ptr, PointerInfo* out) = 0;
+  // Pins existing host memory (cudaHostRegister, portable and mapped): afterwards copies and
+  // reductions of every device accept [ptr, ptr + bytes) as pinned host memory. The shared-memory
+  // FIFO slots are registered so that device kernels read and write them directly (host-staged
+  // transport). unregister_host takes the pointer given to register_host.
+  virtual Status register_host(void* ptr, size_t bytes) = 0;
+  virtual Status unregister_host(void* ptr) = 0;
 
   // ---- peer access ----
   // Whether device may be given access to peer's memory (false for device == peer).
@@ -158,6 +165,19 @@ class DeviceRuntime {
   // (cudaLaunchHostFunc). fn must not call the runtime.
   using HostFn = void (*)(void* arg);
   virtual Status launch_host_func(Stream stream, HostFn fn, void* arg) = 0;
+  // Work enqueued on `stream` after this waits until flag->load() >= value. The flag lives in
+  // host memory and is set by a host thread (the communicator's device worker). Note [Stream
+  // gate] (transport/device/README.md) says why this, and not a blocking host function, is how
+  // a collective holds the caller's stream.
+  virtual Status stream_wait_flag(Stream stream, const std::atomic<uint64_t>* flag, uint64_t value) = 0;
+
+  // ---- the caller's streams (accord_stream_t) ----
+  // CUDA: accord_stream_t is a cudaStream_t of `device`. Simulated: it is the Stream id cast to
+  // a pointer (what accord_stream_create returns). wrap_user_stream makes one usable as a
+  // Stream (the runtime never destroys it: destroy_stream only forgets a wrapped stream);
+  // user_stream goes the other way.
+  virtual Status wrap_user_stream(int device, void* user_stream, Stream* out) = 0;
+  virtual void* user_stream(Stream stream) const = 0;
 
   // ---- IPC between processes of one host ----
   // Exports device memory (ptr may point inside an allocation). The handle stays valid while
@@ -181,6 +201,11 @@ class DeviceRuntime {
 // format); else CUDA when built with it and a device exists; else a runtime with no devices,
 // whose description() says why and whose device calls fail saying so. Logs the choice at info.
 Status make_device_runtime(const Settings& settings, std::unique_ptr<DeviceRuntime>* out);
+
+// The runtime of this process, made by make_device_runtime on first use and kept until exit:
+// every communicator and the public device API (accord_device.h) share it, so that device
+// pointers of one are known to the others. Null (with *why set) when it has no device.
+DeviceRuntime* process_device_runtime(const Settings& settings, std::string* why = nullptr);
 
 // Bytes per element; 0 for an unknown dtype.
 size_t dtype_bytes(accord_datatype_t dtype);

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 #include "core/crypto.hpp"
 
@@ -41,6 +42,7 @@ std::string read_link(const std::string& path) {
 
 SimMemory::~SimMemory() {
   for (auto& [addr, a] : allocs_) {
+    if (a.registered) continue;  // the caller's memory
     munmap(a.base, a.map_bytes);
     if (a.fd >= 0) close(a.fd);
   }
@@ -91,6 +93,37 @@ Status SimMemory::alloc_pinned(size_t bytes, void** out) {
   return Status();
 }
 
+Status SimMemory::register_pinned(void* ptr, size_t bytes) {
+  if (ptr == nullptr || bytes == 0)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "register_host(%p, %zu bytes): need a pointer and a size", ptr, bytes);
+  const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocs_.lower_bound(p);
+  if (it != allocs_.end() && it->first < p + bytes)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "register_host(%p, %zu bytes): overlaps %s at %p", ptr, bytes,
+                 memory_kind_name(it->second.kind), it->second.base);
+  if (it != allocs_.begin() && std::prev(it)->first + std::prev(it)->second.bytes > p)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "register_host(%p, %zu bytes): overlaps %s at %p", ptr, bytes,
+                 memory_kind_name(std::prev(it)->second.kind), std::prev(it)->second.base);
+  Allocation a;
+  a.kind = MemoryKind::kHostPinned;
+  a.base = ptr;
+  a.bytes = bytes;
+  a.registered = true;
+  allocs_[p] = a;
+  return Status();
+}
+
+Status SimMemory::unregister_pinned(void* ptr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocs_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == allocs_.end() || !it->second.registered)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "unregister_host(%p): not memory given to register_host (unregistered "
+                 "already, or allocated by the runtime)", ptr);
+  allocs_.erase(it);
+  return Status();
+}
+
 Status SimMemory::free(void* ptr, MemoryKind kind, const char* op) {
   Allocation a;
   {
@@ -110,6 +143,9 @@ Status SimMemory::free(void* ptr, MemoryKind kind, const char* op) {
       return error(ACCORD_ERR_INVALID_ARGUMENT, "%s(%p): not an allocation of this runtime (freed already, "
                    "or never allocated here)", op, ptr);
     }
+    if (it->second.registered)
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "%s(%p): the memory was pinned by register_host; use unregister_host",
+                   op, ptr);
     if (it->second.kind != kind || it->second.imported)
       return error(ACCORD_ERR_INVALID_ARGUMENT, "%s(%p): the pointer is %s%s, not %s; use %s", op, ptr,
                    it->second.imported ? "imported " : "", memory_kind_name(it->second.kind), memory_kind_name(kind),

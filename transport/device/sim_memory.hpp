@@ -30,6 +30,7 @@ struct Allocation {
   int fd = -1;             // memfd of device memory we own; -1 otherwise
   std::string name;        // memfd name (device memory, own or imported)
   bool imported = false;   // mapped from another process's handle
+  bool registered = false; // the caller's memory pinned by register_host (never unmapped here)
   size_t map_bytes = 0;    // length of the mapping (>= bytes, page-rounded)
 };
 
@@ -42,6 +43,10 @@ class SimMemory {
 
   Status alloc_device(int device, size_t bytes, void** out);
   Status alloc_pinned(size_t bytes, void** out);
+  // Records the caller's host memory as pinned (register_host); it must not overlap anything
+  // known. unregister forgets it and leaves the memory alone.
+  Status register_pinned(void* ptr, size_t bytes);
+  Status unregister_pinned(void* ptr);
   // Frees an allocation of `kind` that starts at ptr (imported memory is closed, not freed).
   Status free(void* ptr, MemoryKind kind, const char* op);
 

@@ -52,6 +52,8 @@ class SimulatedRuntime final : public DeviceRuntime {
   Status alloc_host_pinned(size_t bytes, void** out) override;
   Status free_host_pinned(void* ptr) override;
   Status pointer_info(const void* ptr, PointerInfo* out) override;
+  Status register_host(void* ptr, size_t bytes) override;
+  Status unregister_host(void* ptr) override;
 
   Status can_access_peer(int device, int peer, bool* out) override;
   Status enable_peer(int device, int peer) override;
@@ -73,6 +75,9 @@ class SimulatedRuntime final : public DeviceRuntime {
   Status synchronize_event(Event event) override;
   Status query_event(Event event, bool* done) override;
   Status launch_host_func(Stream stream, HostFn fn, void* arg) override;
+  Status stream_wait_flag(Stream stream, const std::atomic<uint64_t>* flag, uint64_t value) override;
+  Status wrap_user_stream(int device, void* user_stream, Stream* out) override;
+  void* user_stream(Stream stream) const override;
 
   Status ipc_get_handle(const void* ptr, IpcHandle* out) override;
   Status ipc_open_handle(int device, const IpcHandle& handle, void** out) override;

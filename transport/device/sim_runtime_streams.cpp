@@ -2,6 +2,9 @@
 // are sim_stream.cpp, the shared memory is sim_memory.cpp).
 #include "transport/device/sim_runtime.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include "core/log.hpp"
 
 namespace accord {
@@ -200,6 +203,57 @@ Status SimulatedRuntime::ipc_close_handle(void* ptr) {
   if (!ptr) return error(ACCORD_ERR_INVALID_ARGUMENT, "ipc_close_handle: null pointer");
   drain_all_streams();
   return memory_.close_imported(ptr);
+}
+
+}  // namespace accord
+
+namespace accord {
+
+// ---- registered host memory, flags, the caller's streams ----
+
+Status SimulatedRuntime::register_host(void* ptr, size_t bytes) { return memory_.register_pinned(ptr, bytes); }
+
+Status SimulatedRuntime::unregister_host(void* ptr) {
+  drain_all_streams();  // as cudaHostUnregister: queued work never touches memory given back
+  return memory_.unregister_pinned(ptr);
+}
+
+// Each simulated stream has its own thread, so the wait blocks only its own stream: the
+// simulation of cuStreamWaitValue64. The flag is polled with short sleeps after a spin: it is
+// set by a host thread after a whole collective, so microseconds do not matter.
+Status SimulatedRuntime::stream_wait_flag(Stream stream, const std::atomic<uint64_t>* flag, uint64_t value) {
+  std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(find_stream(stream, "stream_wait_flag", &s));
+  if (!flag) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: stream_wait_flag: null flag", s->device());
+  s->enqueue([flag, value] {
+    for (int spin = 0; flag->load(std::memory_order_acquire) < value; ++spin) {
+      if (spin < 1000)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    return Status();
+  });
+  return Status();
+}
+
+Status SimulatedRuntime::wrap_user_stream(int device, void* user_stream, Stream* out) {
+  if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: wrap_user_stream: null output", device);
+  std::shared_ptr<sim::SimStream> s;
+  const Stream st{static_cast<uint64_t>(reinterpret_cast<uintptr_t>(user_stream))};
+  Status found = find_stream(st, "accord stream", &s);
+  if (!found.ok())
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "stream %p is not a stream of the simulated GPUs (create it with "
+                 "accord_stream_create): %s", user_stream, found.message().c_str());
+  if (s->device() != device)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "stream %p belongs to simulated GPU %d, not to GPU %d of the "
+                 "communicator; use a stream of the communicator's device", user_stream, s->device(), device);
+  *out = st;
+  return Status();
+}
+
+void* SimulatedRuntime::user_stream(Stream stream) const {
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(stream.id));
 }
 
 }  // namespace accord

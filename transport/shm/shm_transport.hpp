@@ -37,6 +37,13 @@ class ShmTransport {
   SendChannel* sender(int peer) const { return senders_[static_cast<size_t>(peer)].get(); }
   RecvChannel* receiver(int peer) const { return receivers_[static_cast<size_t>(peer)].get(); }
   const FifoShape& shape() const { return options_.shape; }
+  // Every segment this rank mapped (its own and its local peers'): the device path registers
+  // them with the device runtime, so GPU kernels read and write the slots (host-staged).
+  struct Mapping {
+    void* addr = nullptr;
+    size_t bytes = 0;
+  };
+  const std::vector<Mapping>& mappings() const { return mappings_; }
 
   // Note [Death notes] (wait.hpp): per rank, the first word of its segment's header page.
   // Zero-filled memory reads as rank 0, so the owner stores -1 at creation.
@@ -45,10 +52,6 @@ class ShmTransport {
 
  private:
   ShmTransport() = default;
-  struct Mapping {
-    void* addr = nullptr;
-    size_t bytes = 0;
-  };
   ShmOptions options_;
   std::vector<Mapping> mappings_;
   std::vector<std::atomic<int32_t>*> notes_;

@@ -1,0 +1,481 @@
+// Collectives on device buffers of simulated GPUs, every rank in this process (init_all with a
+// device list, one thread driving all of them through groups). Exact results for every
+// collective over several dtypes, ops and sizes; the transport of every GPU pair; NCCL-style
+// asynchrony (the call returns before the stream ran; later work sees the result); a failure
+// in the device worker becomes the asynchronous error and does not hang the stream.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/settings.hpp"
+#include "include/accord/accord.h"
+#include "include/accord/accord_device.h"
+#include "transport/device/device_runtime.hpp"
+
+namespace {
+
+#define OK(call) ASSERT_EQ((call), ACCORD_SUCCESS) << accord_last_error(nullptr)
+
+struct Job {
+  int n = 0;
+  std::vector<accord_comm_t> comms;
+  std::vector<accord_stream_t> streams;
+  void init() {
+    OK(accord_device_count(&n));
+    // The 'gpu' suite runs this binary without ACCORD_SIM_TOPO: real GPUs, or skip.
+    if (n < 2 && std::getenv("ACCORD_SIM_TOPO") == nullptr)
+      GTEST_SKIP() << "needs 2 real GPUs (found " << n << ")";
+    ASSERT_GT(n, 1) << "ACCORD_SIM_TOPO must name a machine with GPUs";
+    std::vector<int> devs(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) devs[static_cast<size_t>(i)] = i;
+    comms.assign(static_cast<size_t>(n), nullptr);
+    streams.assign(static_cast<size_t>(n), nullptr);
+    OK(accord_comm_init_all(comms.data(), n, devs.data()));
+    for (int i = 0; i < n; ++i) OK(accord_stream_create(&streams[static_cast<size_t>(i)], i));
+  }
+  ~Job() {
+    for (accord_stream_t s : streams)
+      if (s) accord_stream_destroy(s);
+    for (accord_comm_t c : comms)
+      if (c) accord_comm_destroy(c);
+  }
+};
+
+size_t esize(accord_datatype_t d) { return accord_dtype_size(d); }
+
+// Small integers, exact in every dtype used here and in any summation order.
+double value(int rank, size_t i) { return static_cast<double>(1 + rank + static_cast<int>(i % 5)); }
+
+void put(accord_datatype_t d, void* p, size_t i, double v) {
+  switch (d) {
+    case ACCORD_INT32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case ACCORD_FLOAT32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case ACCORD_FLOAT64:
+      static_cast<double*>(p)[i] = v;
+      break;
+    case ACCORD_UINT8:
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      break;
+    default:
+      FAIL();
+  }
+}
+double get(accord_datatype_t d, const void* p, size_t i) {
+  switch (d) {
+    case ACCORD_INT32:
+      return static_cast<const int32_t*>(p)[i];
+    case ACCORD_FLOAT32:
+      return static_cast<const float*>(p)[i];
+    case ACCORD_FLOAT64:
+      return static_cast<const double*>(p)[i];
+    case ACCORD_UINT8:
+      return static_cast<const uint8_t*>(p)[i];
+    default:
+      return -1;
+  }
+}
+double fold(accord_red_op_t op, int n, size_t i) {
+  double r = value(0, i);
+  for (int k = 1; k < n; ++k) {
+    double v = value(k, i);
+    r = op == ACCORD_SUM ? r + v : op == ACCORD_MAX ? std::max(r, v) : std::min(r, v);
+  }
+  return r;
+}
+
+enum class Coll { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce };
+const char* coll_name(Coll c) {
+  static const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                "reduce"};
+  return names[static_cast<int>(c)];
+}
+
+// Runs one collective on every rank with device buffers (group, one thread), then checks the
+// output of every rank bit for bit.
+void check(Job& job, Coll coll, accord_datatype_t dtype, accord_red_op_t op, size_t count) {
+  const int n = job.n;
+  const size_t es = esize(dtype);
+  const size_t in_count = coll == Coll::kReduceScatter ? count * static_cast<size_t>(n) : count;
+  const size_t out_count = coll == Coll::kAllGather ? count * static_cast<size_t>(n) : count;
+  const int root = coll == Coll::kBroadcast ? 1 : n - 1;
+  std::vector<void*> in(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    OK(accord_device_alloc(&in[static_cast<size_t>(r)], in_count * es + 1, r));
+    OK(accord_device_alloc(&out[static_cast<size_t>(r)], out_count * es + 1, r));
+    std::vector<uint8_t> host(in_count * es + 1);
+    for (size_t i = 0; i < in_count; ++i) put(dtype, host.data(), i, value(r, i));
+    OK(accord_device_memcpy(in[static_cast<size_t>(r)], host.data(), host.size()));
+    std::vector<uint8_t> poison(out_count * es + 1, 0xee);
+    OK(accord_device_memcpy(out[static_cast<size_t>(r)], poison.data(), poison.size()));
+  }
+  OK(accord_group_start());
+  for (int r = 0; r < n; ++r) {
+    const size_t u = static_cast<size_t>(r);
+    accord_comm_t c = job.comms[u];
+    accord_stream_t s = job.streams[u];
+    switch (coll) {
+      case Coll::kAllReduce:
+        OK(accord_all_reduce(in[u], out[u], count, dtype, op, c, s));
+        break;
+      case Coll::kReduceScatter:
+        OK(accord_reduce_scatter(in[u], out[u], count, dtype, op, c, s));
+        break;
+      case Coll::kAllGather:
+        OK(accord_all_gather(in[u], out[u], count, dtype, c, s));
+        break;
+      case Coll::kBroadcast:
+        OK(accord_broadcast(in[u], out[u], count, dtype, root, c, s));
+        break;
+      case Coll::kReduce:
+        OK(accord_reduce(in[u], out[u], count, dtype, op, root, c, s));
+        break;
+    }
+  }
+  OK(accord_group_end());
+  for (int r = 0; r < n; ++r) OK(accord_stream_synchronize(job.streams[static_cast<size_t>(r)]));
+  for (int r = 0; r < n; ++r) {
+    accord_status_t async = ACCORD_SUCCESS;
+    OK(accord_comm_get_async_error(job.comms[static_cast<size_t>(r)], &async));
+    ASSERT_EQ(async, ACCORD_SUCCESS) << accord_last_error(job.comms[static_cast<size_t>(r)]);
+    std::vector<uint8_t> host(out_count * es + 1);
+    OK(accord_device_memcpy(host.data(), out[static_cast<size_t>(r)], host.size()));
+    ASSERT_EQ(host[out_count * es], 0xee) << "wrote past the end";
+    if (coll == Coll::kReduce && r != root) continue;
+    for (size_t i = 0; i < out_count; ++i) {
+      double want = 0;
+      switch (coll) {
+        case Coll::kAllReduce:
+        case Coll::kReduce:
+          want = fold(op, n, i);
+          break;
+        case Coll::kReduceScatter:
+          want = fold(op, n, static_cast<size_t>(r) * count + i);
+          break;
+        case Coll::kAllGather:
+          want = value(static_cast<int>(i / count), i % count);
+          break;
+        case Coll::kBroadcast:
+          want = value(root, i);
+          break;
+      }
+      ASSERT_EQ(get(dtype, host.data(), i), want)
+          << coll_name(coll) << " rank " << r << " element " << i << " of " << out_count
+          << " dtype " << dtype << " op " << op;
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    OK(accord_device_free(in[static_cast<size_t>(r)]));
+    OK(accord_device_free(out[static_cast<size_t>(r)]));
+  }
+}
+
+TEST(GpuPath, EveryCollectiveExact) {
+  Job job;
+  ASSERT_NO_FATAL_FAILURE(job.init());
+  if (testing::Test::IsSkipped()) return;
+  // 0, 1, a prime, more than one 256 KiB slot per rank segment.
+  const size_t sizes[] = {0, 1, 13, 70001};
+  for (size_t count : sizes) {
+    for (accord_datatype_t d : {ACCORD_FLOAT32, ACCORD_INT32, ACCORD_FLOAT64}) {
+      for (accord_red_op_t op : {ACCORD_SUM, ACCORD_MAX})
+        ASSERT_NO_FATAL_FAILURE(check(job, Coll::kAllReduce, d, op, count));
+    }
+    ASSERT_NO_FATAL_FAILURE(check(job, Coll::kReduceScatter, ACCORD_FLOAT32, ACCORD_SUM, count));
+    ASSERT_NO_FATAL_FAILURE(check(job, Coll::kReduceScatter, ACCORD_INT32, ACCORD_MIN, count));
+    ASSERT_NO_FATAL_FAILURE(check(job, Coll::kAllGather, ACCORD_UINT8, ACCORD_SUM, count));
+    ASSERT_NO_FATAL_FAILURE(check(job, Coll::kBroadcast, ACCORD_FLOAT64, ACCORD_SUM, count));
+    ASSERT_NO_FATAL_FAILURE(check(job, Coll::kReduce, ACCORD_FLOAT32, ACCORD_MAX, count));
+  }
+}
+
+// Without a group: one thread calls each rank in turn; every call only enqueues.
+TEST(GpuPath, OneThreadWithoutGroup) {
+  Job job;
+  ASSERT_NO_FATAL_FAILURE(job.init());
+  if (testing::Test::IsSkipped()) return;
+  const size_t count = 1031;
+  std::vector<void*> buf(static_cast<size_t>(job.n));
+  for (int r = 0; r < job.n; ++r) {
+    OK(accord_device_alloc(&buf[static_cast<size_t>(r)], count * 4, r));
+    std::vector<float> h(count, static_cast<float>(r + 1));
+    OK(accord_device_memcpy(buf[static_cast<size_t>(r)], h.data(), count * 4));
+  }
+  for (int r = 0; r < job.n; ++r)
+    OK(accord_all_reduce(buf[static_cast<size_t>(r)], buf[static_cast<size_t>(r)], count,
+                         ACCORD_FLOAT32, ACCORD_SUM, job.comms[static_cast<size_t>(r)],
+                         job.streams[static_cast<size_t>(r)]));
+  const float want = static_cast<float>(job.n * (job.n + 1) / 2);
+  for (int r = 0; r < job.n; ++r) {
+    OK(accord_stream_synchronize(job.streams[static_cast<size_t>(r)]));
+    std::vector<float> h(count);
+    OK(accord_device_memcpy(h.data(), buf[static_cast<size_t>(r)], count * 4));
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(h[i], want) << "rank " << r << " element " << i;
+    OK(accord_device_free(buf[static_cast<size_t>(r)]));
+  }
+}
+
+accord::DeviceRuntime* runtime() {
+  accord::Settings s;
+  EXPECT_TRUE(accord::load_settings(&s).ok());
+  return accord::process_device_runtime(s);
+}
+accord::Stream as_stream(accord_stream_t s) {
+  return accord::Stream{reinterpret_cast<uintptr_t>(s)};
+}
+
+void gate_fn(void* arg) {
+  auto* open = static_cast<std::atomic<bool>*>(arg);
+  while (!open->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+struct Seen {
+  const float* host;
+  float value = -1;
+};
+void see_fn(void* arg) {
+  auto* s = static_cast<Seen*>(arg);
+  s->value = s->host[0];
+}
+
+// The call returns while the caller's stream is still held by a gate before it (so the
+// collective cannot have run); work enqueued after the call sees the result.
+TEST(GpuPath, AsyncOnTheCallersStream) {
+  Job job;
+  ASSERT_NO_FATAL_FAILURE(job.init());
+  if (testing::Test::IsSkipped()) return;
+  accord::DeviceRuntime* rt = runtime();
+  ASSERT_NE(rt, nullptr);
+  const size_t count = 257;
+  std::vector<void*> buf(static_cast<size_t>(job.n));
+  std::vector<float*> pinned(static_cast<size_t>(job.n));
+  std::vector<Seen> seen(static_cast<size_t>(job.n));
+  std::atomic<bool> open{false};
+  for (int r = 0; r < job.n; ++r) {
+    const size_t u = static_cast<size_t>(r);
+    OK(accord_device_alloc(&buf[u], count * 4, r));
+    std::vector<float> h(count, static_cast<float>(r + 1));
+    OK(accord_device_memcpy(buf[u], h.data(), count * 4));
+    void* p = nullptr;
+    ASSERT_TRUE(rt->alloc_host_pinned(count * 4, &p).ok());
+    pinned[u] = static_cast<float*>(p);
+    pinned[u][0] = -7;
+    ASSERT_TRUE(rt->launch_host_func(as_stream(job.streams[u]), gate_fn, &open).ok());
+  }
+  OK(accord_group_start());
+  for (int r = 0; r < job.n; ++r)
+    OK(accord_all_reduce(buf[static_cast<size_t>(r)], buf[static_cast<size_t>(r)], count,
+                         ACCORD_FLOAT32, ACCORD_SUM, job.comms[static_cast<size_t>(r)],
+                         job.streams[static_cast<size_t>(r)]));
+  OK(accord_group_end());
+  for (int r = 0; r < job.n; ++r) {
+    const size_t u = static_cast<size_t>(r);
+    ASSERT_TRUE(rt->copy_async(accord::CopyKind::kDeviceToHost, pinned[u], buf[u], count * 4,
+                               as_stream(job.streams[u]))
+                    .ok());
+    seen[u].host = pinned[u];
+    ASSERT_TRUE(rt->launch_host_func(as_stream(job.streams[u]), see_fn, &seen[u]).ok());
+  }
+  // Every call returned while the streams were held: nothing ran yet.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int r = 0; r < job.n; ++r) EXPECT_EQ(pinned[static_cast<size_t>(r)][0], -7);
+  open.store(true);
+  const float want = static_cast<float>(job.n * (job.n + 1) / 2);
+  for (int r = 0; r < job.n; ++r) {
+    const size_t u = static_cast<size_t>(r);
+    OK(accord_stream_synchronize(job.streams[u]));
+    EXPECT_EQ(seen[u].value, want) << "rank " << r;
+    for (size_t i = 0; i < count; ++i)
+      ASSERT_EQ(pinned[u][i], want) << "rank " << r << " element " << i;
+    ASSERT_TRUE(rt->free_host_pinned(pinned[u]).ok());
+    OK(accord_device_free(buf[u]));
+  }
+}
+
+// Rank 0 disagrees on the dtype (same bytes, so the same algorithm everywhere): the device workers
+// fail (mismatch), the error is the communicator's asynchronous error, and the streams are released
+// all the same.
+TEST(GpuPath, WorkerErrorIsAsyncAndReleasesTheStream) {
+  // Ranks not next to rank 0 wait for messages that never come: they time out (quickly here).
+  setenv("ACCORD_TIMEOUT_MS", "1500", 1);
+  Job job;
+  ASSERT_NO_FATAL_FAILURE(job.init());
+  if (testing::Test::IsSkipped()) return;
+  setenv("ACCORD_TIMEOUT_MS", "30000", 1);
+  std::vector<void*> buf(static_cast<size_t>(job.n));
+  for (int r = 0; r < job.n; ++r)
+    OK(accord_device_alloc(&buf[static_cast<size_t>(r)], 4096 * 4, r));
+  OK(accord_group_start());
+  for (int r = 0; r < job.n; ++r)
+    OK(accord_all_reduce(buf[static_cast<size_t>(r)], buf[static_cast<size_t>(r)], 4096,
+                         r == 0 ? ACCORD_INT32 : ACCORD_FLOAT32, ACCORD_SUM,
+                         job.comms[static_cast<size_t>(r)], job.streams[static_cast<size_t>(r)]));
+  OK(accord_group_end());
+  int failed = 0, mismatched = 0;
+  for (int r = 0; r < job.n; ++r) {
+    OK(accord_stream_synchronize(job.streams[static_cast<size_t>(r)]));
+    accord_status_t async = ACCORD_SUCCESS;
+    OK(accord_comm_get_async_error(job.comms[static_cast<size_t>(r)], &async));
+    if (async != ACCORD_SUCCESS) {
+      ++failed;
+      mismatched += async == ACCORD_ERR_MISMATCH;
+      EXPECT_TRUE(async == ACCORD_ERR_MISMATCH || async == ACCORD_ERR_TIMEOUT)
+          << accord_status_string(async);
+    }
+  }
+  EXPECT_EQ(failed, job.n);
+  EXPECT_GT(mismatched, 0);
+  // A later call on a failed communicator is refused at once.
+  for (int r = 0; r < job.n; ++r) {
+    accord_status_t async = ACCORD_SUCCESS;
+    OK(accord_comm_get_async_error(job.comms[static_cast<size_t>(r)], &async));
+    if (async == ACCORD_SUCCESS) continue;
+    EXPECT_NE(accord_all_reduce(buf[static_cast<size_t>(r)], buf[static_cast<size_t>(r)], 16,
+                                ACCORD_FLOAT32, ACCORD_SUM, job.comms[static_cast<size_t>(r)],
+                                job.streams[static_cast<size_t>(r)]),
+              ACCORD_SUCCESS);
+  }
+  for (int r = 0; r < job.n; ++r) OK(accord_device_free(buf[static_cast<size_t>(r)]));
+}
+
+// Host buffers on communicators with a GPU keep the synchronous host path, queued behind the
+// device calls made before them (here: a device all-reduce, then a host one, in one group).
+TEST(GpuPath, HostBuffersAfterDeviceCalls) {
+  Job job;
+  ASSERT_NO_FATAL_FAILURE(job.init());
+  if (testing::Test::IsSkipped()) return;
+  const size_t count = 100;
+  std::vector<void*> dbuf(static_cast<size_t>(job.n));
+  std::vector<std::vector<int32_t>> hbuf(static_cast<size_t>(job.n), std::vector<int32_t>(count));
+  for (int r = 0; r < job.n; ++r) {
+    OK(accord_device_alloc(&dbuf[static_cast<size_t>(r)], count * 4, r));
+    std::vector<int32_t> h(count, r + 1);
+    OK(accord_device_memcpy(dbuf[static_cast<size_t>(r)], h.data(), count * 4));
+    hbuf[static_cast<size_t>(r)].assign(count, 10 * (r + 1));
+  }
+  OK(accord_group_start());
+  for (int r = 0; r < job.n; ++r) {
+    const size_t u = static_cast<size_t>(r);
+    OK(accord_all_reduce(dbuf[u], dbuf[u], count, ACCORD_INT32, ACCORD_SUM, job.comms[u],
+                         job.streams[u]));
+    OK(accord_all_reduce(hbuf[u].data(), hbuf[u].data(), count, ACCORD_INT32, ACCORD_SUM,
+                         job.comms[u], nullptr));
+  }
+  OK(accord_group_end());
+  const int32_t want = job.n * (job.n + 1) / 2;
+  for (int r = 0; r < job.n; ++r) {
+    const size_t u = static_cast<size_t>(r);
+    OK(accord_stream_synchronize(job.streams[u]));
+    std::vector<int32_t> h(count);
+    OK(accord_device_memcpy(h.data(), dbuf[u], count * 4));
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(h[i], want) << "device, rank " << r;
+      ASSERT_EQ(hbuf[u][i], 10 * want) << "host, rank " << r;
+    }
+    OK(accord_device_free(dbuf[u]));
+  }
+}
+
+// A buffer of another GPU, or host and device mixed, is refused naming the buffer.
+TEST(GpuPath, WrongMemoryIsRefused) {
+  Job job;
+  ASSERT_NO_FATAL_FAILURE(job.init());
+  if (testing::Test::IsSkipped()) return;
+  void* other = nullptr;
+  void* mine = nullptr;
+  OK(accord_device_alloc(&other, 64, 1));
+  OK(accord_device_alloc(&mine, 64, 0));
+  std::vector<float> host(16);
+  EXPECT_EQ(
+      accord_all_reduce(other, other, 16, ACCORD_FLOAT32, ACCORD_SUM, job.comms[0], job.streams[0]),
+      ACCORD_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(accord_last_error(job.comms[0])).find("GPU 1"), std::string::npos)
+      << accord_last_error(job.comms[0]);
+  EXPECT_EQ(accord_all_reduce(mine, host.data(), 16, ACCORD_FLOAT32, ACCORD_SUM, job.comms[0],
+                              job.streams[0]),
+            ACCORD_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(accord_last_error(job.comms[0])).find("host"), std::string::npos);
+  OK(accord_device_free(other));
+  OK(accord_device_free(mine));
+}
+
+std::string plan_of(accord_comm_t c) {
+  size_t len = 0;
+  EXPECT_EQ(accord_comm_plan(c, nullptr, &len), ACCORD_SUCCESS);
+  std::string s(len, '\0');
+  EXPECT_EQ(accord_comm_plan(c, s.data(), &len), ACCORD_SUCCESS);
+  s.resize(std::strlen(s.c_str()));
+  return s;
+}
+
+// Every GPU pair is listed; host-staged everywhere today, with "cannot peer" exactly for the
+// pairs the topology refuses (on the 4-GPU machine: {0,1} x {2,3}).
+TEST(GpuPath, PlanNamesEveryGpuPair) {
+  Job job;
+  ASSERT_NO_FATAL_FAILURE(job.init());
+  if (testing::Test::IsSkipped()) return;
+  const std::string plan = plan_of(job.comms[0]);
+  const char* topo = std::getenv("ACCORD_TEST_TOPO");
+  const bool disabled = std::getenv("ACCORD_P2P_DISABLE") != nullptr;
+  for (int a = 0; a < job.n; ++a)
+    for (int b = a + 1; b < job.n; ++b) {
+      const std::string head = "pair " + std::to_string(a) + "-" + std::to_string(b) + ": ";
+      size_t at = plan.find(head);
+      ASSERT_NE(at, std::string::npos) << plan;
+      const std::string line = plan.substr(at, plan.find('\n', at) - at);
+      EXPECT_EQ(line.rfind(head + "host-staged (", 0), 0u) << line;
+      if (disabled) {
+        EXPECT_NE(line.find("ACCORD_P2P_DISABLE"), std::string::npos) << line;
+      } else if (topo != nullptr && std::string(topo) == "tf4") {
+        const bool cross = (a < 2) != (b < 2);
+        EXPECT_EQ(line.find("cannot peer") != std::string::npos, cross) << line;
+      }
+    }
+}
+
+// The ring runs in the topology's best order: on the 4-GPU machine it crosses between {0,1}
+// and {2,3} (pairs that cannot peer) exactly twice; on the DGX-1 it never uses a pair that
+// cannot peer (NVLink only).
+TEST(GpuPath, RingAvoidsSlowHops) {
+  Job job;
+  ASSERT_NO_FATAL_FAILURE(job.init());
+  if (testing::Test::IsSkipped()) return;
+  const std::string plan = plan_of(job.comms[0]);
+  std::vector<int> ring;
+  const size_t at = plan.find("ring order");
+  if (at == std::string::npos) {
+    for (int r = 0; r < job.n; ++r) ring.push_back(r);
+  } else {
+    const std::string line =
+        plan.substr(plan.find(':', at) + 1, plan.find('\n', at) - plan.find(':', at) - 1);
+    size_t pos = 0;
+    while (pos < line.size()) {
+      char* end = nullptr;
+      long v = std::strtol(line.c_str() + pos, &end, 10);
+      if (end == line.c_str() + pos) break;
+      ring.push_back(static_cast<int>(v));
+      pos = static_cast<size_t>(end - line.c_str());
+    }
+  }
+  ASSERT_EQ(static_cast<int>(ring.size()), job.n) << plan;
+  int slow = 0;
+  for (int i = 0; i < job.n; ++i) {
+    int a = ring[static_cast<size_t>(i)], b = ring[static_cast<size_t>((i + 1) % job.n)];
+    if (a > b) std::swap(a, b);
+    const std::string head = "pair " + std::to_string(a) + "-" + std::to_string(b) + ": ";
+    const size_t p = plan.find(head);
+    ASSERT_NE(p, std::string::npos) << plan;
+    slow += plan.substr(p, plan.find('\n', p) - p).find("cannot peer") != std::string::npos;
+  }
+  const char* topo = std::getenv("ACCORD_TEST_TOPO");
+  EXPECT_EQ(slow, topo != nullptr && std::string(topo) == "tf4" ? 2 : 0) << plan;
+}
+
+}  // namespace
