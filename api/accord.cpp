@@ -2,6 +2,7 @@
 // accord_status_t plus a message for accord_last_error, and catches everything: no exception
 // crosses the C ABI.
 #include "include/accord/accord.h"
+#include "include/accord/accord_device.h"
 
 #include <chrono>
 #include <cstring>
@@ -342,6 +343,15 @@ accord_status_t accord_comm_rank(accord_comm_t comm, int* rank) {
   if (!live(comm, "accord_comm_rank", &code)) return code;
   if (rank == nullptr) return report(comm, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_rank: rank is NULL"));
   *rank = comm->impl->rank();
+  return ACCORD_SUCCESS;
+}
+
+accord_status_t accord_comm_device(accord_comm_t comm, int* device) {
+  CallGuard guard(comm);
+  accord_status_t code;
+  if (!live(comm, "accord_comm_device", &code)) return code;
+  if (device == nullptr) return report(comm, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_device: device is NULL"));
+  *device = comm->impl->device();
   return ACCORD_SUCCESS;
 }
 

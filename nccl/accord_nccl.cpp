@@ -6,6 +6,7 @@
 // Accord's surface return ncclInvalidUsage with a message for ncclGetLastError; nothing here
 // aborts. See README.md for what works today.
 #include <accord/accord.h>
+#include <accord/accord_device.h>
 #include <nccl.h>
 
 #include <cstdio>
@@ -148,11 +149,16 @@ NCCL_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
 NCCL_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
   return result(accord_comm_rank(acc(comm), rank), acc(comm));
 }
-NCCL_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t, int* device) {
-  if (device != nullptr) *device = -1;
-  return unsupported("ncclCommCuDevice",
-                     "Accord's public API has no device query yet (it comes with the GPU "
-                     "path, branch wip/gpu); this build's ranks use host memory");
+NCCL_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  int d = -1;
+  ncclResult_t r = result(accord_comm_device(acc(comm), &d), acc(comm));
+  if (r != ncclSuccess) return r;
+  if (device != nullptr) *device = d;
+  if (d < 0)
+    return unsupported("ncclCommCuDevice",
+                       "this communicator's rank runs on host memory (no GPU: create it with "
+                       "ncclCommInitAll and a device list, or set ACCORD_DEVICE)");
+  return ncclSuccess;
 }
 
 NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,

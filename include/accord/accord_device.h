@@ -41,6 +41,10 @@ ACCORD_API accord_status_t accord_stream_synchronize(accord_stream_t stream);
 /** Waits for the stream's work, then destroys it. */
 ACCORD_API accord_status_t accord_stream_destroy(accord_stream_t stream);
 
+/** The GPU this communicator's rank runs on (from accord_comm_init_all's devlist,
+ *  ACCORD_DEVICE, or the local rank with simulated GPUs), or -1 for a host-memory rank. */
+ACCORD_API accord_status_t accord_comm_device(accord_comm_t comm, int* device);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,11 +4,19 @@
 // ncclGetUniqueId + ncclCommInitRank ranks in threads; every collective, exact inputs,
 // compared bit for bit; then unsupported calls must return ncclInvalidUsage with a message.
 // With --dlopen DIR it instead loads DIR/libnccl.so.2 by name (the compat symlink) and checks
-// that every NCCL name is there and works.
+// that every NCCL name is there and works. With --sim-gpus N (and ACCORD_SIM_TOPO naming a
+// topology file) it runs on N simulated GPUs: ncclCommInitAll with a device list, device
+// buffers and streams (from accord_device.h: the simulated runtime's cudaMalloc and
+// cudaStreamCreate), every collective enqueued in a group on the ranks' streams and checked
+// exactly after the streams are synchronized, and ncclCommCuDevice.
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <accord/accord_device.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -116,6 +124,167 @@ void run_all(std::vector<ncclComm_t>& comms, ncclDataType_t type, size_t count, 
         fail("ncclAllGather count " + std::to_string(count) + " " + what);
 }
 
+// --sim-gpus: the same inputs as run_all, in device memory, on each rank's stream.
+template <typename T>
+void run_on_gpus(std::vector<ncclComm_t>& comms, std::vector<cudaStream_t>& streams, ncclDataType_t type,
+                 size_t count, bool in_place) {
+  const int n = static_cast<int>(comms.size());
+  const size_t bytes = (count * n + 1) * sizeof(T);
+  std::vector<std::vector<T>> in(n);
+  std::vector<void*> din(n), dout(n);
+  for (int r = 0; r < n; ++r) {
+    in[r].resize(count * n + 1);
+    for (size_t i = 0; i < in[r].size(); ++i) in[r][i] = static_cast<T>(r + 1 + static_cast<int>(i % 5));
+    if (accord_device_alloc(&din[r], bytes, r) != ACCORD_SUCCESS ||
+        accord_device_alloc(&dout[r], bytes, r) != ACCORD_SUCCESS) {
+      fail("accord_device_alloc");
+      return;
+    }
+  }
+  auto reset = [&] {
+    for (int r = 0; r < n; ++r) {
+      if (accord_device_memcpy(din[r], in[r].data(), bytes) != ACCORD_SUCCESS) fail("memcpy h2d");
+      std::vector<T> zero(count * n + 1, T(0));
+      if (accord_device_memcpy(dout[r], zero.data(), bytes) != ACCORD_SUCCESS) fail("memcpy h2d");
+    }
+  };
+  auto fetch = [&](int r, void* d) {
+    std::vector<T> h(count * n + 1);
+    if (accord_stream_synchronize(reinterpret_cast<accord_stream_t>(streams[r])) != ACCORD_SUCCESS)
+      fail(std::string("accord_stream_synchronize: ") + ncclGetLastError(nullptr));
+    if (accord_device_memcpy(h.data(), d, bytes) != ACCORD_SUCCESS) fail("memcpy d2h");
+    return h;
+  };
+  auto value = [&](int r, size_t i) { return static_cast<double>(r + 1 + static_cast<int>(i % 5)); };
+  const std::string what = std::string(in_place ? " in place" : " out of place") + " count " + std::to_string(count);
+  for (ncclRedOp_t op : {ncclSum, ncclProd, ncclMin, ncclMax}) {
+    reset();
+    EXPECT_OK(ncclGroupStart());
+    for (int r = 0; r < n; ++r)
+      EXPECT_OK(ncclAllReduce(in_place ? din[r] : din[r], in_place ? din[r] : dout[r], count, type, op, comms[r],
+                              streams[r]));
+    EXPECT_OK(ncclGroupEnd());
+    for (int r = 0; r < n; ++r) {
+      std::vector<T> got = fetch(r, in_place ? din[r] : dout[r]);
+      for (size_t i = 0; i < count; ++i) {
+        double acc = op == ncclProd ? 1 : op == ncclMin ? 1e9 : op == ncclMax ? -1e9 : 0;
+        for (int q = 0; q < n; ++q)
+          acc = op == ncclSum ? acc + value(q, i) : op == ncclProd ? acc * value(q, i)
+                : op == ncclMin ? std::min(acc, value(q, i)) : std::max(acc, value(q, i));
+        if (got[i] != static_cast<T>(acc)) {
+          fail("GPU ncclAllReduce op " + std::to_string(op) + what);
+          break;
+        }
+      }
+    }
+  }
+  // broadcast from the last rank, reduce (sum) to rank 0, all-gather
+  reset();
+  EXPECT_OK(ncclGroupStart());
+  for (int r = 0; r < n; ++r)
+    EXPECT_OK(ncclBroadcast(din[r], in_place ? din[r] : dout[r], count, type, n - 1, comms[r], streams[r]));
+  EXPECT_OK(ncclGroupEnd());
+  for (int r = 0; r < n; ++r) {
+    std::vector<T> got = fetch(r, in_place ? din[r] : dout[r]);
+    if (count > 0 && std::memcmp(got.data(), in[n - 1].data(), count * sizeof(T)) != 0)
+      fail("GPU ncclBroadcast" + what);
+  }
+  reset();
+  EXPECT_OK(ncclGroupStart());
+  for (int r = 0; r < n; ++r)
+    EXPECT_OK(ncclReduce(din[r], in_place ? din[r] : dout[r], count, type, ncclSum, 0, comms[r], streams[r]));
+  EXPECT_OK(ncclGroupEnd());
+  {
+    std::vector<T> got = fetch(0, in_place ? din[0] : dout[0]);
+    for (size_t i = 0; i < count; ++i) {
+      double acc = 0;
+      for (int q = 0; q < n; ++q) acc += value(q, i);
+      if (got[i] != static_cast<T>(acc)) {
+        fail("GPU ncclReduce" + what);
+        break;
+      }
+    }
+  }
+  reset();
+  EXPECT_OK(ncclGroupStart());
+  for (int r = 0; r < n; ++r) {
+    if (in_place) {
+      // all-gather in place: this rank's block already sits at its place in the output
+      std::vector<T> h(count * n + 1, T(0));
+      std::memcpy(h.data() + count * r, in[r].data(), count * sizeof(T));
+      if (accord_device_memcpy(dout[r], h.data(), bytes) != ACCORD_SUCCESS) fail("memcpy h2d");
+    }
+    EXPECT_OK(ncclAllGather(in_place ? static_cast<T*>(dout[r]) + count * r : din[r], dout[r], count, type,
+                            comms[r], streams[r]));
+  }
+  EXPECT_OK(ncclGroupEnd());
+  for (int r = 0; r < n; ++r) {
+    std::vector<T> got = fetch(r, dout[r]);
+    for (int q = 0; q < n; ++q)
+      if (count > 0 && std::memcmp(got.data() + count * q, in[q].data(), count * sizeof(T)) != 0)
+        fail("GPU ncclAllGather" + what);
+  }
+  reset();
+  EXPECT_OK(ncclGroupStart());
+  for (int r = 0; r < n; ++r)
+    EXPECT_OK(ncclReduceScatter(din[r], in_place ? static_cast<T*>(din[r]) + count * r : dout[r], count, type,
+                                ncclMax, comms[r], streams[r]));
+  EXPECT_OK(ncclGroupEnd());
+  for (int r = 0; r < n; ++r) {
+    std::vector<T> got = fetch(r, in_place ? din[r] : dout[r]);
+    const size_t base = in_place ? count * r : 0;
+    for (size_t i = 0; i < count; ++i) {
+      double acc = -1e9;
+      for (int q = 0; q < n; ++q) acc = std::max(acc, value(q, count * r + i));
+      if (got[base + i] != static_cast<T>(acc)) {
+        fail("GPU ncclReduceScatter" + what);
+        break;
+      }
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    accord_device_free(din[r]);
+    accord_device_free(dout[r]);
+  }
+}
+
+int sim_gpus_check(int n) {
+  int have = 0;
+  if (accord_device_count(&have) != ACCORD_SUCCESS || have < n) {
+    std::fprintf(stderr, "--sim-gpus %d: %d GPUs (set ACCORD_SIM_TOPO to a topology file with enough)\n", n, have);
+    return 1;
+  }
+  std::vector<int> devs(n);
+  for (int r = 0; r < n; ++r) devs[r] = r;
+  std::vector<ncclComm_t> comms(n);
+  EXPECT_OK(ncclCommInitAll(comms.data(), n, devs.data()));
+  std::vector<cudaStream_t> streams(n);
+  for (int r = 0; r < n; ++r) {
+    int dev = -1;
+    EXPECT_OK(ncclCommCuDevice(comms[r], &dev));
+    if (dev != r) fail("ncclCommCuDevice of rank " + std::to_string(r) + " is " + std::to_string(dev));
+    accord_stream_t s = nullptr;
+    if (accord_stream_create(&s, r) != ACCORD_SUCCESS) fail("accord_stream_create");
+    streams[r] = reinterpret_cast<cudaStream_t>(s);
+  }
+  for (size_t count : {size_t{0}, size_t{1}, size_t{1009}, size_t{70001}})
+    for (bool in_place : {false, true}) {
+      run_on_gpus<float>(comms, streams, ncclFloat32, count, in_place);
+      run_on_gpus<int32_t>(comms, streams, ncclInt32, count, in_place);
+    }
+  run_on_gpus<double>(comms, streams, ncclFloat64, 1009, false);
+  run_on_gpus<uint8_t>(comms, streams, ncclUint8, 1009, true);
+  for (int r = 0; r < n; ++r) {
+    ncclResult_t async = ncclInternalError;
+    EXPECT_OK(ncclCommGetAsyncError(comms[r], &async));
+    if (async != ncclSuccess) fail("ncclCommGetAsyncError after GPU collectives");
+    accord_stream_destroy(reinterpret_cast<accord_stream_t>(streams[r]));
+    EXPECT_OK(ncclCommDestroy(comms[r]));
+  }
+  if (g_failures == 0) std::printf("nccl_check --sim-gpus %d: every collective exact on simulated GPUs\n", n);
+  return g_failures == 0 ? 0 : 1;
+}
+
 void expect_invalid_usage(ncclResult_t r, const char* what) {
   if (r != ncclInvalidUsage)
     fail(std::string(what) + " returned " + std::to_string(r) + ", not ncclInvalidUsage");
@@ -162,6 +331,7 @@ int dlopen_check(const char* dir) {
 
 int main(int argc, char** argv) {
   if (argc > 2 && std::strcmp(argv[1], "--dlopen") == 0) return dlopen_check(argv[2]);
+  if (argc > 2 && std::strcmp(argv[1], "--sim-gpus") == 0) return sim_gpus_check(std::atoi(argv[2]));
   int version = 0;
   EXPECT_OK(ncclGetVersion(&version));
   if (version != NCCL_VERSION_CODE) fail("ncclGetVersion");
