@@ -157,7 +157,7 @@ class Communicator {
   std::vector<void*> old_scratch_;
   std::vector<void*> registered_;                 // host memory given to register_host
   std::map<void*, Stream> user_streams_;          // the caller's streams, wrapped once
-  std::atomic<uint64_t>* done_ = nullptr;         // collectives finished (leaked: streams read it)
+  std::atomic<uint64_t>* done_ = nullptr;         // collectives finished (outlives this: streams read it; new_done_flag)
   uint64_t issued_ = 0;                           // collectives enqueued
   // Group worker (accord_group_end) and device worker.
   std::thread worker_;

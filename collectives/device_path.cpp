@@ -16,6 +16,8 @@
 // are registered with the device runtime (register_host), and the kernels of both GPUs read
 // and write them in place. Pairs on different hosts use TCP, through the same kind of slots.
 #include <algorithm>
+#include <deque>
+#include <mutex>
 
 #include "collectives/communicator.hpp"
 #include "core/log.hpp"
@@ -55,6 +57,17 @@ class DeviceMover final : public DataMover {
   accord_red_op_t op_ = ACCORD_SUM;
 };
 
+// A communicator's completion flag outlives it: a caller's stream may still hold a wait on it
+// (stream_wait_flag) when the communicator is destroyed. The flags therefore live in one
+// process-wide list that is never freed (8 bytes per GPU communicator ever created); they stay
+// reachable, and their addresses never move (std::deque keeps elements in place).
+std::atomic<uint64_t>* new_done_flag() {
+  static std::mutex mutex;
+  static auto* flags = new std::deque<std::atomic<uint64_t>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  return &flags->emplace_back(0);
+}
+
 }  // namespace
 
 Status Communicator::setup_device(int requested) {
@@ -84,7 +97,7 @@ Status Communicator::setup_device(int requested) {
   device_ = d;
   device_of_[static_cast<size_t>(rank_)] = d;
   mover_ = std::make_unique<DeviceMover>(rt_, stream_);
-  done_ = new std::atomic<uint64_t>(0);
+  done_ = new_done_flag();
   ACCORD_TRY(register_slots());
   LOG_INFO(kGpu, "rank %d: GPU %d of %s", rank_, d, rt_->description().c_str());
   return Status::success();
