@@ -142,6 +142,11 @@ void run_on_gpus(std::vector<ncclComm_t>& comms, std::vector<cudaStream_t>& stre
     }
   }
   auto reset = [&] {
+    // accord_device_memcpy does not wait for streams: every rank's earlier work must be done
+    // before its buffers are rewritten (ranks whose results were not fetched included).
+    for (int r = 0; r < n; ++r)
+      if (accord_stream_synchronize(reinterpret_cast<accord_stream_t>(streams[r])) != ACCORD_SUCCESS)
+        fail("accord_stream_synchronize before reset");
     for (int r = 0; r < n; ++r) {
       if (accord_device_memcpy(din[r], in[r].data(), bytes) != ACCORD_SUCCESS) fail("memcpy h2d");
       std::vector<T> zero(count * n + 1, T(0));
@@ -243,6 +248,7 @@ void run_on_gpus(std::vector<ncclComm_t>& comms, std::vector<cudaStream_t>& stre
     }
   }
   for (int r = 0; r < n; ++r) {
+    accord_stream_synchronize(reinterpret_cast<accord_stream_t>(streams[r]));
     accord_device_free(din[r]);
     accord_device_free(dout[r]);
   }
