@@ -22,12 +22,15 @@ WaitPolicy make_wait_policy(int64_t spin_us_setting, int local_ranks) {
   bool oversubscribed = local_ranks > cores;
   if (spin_us_setting >= 0) {
     p.spin_ns = spin_us_setting * 1000;
-    p.yields = oversubscribed ? 4 : 0;
+    p.yields = oversubscribed ? 32 : 0;
   } else if (oversubscribed) {
-    // Another rank needs this core to make the progress we are waiting for: spin only for
-    // about a cache-line round trip, then hand the core over.
-    p.spin_ns = 2000;
-    p.yields = 8;
+    // Another rank needs this core to make the progress we are waiting for: hand the core
+    // over at once, and keep handing it over for a while (32 yields) before sleeping. On the
+    // 2-core VM, 4 ranks, 8 B: spinning 2 us first ran at 0.5-0.9x Open MPI's speed, yielding
+    // at once at 1.1-1.4x; 4 yields before the futex lost again (0.9x), 8-128 were alike
+    // (bench/README.md, "4 ranks on 2 cores").
+    p.spin_ns = 0;
+    p.yields = 32;
   } else {
     p.spin_ns = 200000;
     p.yields = 0;
