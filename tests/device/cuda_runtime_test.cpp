@@ -1,12 +1,17 @@
 // The CUDA adapter on a real GPU (suite 'gpu'): skips without CUDA or without a device. Covers
 // the same rules as the simulated tests: copies, streams and events, peer access consistent
 // with cudaDeviceCanAccessPeer, pointer queries, a reduction when the kernels are linked.
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "accord_config.h"
 #include "tests/device/sim_util.hpp"
 #include "tests/support/harness.hpp"
 #if ACCORD_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
 #include "transport/device/cuda_runtime.hpp"
 #endif
 
@@ -117,6 +122,51 @@ TEST(CudaRuntime, ReductionOrUnsupported) {
   ASSERT_OK(rt->free_device(da));
   ASSERT_OK(rt->free_device(db));
 }
+
+#if ACCORD_HAVE_CUDA
+// Note [Caller's device]: a call on another GPU gives the thread's current device back, and
+// current_device reports the thread's device.
+TEST(CudaRuntime, CallerKeepsItsCurrentDevice) {
+  REQUIRE_GPU(rt);
+  const int last = rt->device_count() - 1;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaFree(nullptr), cudaSuccess);  // make the context current
+  int current = -1;
+  ASSERT_OK(rt->current_device(&current));
+  EXPECT_EQ(current, 0);
+  void* d = nullptr;
+  Stream s;
+  ASSERT_OK(rt->alloc_device(last, 4096, &d));
+  ASSERT_OK(rt->create_stream(last, &s));
+  int now = -1;
+  ASSERT_EQ(cudaGetDevice(&now), cudaSuccess);
+  EXPECT_EQ(now, 0);
+  ASSERT_OK(rt->destroy_stream(s));
+  ASSERT_OK(rt->free_device(d));
+}
+
+// The GPU waits on a flag from new_flag until a host thread sets it (cuStreamWaitValue64, or
+// the host-function fallback): work behind the wait must not run before.
+TEST(CudaRuntime, StreamWaitsForFlag) {
+  REQUIRE_GPU(rt);
+  std::atomic<uint64_t>* flag = rt->new_flag();
+  ASSERT_NE(flag, nullptr);
+  Stream s;
+  Event e;
+  ASSERT_OK(rt->create_stream(0, &s));
+  ASSERT_OK(rt->create_event(0, &e));
+  ASSERT_OK(rt->stream_wait_flag(s, flag, 1));
+  ASSERT_OK(rt->record_event(e, s));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  bool done = true;
+  ASSERT_OK(rt->query_event(e, &done));
+  EXPECT_FALSE(done);
+  flag->store(1, std::memory_order_release);
+  ASSERT_OK(rt->synchronize_event(e));
+  ASSERT_OK(rt->destroy_event(e));
+  ASSERT_OK(rt->destroy_stream(s));
+}
+#endif
 
 TEST(CudaRuntime, BadInputs) {
   REQUIRE_GPU(rt);

@@ -77,9 +77,33 @@ Status CudaRuntime::check_device(int device, const char* op) const {
                count_ - 1);
 }
 
-Status CudaRuntime::use_device(int device, const char* op) const {
+Status CudaRuntime::use_device(int device, const char* op, CudaDeviceGuard* guard) const {
   ACCORD_TRY(check_device(device, op));
-  ACCORD_CUDA_CHECK(cudaSetDevice(device), device, op);
+  ACCORD_CUDA_CHECK(guard->set(device), device, op);
+  return Status();
+}
+
+bool cuda_thread_has_context() {
+  using GetCurrent = int (*)(void** ctx);  // CUresult cuCtxGetCurrent(CUcontext*)
+  static GetCurrent get_current = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    cudaGetLastError();
+    return reinterpret_cast<GetCurrent>(fn);
+  }();
+  void* ctx = nullptr;
+  return get_current != nullptr && get_current(&ctx) == 0 && ctx != nullptr;
+}
+
+Status CudaRuntime::current_device(int* out) {
+  *out = -1;
+  int d = -1;
+  if (count_ > 0 && cuda_thread_has_context() && cudaGetDevice(&d) == cudaSuccess) *out = d;
+  cudaGetLastError();
   return Status();
 }
 
@@ -127,7 +151,8 @@ Status CudaRuntime::device_info(int device, DeviceInfo* out) const {
 // ---- memory ----
 
 Status CudaRuntime::alloc_device(int device, size_t bytes, void** out) {
-  ACCORD_TRY(use_device(device, "alloc_device"));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(device, "alloc_device", &device_guard));
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: alloc_device: null output pointer", device);
   *out = nullptr;
   if (bytes == 0) return Status();
@@ -149,7 +174,8 @@ Status CudaRuntime::free_device(void* ptr) {
     b = it->second;
     blocks_.erase(it);
   }
-  ACCORD_TRY(use_device(b.device, "free_device"));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(b.device, "free_device", &device_guard));
   ACCORD_CUDA_CHECK(cudaFree(ptr), b.device, "free_device");
   return Status();
 }
@@ -212,7 +238,8 @@ Status CudaRuntime::can_access_peer(int device, int peer, bool* out) {
 
 Status CudaRuntime::enable_peer(int device, int peer) {
   ACCORD_TRY(check_device(peer, "enable_peer"));
-  ACCORD_TRY(use_device(device, "enable_peer"));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(device, "enable_peer", &device_guard));
   if (device == peer)
     return error(ACCORD_ERR_INVALID_ARGUMENT, "enable_peer(%d -> %d): a device cannot enable peer access to "
                  "itself (cudaErrorInvalidDevice)", device, peer);
@@ -247,7 +274,8 @@ Status CudaRuntime::check_peer_copy(int runner, int dst_device, int src_device, 
 
 Status CudaRuntime::copy(CopyKind kind, int device, void* dst, const void* src, size_t bytes) {
   const char* op = copy_kind_name(kind);
-  ACCORD_TRY(use_device(device, op));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(device, op, &device_guard));
   if (bytes == 0) return Status();
   if (!dst || !src) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: %s: null pointer", device, op);
   ACCORD_CUDA_CHECK(cudaMemcpy(dst, src, bytes, native_kind(kind)), device, op);
@@ -258,7 +286,8 @@ Status CudaRuntime::copy_async(CopyKind kind, void* dst, const void* src, size_t
   const char* op = copy_kind_name(kind);
   Handle s;
   ACCORD_TRY(find(streams_, stream.id, "stream", op, &s));
-  ACCORD_TRY(use_device(s.device, op));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(s.device, op, &device_guard));
   if (bytes == 0) return Status();
   if (!dst || !src) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: %s: null pointer", s.device, op);
   ACCORD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, native_kind(kind), static_cast<cudaStream_t>(s.native)), s.device, op);
@@ -267,7 +296,8 @@ Status CudaRuntime::copy_async(CopyKind kind, void* dst, const void* src, size_t
 
 Status CudaRuntime::copy_peer(int dst_device, void* dst, int src_device, const void* src, size_t bytes) {
   ACCORD_TRY(check_peer_copy(src_device, dst_device, src_device, "copy_peer"));
-  ACCORD_TRY(use_device(src_device, "copy_peer"));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(src_device, "copy_peer", &device_guard));
   if (bytes == 0) return Status();
   if (!dst || !src) return error(ACCORD_ERR_INVALID_ARGUMENT, "copy_peer: null pointer");
   ACCORD_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device, src, src_device, bytes), src_device, "copy_peer");
@@ -282,7 +312,8 @@ Status CudaRuntime::copy_peer_async(int dst_device, void* dst, int src_device, c
     return error(ACCORD_ERR_INVALID_ARGUMENT, "copy_peer_async(device %d -> device %d): stream %llu is on device %d; "
                  "use a stream of either device", src_device, dst_device, (unsigned long long)stream.id, s.device);
   ACCORD_TRY(check_peer_copy(s.device, dst_device, src_device, "copy_peer_async"));
-  ACCORD_TRY(use_device(s.device, "copy_peer_async"));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(s.device, "copy_peer_async", &device_guard));
   if (bytes == 0) return Status();
   if (!dst || !src) return error(ACCORD_ERR_INVALID_ARGUMENT, "copy_peer_async: null pointer");
   ACCORD_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, static_cast<cudaStream_t>(s.native)),

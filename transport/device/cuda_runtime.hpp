@@ -16,6 +16,8 @@
 
 namespace accord {
 
+class CudaDeviceGuard;  // cuda_check.hpp
+
 class CudaRuntime final : public DeviceRuntime {
  public:
   // Succeeds with zero devices when there is no driver or no GPU; unavailable_reason() then
@@ -29,6 +31,7 @@ class CudaRuntime final : public DeviceRuntime {
   std::string description() const override;
   int device_count() const override { return count_; }
   Status device_info(int device, DeviceInfo* out) const override;
+  Status current_device(int* out) override;
 
   Status alloc_device(int device, size_t bytes, void** out) override;
   Status free_device(void* ptr) override;
@@ -59,6 +62,7 @@ class CudaRuntime final : public DeviceRuntime {
   Status query_event(Event event, bool* done) override;
   Status launch_host_func(Stream stream, HostFn fn, void* arg) override;
   Status stream_wait_flag(Stream stream, const std::atomic<uint64_t>* flag, uint64_t value) override;
+  std::atomic<uint64_t>* new_flag() override;
   Status wrap_user_stream(int device, void* user_stream, Stream* out) override;
   void* user_stream(Stream stream) const override;
 
@@ -89,7 +93,8 @@ class CudaRuntime final : public DeviceRuntime {
   };
 
   Status check_device(int device, const char* op) const;
-  Status use_device(int device, const char* op) const;  // check + cudaSetDevice
+  // check + make current for one call (Note [Caller's device], cuda_check.hpp)
+  Status use_device(int device, const char* op, CudaDeviceGuard* guard) const;
   Status find(const std::map<uint64_t, Handle>& table, uint64_t id, const char* what, const char* op,
               Handle* out) const;
   bool find_block(const void* ptr, uintptr_t* base, Block* out) const;
@@ -101,6 +106,10 @@ class CudaRuntime final : public DeviceRuntime {
   std::vector<char> peer_;                   // [device * count + peer] enabled through us
   std::map<uint64_t, Handle> streams_, events_;
   std::map<uintptr_t, Block> blocks_;        // allocations and imports made through us
+  // new_flag: mapped pinned pages of flags (never freed), and how many of the last are used.
+  std::vector<std::atomic<uint64_t>*> flag_pages_;
+  size_t flags_used_ = 0;
+  bool flag_pages_failed_ = false;
   uint64_t next_id_ = 1;
 };
 

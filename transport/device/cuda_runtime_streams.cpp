@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/log.hpp"
 #include "transport/device/cuda_runtime.hpp"
 #include "transport/device/cuda_check.hpp"
 
@@ -26,7 +27,8 @@ cudaEvent_t native_event(void* e) { return static_cast<cudaEvent_t>(e); }
 }  // namespace
 
 Status CudaRuntime::create_stream(int device, Stream* out) {
-  ACCORD_TRY(use_device(device, "create_stream"));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(device, "create_stream", &device_guard));
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: create_stream: null output", device);
   cudaStream_t s;
   // Non-blocking: our streams never wait for the legacy default stream (Note [Device runtime rules]).
@@ -54,7 +56,8 @@ Status CudaRuntime::destroy_stream(Stream stream) {
     streams_.erase(stream.id);
   }
   if (!s.owned) return Status();  // the caller's stream: forget it, nothing more
-  ACCORD_TRY(use_device(s.device, "destroy_stream"));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(s.device, "destroy_stream", &device_guard));
   Status st;
   cudaError_t e = cudaStreamSynchronize(native(s.native));
   if (e != cudaSuccess) st = cuda_error(e, s.device, "destroy_stream", "cudaStreamSynchronize");
@@ -66,19 +69,22 @@ Status CudaRuntime::destroy_stream(Stream stream) {
 Status CudaRuntime::synchronize_stream(Stream stream) {
   Handle s;
   ACCORD_TRY(find(streams_, stream.id, "stream", "synchronize_stream", &s));
-  ACCORD_TRY(use_device(s.device, "synchronize_stream"));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(s.device, "synchronize_stream", &device_guard));
   ACCORD_CUDA_CHECK(cudaStreamSynchronize(native(s.native)), s.device, "synchronize_stream");
   return Status();
 }
 
 Status CudaRuntime::synchronize_device(int device) {
-  ACCORD_TRY(use_device(device, "synchronize_device"));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(device, "synchronize_device", &device_guard));
   ACCORD_CUDA_CHECK(cudaDeviceSynchronize(), device, "synchronize_device");
   return Status();
 }
 
 Status CudaRuntime::create_event(int device, Event* out) {
-  ACCORD_TRY(use_device(device, "create_event"));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(device, "create_event", &device_guard));
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: create_event: null output", device);
   cudaEvent_t e;
   ACCORD_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), device, "create_event");
@@ -107,7 +113,8 @@ Status CudaRuntime::record_event(Event event, Stream stream) {
     return error(ACCORD_ERR_INVALID_ARGUMENT, "record_event: event %llu belongs to device %d but stream %llu to "
                  "device %d; record an event of the stream's device", (unsigned long long)event.id, e.device,
                  (unsigned long long)stream.id, s.device);
-  ACCORD_TRY(use_device(s.device, "record_event"));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(s.device, "record_event", &device_guard));
   ACCORD_CUDA_CHECK(cudaEventRecord(native_event(e.native), native(s.native)), s.device, "record_event");
   return Status();
 }
@@ -116,7 +123,8 @@ Status CudaRuntime::stream_wait_event(Stream stream, Event event) {
   Handle e, s;
   ACCORD_TRY(find(streams_, stream.id, "stream", "stream_wait_event", &s));
   ACCORD_TRY(find(events_, event.id, "event", "stream_wait_event", &e));
-  ACCORD_TRY(use_device(s.device, "stream_wait_event"));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(s.device, "stream_wait_event", &device_guard));
   ACCORD_CUDA_CHECK(cudaStreamWaitEvent(native(s.native), native_event(e.native), 0), s.device, "stream_wait_event");
   return Status();
 }
@@ -147,7 +155,8 @@ Status CudaRuntime::launch_host_func(Stream stream, HostFn fn, void* arg) {
   Handle s;
   ACCORD_TRY(find(streams_, stream.id, "stream", "launch_host_func", &s));
   if (!fn) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: launch_host_func: null function", s.device);
-  ACCORD_TRY(use_device(s.device, "launch_host_func"));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(s.device, "launch_host_func", &device_guard));
   ACCORD_CUDA_CHECK(cudaLaunchHostFunc(native(s.native), fn, arg), s.device, "launch_host_func");
   return Status();
 }
@@ -162,7 +171,8 @@ Status CudaRuntime::ipc_get_handle(const void* ptr, IpcHandle* out) {
   if (!find_block(ptr, &base, &b) || b.imported)
     return error(ACCORD_ERR_INVALID_ARGUMENT, "ipc_get_handle(%p): not memory from alloc_device of this runtime "
                  "(freed, a host pointer, or itself opened from an IPC handle)", ptr);
-  ACCORD_TRY(use_device(b.device, "ipc_get_handle"));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(b.device, "ipc_get_handle", &device_guard));
   cudaIpcMemHandle_t h;
   ACCORD_CUDA_CHECK(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base)), b.device, "ipc_get_handle");
   static_assert(sizeof h <= sizeof(IpcHandle::payload), "cudaIpcMemHandle_t must fit the payload");
@@ -178,7 +188,8 @@ Status CudaRuntime::ipc_get_handle(const void* ptr, IpcHandle* out) {
 }
 
 Status CudaRuntime::ipc_open_handle(int device, const IpcHandle& h, void** out) {
-  ACCORD_TRY(use_device(device, "ipc_open_handle"));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(device, "ipc_open_handle", &device_guard));
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: ipc_open_handle: null output", device);
   if (h.magic != IpcHandle::kMagic || h.runtime != static_cast<uint32_t>(IpcRuntime::kCuda))
     return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: ipc_open_handle: not a CUDA IPC handle (every rank must "
@@ -215,7 +226,8 @@ Status CudaRuntime::reduce_async(const kernels::ReduceArgs& args, accord_datatyp
                                  Stream stream) {
   Handle s;
   ACCORD_TRY(find(streams_, stream.id, "stream", "reduce_async", &s));
-  ACCORD_TRY(use_device(s.device, "reduce_async"));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(s.device, "reduce_async", &device_guard));
   if (dtype_bytes(dtype) == 0 || op < 0 || op >= ACCORD_NUM_OPS)
     return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: reduce_async: unknown dtype %d or op %d", s.device,
                  static_cast<int>(dtype), static_cast<int>(op));
@@ -265,13 +277,93 @@ void wait_flag_host_fn(void* arg) {
 }
 }  // namespace
 
-// Note [Stream gate] (transport/device/README.md): a host function that blocks until the flag
-// is set. CUDA runs host functions of all streams on one thread per process, so this is safe
-// only because a communicator's worker never needs a host function to make progress (it waits
-// for inputs with an event). cuStreamWaitValue64 on a registered flag would free that thread;
-// it needs the driver API (open point in the README).
+// Flags live in mapped pinned pages, so the GPU can read them (cuStreamWaitValue64); if
+// pinning fails, in the default list (stream_wait_flag then polls from a host function).
+std::atomic<uint64_t>* CudaRuntime::new_flag() {
+  constexpr size_t kPageBytes = 4096, kPerPage = kPageBytes / sizeof(std::atomic<uint64_t>);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!flag_pages_failed_ && (flag_pages_.empty() || flags_used_ == kPerPage)) {
+      void* page = nullptr;
+      if (cudaHostAlloc(&page, kPageBytes, cudaHostAllocMapped | cudaHostAllocPortable) == cudaSuccess) {
+        std::memset(page, 0, kPageBytes);
+        flag_pages_.push_back(static_cast<std::atomic<uint64_t>*>(page));
+        flags_used_ = 0;
+      } else {
+        cudaGetLastError();
+        flag_pages_failed_ = true;
+      }
+    }
+    if (!flag_pages_failed_) return new (flag_pages_.back() + flags_used_++) std::atomic<uint64_t>(0);
+  }
+  return DeviceRuntime::new_flag();
+}
+
+namespace {
+
+// The driver's stream memory operations, through the runtime's driver entry point (Accord does
+// not link libcuda). Null when this driver has none.
+struct StreamMemOps {
+  int (*wait_value64)(cudaStream_t stream, unsigned long long addr, unsigned long long value,
+                      unsigned int flags) = nullptr;  // cuStreamWaitValue64
+  int (*device_attribute)(int* value, int attribute, int device) = nullptr;  // cuDeviceGetAttribute
+};
+
+const StreamMemOps& stream_mem_ops() {
+  static const StreamMemOps ops = [] {
+    StreamMemOps o;
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &fn, 12000, cudaEnableDefault, &found) ==
+            cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      o.wait_value64 = reinterpret_cast<decltype(o.wait_value64)>(fn);
+    fn = nullptr;
+    if (cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute", &fn, 12000, cudaEnableDefault, &found) ==
+            cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      o.device_attribute = reinterpret_cast<decltype(o.device_attribute)>(fn);
+    cudaGetLastError();
+    return o;
+  }();
+  return ops;
+}
+
+constexpr int kCanUse64BitStreamMemOps = 122;  // CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS
+constexpr unsigned kWaitValueGeq = 0;           // CU_STREAM_WAIT_VALUE_GEQ
+
+}  // namespace
+
+// Note [Stream gate] (transport/device/README.md). Where the driver has 64-bit stream memory
+// operations and the flag is one of new_flag's mapped pinned flags, the GPU waits for it
+// itself (cuStreamWaitValue64, "flag - value >= 0" as signed 64-bit: the ticket only grows).
+// Otherwise a host function polls it: CUDA runs host functions of all streams on one thread
+// per process, which is safe only because a communicator's worker never needs a host
+// function to make progress (it waits for inputs with an event).
 Status CudaRuntime::stream_wait_flag(Stream stream, const std::atomic<uint64_t>* flag, uint64_t value) {
   if (!flag) return error(ACCORD_ERR_INVALID_ARGUMENT, "stream_wait_flag: null flag");
+  Handle h;
+  ACCORD_TRY(find(streams_, stream.id, "stream", "stream_wait_flag", &h));
+  bool mapped = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (std::atomic<uint64_t>* page : flag_pages_)
+      mapped = mapped || (flag >= page && flag < page + 4096 / sizeof(*page));
+  }
+  const StreamMemOps& ops = stream_mem_ops();
+  int supported = 0;
+  if (mapped && ops.wait_value64 != nullptr && ops.device_attribute != nullptr &&
+      ops.device_attribute(&supported, kCanUse64BitStreamMemOps, h.device) == 0 && supported != 0) {
+    CudaDeviceGuard device_guard;
+    ACCORD_TRY(use_device(h.device, "stream_wait_flag", &device_guard));
+    void* dptr = nullptr;
+    ACCORD_CUDA_CHECK(cudaHostGetDevicePointer(&dptr, const_cast<std::atomic<uint64_t>*>(flag), 0), h.device,
+                      "stream_wait_flag");
+    const int rc = ops.wait_value64(native(h.native), reinterpret_cast<uintptr_t>(dptr), value, kWaitValueGeq);
+    if (rc == 0) return Status();
+    LOG_DEBUG(kGpu, "device %d: cuStreamWaitValue64 failed (CUresult %d); waiting from a host function",
+              h.device, rc);
+  }
   FlagWait* w = new FlagWait{flag, value};
   Status s = launch_host_func(stream, wait_flag_host_fn, w);
   if (!s.ok()) delete w;

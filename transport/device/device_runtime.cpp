@@ -3,6 +3,7 @@
 #include "transport/device/device_runtime.hpp"
 
 #include "accord_config.h"
+#include <deque>
 #include <mutex>
 
 #include "core/log.hpp"
@@ -45,6 +46,14 @@ size_t dtype_bytes(accord_datatype_t dtype) {
     case ACCORD_FLOAT64: return 8;
     default: return 0;
   }
+}
+
+// Default flags: one process-wide list (std::deque keeps its elements in place).
+std::atomic<uint64_t>* DeviceRuntime::new_flag() {
+  static std::mutex mutex;
+  static auto* flags = new std::deque<std::atomic<uint64_t>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  return &flags->emplace_back(0);
 }
 
 Status make_device_runtime(const Settings& settings, std::unique_ptr<DeviceRuntime>* out) {

@@ -20,8 +20,9 @@
 //  - Streams are non-blocking and belong to one device; synchronous copies do not wait for
 //    streams (synchronize the stream first). Work on one stream runs in order; events order
 //    work across streams (record on one, wait on another), as in CUDA.
-//  - Freeing memory waits for all streams first (as cudaFree does), so queued work never
-//    touches freed memory.
+//  - Freeing device memory waits for the streams of its device first (as cudaFree does);
+//    freeing pinned host memory or closing an IPC mapping waits for every stream. Work queued
+//    on another GPU that still reads the memory must be synchronized by the caller.
 #pragma once
 
 #include <atomic>
@@ -105,6 +106,13 @@ class DeviceRuntime {
   // ---- devices ----
   virtual int device_count() const = 0;
   virtual Status device_info(int device, DeviceInfo* out) const = 0;
+  // The GPU the calling thread has made current (CUDA: it has a context, from cudaSetDevice
+  // or any CUDA call; the communicator then runs on it, as NCCL does), -1 if none. The
+  // simulation has no current device.
+  virtual Status current_device(int* out) {
+    *out = -1;
+    return Status();
+  }
 
   // ---- memory ----
   // alloc of 0 bytes gives nullptr and succeeds; freeing nullptr succeeds (as in CUDA).
@@ -170,6 +178,11 @@ class DeviceRuntime {
   // gate] (transport/device/README.md) says why this, and not a blocking host function, is how
   // a collective holds the caller's stream.
   virtual Status stream_wait_flag(Stream stream, const std::atomic<uint64_t>* flag, uint64_t value) = 0;
+  // A flag (zero) for stream_wait_flag that stays where it is until the process ends: a caller's
+  // stream may still wait on a communicator's flag after the communicator is gone. Flags are
+  // never freed (8 bytes per GPU communicator ever created) and stay reachable. The CUDA adapter
+  // puts them in mapped pinned memory, where the GPU itself can wait (cuStreamWaitValue64).
+  virtual std::atomic<uint64_t>* new_flag();
 
   // ---- the caller's streams (accord_stream_t) ----
   // CUDA: accord_stream_t is a cudaStream_t of `device`. Simulated: it is the Stream id cast to

@@ -88,9 +88,16 @@ Status SimulatedRuntime::alloc_device(int device, size_t bytes, void** out) {
   return memory_.alloc_device(device, bytes, out);
 }
 
+// As cudaFree synchronizes the memory's device, not every GPU of the process: draining every
+// stream would make a rank that frees memory wait for other ranks' streams, which may be held
+// (stream_wait_flag) until this very rank's next collective, a deadlock real CUDA does not have.
 Status SimulatedRuntime::free_device(void* ptr) {
   if (!ptr) return Status();
-  drain_all_streams();
+  sim::Allocation a;
+  if (memory_.find(ptr, 0, &a) && a.kind == MemoryKind::kDevice && !a.imported)
+    drain_streams_of(a.device);
+  else
+    drain_all_streams();
   return memory_.free(ptr, MemoryKind::kDevice, "free_device");
 }
 

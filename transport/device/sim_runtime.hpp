@@ -115,6 +115,7 @@ class SimulatedRuntime final : public DeviceRuntime {
   Status find_event(Event e, const char* op, std::shared_ptr<sim::SimEvent>* out) const;
   // Waits for every stream (before memory goes away).
   void drain_all_streams();
+  void drain_streams_of(int device);
 
   topo::System system_;
   SimOptions options_;

@@ -39,6 +39,16 @@ void SimulatedRuntime::drain_all_streams() {
   for (auto& s : all) (void)s->synchronize();
 }
 
+void SimulatedRuntime::drain_streams_of(int device) {
+  std::vector<std::shared_ptr<sim::SimStream>> mine;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, s] : streams_)
+      if (s->device() == device) mine.push_back(s);
+  }
+  for (auto& s : mine) (void)s->synchronize();
+}
+
 Status SimulatedRuntime::create_stream(int device, Stream* out) {
   ACCORD_TRY(check_device(device, "create_stream"));
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: create_stream: null output", device);
