@@ -148,4 +148,18 @@ std::string to_hex(const void* data, size_t bytes) {
   return s;
 }
 
+bool from_hex(const std::string& hex, void* out, size_t bytes) {
+  if (hex.size() != bytes * 2) return false;
+  auto digit = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  uint8_t* p = static_cast<uint8_t*>(out);
+  for (size_t i = 0; i < bytes; ++i) {
+    const int hi = digit(hex[2 * i]), lo = digit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    p[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return true;
+}
+
 }  // namespace accord

@@ -23,5 +23,7 @@ Status random_bytes(void* out, size_t bytes);
 
 // Lower-case hex of `bytes` bytes.
 std::string to_hex(const void* data, size_t bytes);
+// The reverse: false (out unspecified) unless `hex` is exactly 2 * bytes lower-case digits.
+bool from_hex(const std::string& hex, void* out, size_t bytes);
 
 }  // namespace accord

@@ -1,6 +1,24 @@
 // SPSC slot FIFO in shared memory (see fifo.hpp).
 #include "transport/shm/fifo.hpp"
 
+// Note [ThreadSanitizer and device FIFOs]: ThreadSanitizer learns happens-before from the
+// address of an atomic. With ranks as threads of one process, each rank maps its peers'
+// shared-memory segments itself, so the sender's seq/head store and the receiver's load are at
+// two different addresses and carry no order for it. For host FIFOs the slot data is aliased the
+// same way, so it never sees the accesses as one location either. A device FIFO's slot data is
+// one address for both (the receiver's GPU memory), so the order the flags give must be told to
+// the sanitizer by hand: release on the slot's data where a flag is stored, acquire where one is
+// seen. Without -fsanitize=thread these are no-ops.
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#define ACCORD_TSAN_ACQUIRE(p) __tsan_acquire(const_cast<void*>(static_cast<const void*>(p)))
+#define ACCORD_TSAN_RELEASE(p) __tsan_release(const_cast<void*>(static_cast<const void*>(p)))
+#else
+#define ACCORD_TSAN_ACQUIRE(p) static_cast<void>(p)
+#define ACCORD_TSAN_RELEASE(p) static_cast<void>(p)
+#endif
+
 namespace accord {
 
 size_t FifoShape::header_bytes() const {
@@ -8,15 +26,14 @@ size_t FifoShape::header_bytes() const {
   return (h + 4095) & ~size_t{4095};
 }
 
-size_t FifoShape::total_bytes() const {
-  size_t slot = (slot_bytes + 4095) & ~size_t{4095};
-  return header_bytes() + nslots * slot;
-}
+size_t FifoShape::data_bytes() const { return nslots * ((slot_bytes + 4095) & ~size_t{4095}); }
 
-FifoView::FifoView(void* base, FifoShape s, const WaitPolicy* p)
+size_t FifoShape::total_bytes() const { return header_bytes() + data_bytes(); }
+
+FifoView::FifoView(void* base, FifoShape s, const WaitPolicy* p, uint8_t* d)
     : ctrl(static_cast<FifoCtrl*>(base)),
       headers(reinterpret_cast<SlotHeader*>(static_cast<uint8_t*>(base) + sizeof(FifoCtrl))),
-      data(static_cast<uint8_t*>(base) + s.header_bytes()),
+      data(d != nullptr ? d : static_cast<uint8_t*>(base) + s.header_bytes()),
       shape(s),
       policy(p) {}
 
@@ -37,6 +54,7 @@ Status FifoSender::acquire(size_t bytes, void** slot, const WaitContext& ctx) {
     }
   }
   uint32_t index = sent_ % nslots;
+  ACCORD_TSAN_ACQUIRE(f_.slot_data(index));
   *slot = bytes <= kInlineBytes ? static_cast<void*>(f_.headers[index].inline_data)
                                 : static_cast<void*>(f_.slot_data(index));
   return Status::success();
@@ -46,6 +64,7 @@ void FifoSender::post(size_t bytes, uint32_t tag) {
   SlotHeader& h = f_.headers[sent_ % f_.shape.nslots];
   h.bytes = static_cast<uint32_t>(bytes);
   h.tag = tag;
+  ACCORD_TSAN_RELEASE(f_.slot_data(sent_ % f_.shape.nslots));
   ++sent_;
   h.seq.store(sent_, std::memory_order_release);
   wake_if_sleeping(&h.seq, &f_.ctrl->recv_sleeping);
@@ -59,6 +78,7 @@ Status FifoReceiver::wait(const void** data, size_t* bytes, uint32_t* tag, const
     auto ready = [&] { return h.seq.load(std::memory_order_acquire) == want; };
     ACCORD_TRY(wait_for(ready, &h.seq, &f_.ctrl->recv_sleeping, *f_.policy, ctx, "the next message"));
   }
+  ACCORD_TSAN_ACQUIRE(f_.slot_data(index));
   *bytes = h.bytes;
   *tag = h.tag;
   *data = h.bytes <= kInlineBytes ? static_cast<const void*>(h.inline_data)
@@ -67,6 +87,7 @@ Status FifoReceiver::wait(const void** data, size_t* bytes, uint32_t* tag, const
 }
 
 void FifoReceiver::release() {
+  ACCORD_TSAN_RELEASE(f_.slot_data(received_ % static_cast<uint32_t>(f_.shape.nslots)));
   ++received_;
   f_.ctrl->head.store(received_, std::memory_order_release);
   wake_if_sleeping(&f_.ctrl->head, &f_.ctrl->send_sleeping);

@@ -7,6 +7,14 @@
 // so a small message costs the receiver a single cache-line transfer: the line that carries
 // the flag also carries the data (the idea of NCCL's LL protocol, without its 50% overhead for
 // large messages). The receiver releases a slot by storing head = m + 1.
+//
+// Note [Device FIFOs]: the same FIFO with its slot data somewhere else. The control part
+// (FifoCtrl and the slot headers, with their inline payloads) stays in the receiver's
+// shared-memory segment, registered with the device runtime as pinned memory; the slot data
+// is GPU memory of the receiver, written directly by the sender's kernels (CUDA peer access in
+// one process, "p2p"; an IPC mapping of it in another process, "ipc"). The protocol does not
+// change: the sender's DataMover synchronizes its stream before post(), so the data has landed
+// before the flag is seen.
 #pragma once
 
 #include <atomic>
@@ -39,12 +47,14 @@ struct FifoShape {
   size_t slot_bytes = 128 << 10;
 
   size_t header_bytes() const;  // ctrl + slot headers, rounded up to 4096
+  size_t data_bytes() const;    // slot data, each slot rounded up to 4096
   size_t total_bytes() const;   // header + data
 };
 
-// Where the parts of one FIFO at `base` are (zero-filled memory is an empty FIFO).
+// Where the parts of one FIFO at `base` are (zero-filled memory is an empty FIFO). The slot
+// data follows the header unless `data` says where it is (Note [Device FIFOs]).
 struct FifoView {
-  FifoView(void* base, FifoShape shape, const WaitPolicy* policy);
+  FifoView(void* base, FifoShape shape, const WaitPolicy* policy, uint8_t* data = nullptr);
   uint8_t* slot_data(uint32_t index) const;
 
   FifoCtrl* ctrl;
@@ -56,21 +66,26 @@ struct FifoView {
 
 class FifoSender final : public SendChannel {
  public:
-  FifoSender(void* base, FifoShape shape, const WaitPolicy* policy) : f_(base, shape, policy) {}
+  // `data` and `name`: a device FIFO (Note [Device FIFOs]).
+  FifoSender(void* base, FifoShape shape, const WaitPolicy* policy, uint8_t* data = nullptr,
+             const char* name = "shm")
+      : f_(base, shape, policy, data), name_(name) {}
   Status acquire(size_t bytes, void** slot, const WaitContext& ctx) override;
   void post(size_t bytes, uint32_t tag) override;
   size_t max_bytes() const override { return f_.shape.slot_bytes; }
-  const char* name() const override { return "shm"; }
+  const char* name() const override { return name_; }
 
  private:
   FifoView f_;
+  const char* name_;
   uint32_t sent_ = 0;
   uint32_t cached_head_ = 0;
 };
 
 class FifoReceiver final : public RecvChannel {
  public:
-  FifoReceiver(void* base, FifoShape shape, const WaitPolicy* policy) : f_(base, shape, policy) {}
+  FifoReceiver(void* base, FifoShape shape, const WaitPolicy* policy, uint8_t* data = nullptr)
+      : f_(base, shape, policy, data) {}
   Status wait(const void** data, size_t* bytes, uint32_t* tag, const WaitContext& ctx) override;
   void release() override;
 

@@ -97,10 +97,15 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
   t->options_ = options;
   t->senders_.resize(static_cast<size_t>(nranks));
   t->receivers_.resize(static_cast<size_t>(nranks));
+  t->dev_ctrl_recv_.assign(static_cast<size_t>(nranks), nullptr);
+  t->dev_ctrl_send_.assign(static_cast<size_t>(nranks), nullptr);
   const size_t fifo_bytes = options.shape.total_bytes();
-  // Segment: one 4 KiB header page (the owner's death note), then a FIFO per rank.
+  const size_t ctrl_bytes = options.shape.header_bytes();
+  // Segment: one 4 KiB header page (the owner's death note), a FIFO per rank, then a device
+  // FIFO control area per rank.
   constexpr size_t kHeaderBytes = 4096;
-  const size_t seg_bytes = kHeaderBytes + fifo_bytes * static_cast<size_t>(nranks);
+  const size_t ctrl_at = kHeaderBytes + fifo_bytes * static_cast<size_t>(nranks);
+  const size_t seg_bytes = ctrl_at + ctrl_bytes * static_cast<size_t>(nranks);
 
   sweep_stale_shm_segments();
   uint8_t rnd[16];
@@ -149,6 +154,10 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
         std::make_unique<FifoSender>(peer_fifo, options.shape, &t->options_.policy);
     t->receivers_[static_cast<size_t>(peer)] =
         std::make_unique<FifoReceiver>(my_fifo, options.shape, &t->options_.policy);
+    t->dev_ctrl_send_[static_cast<size_t>(peer)] =
+        static_cast<uint8_t*>(addr) + ctrl_at + ctrl_bytes * static_cast<size_t>(rank);
+    t->dev_ctrl_recv_[static_cast<size_t>(peer)] =
+        static_cast<uint8_t*>(my_addr) + ctrl_at + ctrl_bytes * static_cast<size_t>(peer);
   }
   s = store->set("shm_mapped/" + std::to_string(rank), "1");
   if (!s.ok()) return fail(std::move(s));

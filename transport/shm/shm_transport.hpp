@@ -6,6 +6,10 @@
 // as every local peer has mapped the segment, so after init nothing is left in /dev/shm even
 // if a rank is later killed. If a rank dies during the few milliseconds between create and
 // unlink, the next Accord process on the host removes segments whose creator pid is gone.
+//
+// After the FIFOs, the segment holds one device-FIFO control area per rank (FifoShape::
+// header_bytes(), zero-filled): the device path builds its p2p/ipc FIFOs on them (Note [Device
+// FIFOs], fifo.hpp), so host calls and device calls of one communicator never share a FIFO.
 #pragma once
 
 #include <atomic>
@@ -44,6 +48,10 @@ class ShmTransport {
     size_t bytes = 0;
   };
   const std::vector<Mapping>& mappings() const { return mappings_; }
+  // Note [Device FIFOs]: the control area of the device FIFO from `peer` to this rank (in this
+  // rank's segment), and of the one from this rank to `peer` (in the peer's segment).
+  void* device_ctrl_recv(int peer) const { return dev_ctrl_recv_[static_cast<size_t>(peer)]; }
+  void* device_ctrl_send(int peer) const { return dev_ctrl_send_[static_cast<size_t>(peer)]; }
 
   // Note [Death notes] (wait.hpp): per rank, the first word of its segment's header page.
   // Zero-filled memory reads as rank 0, so the owner stores -1 at creation.
@@ -57,6 +65,7 @@ class ShmTransport {
   std::vector<std::atomic<int32_t>*> notes_;
   std::vector<std::unique_ptr<SendChannel>> senders_;
   std::vector<std::unique_ptr<RecvChannel>> receivers_;
+  std::vector<void*> dev_ctrl_recv_, dev_ctrl_send_;
 };
 
 // Removes /dev/shm/accord-<pid>-* segments of this user whose creating process is gone.
