@@ -317,6 +317,9 @@ accord_status_t accord_comm_get_async_error(accord_comm_t comm, accord_status_t*
   if (async_error == nullptr)
     return report(comm, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_get_async_error: async_error is NULL"));
   *async_error = comm->impl->sticky_error();
+  // The failure's message, for accord_last_error(comm) on this thread (the worker that hit it
+  // could not record it on the caller's thread).
+  if (*async_error != ACCORD_SUCCESS) (void)report(comm, comm->impl->sticky_status());
   return ACCORD_SUCCESS;
 }
 

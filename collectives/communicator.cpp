@@ -170,6 +170,7 @@ Status Communicator::init(const InitSpec& spec) {
     for (size_t r = 0; s.ok() && r < devices.size(); ++r) device_of_[r] = std::atoi(devices[r].c_str());
     if (s.ok()) compute_ring();
   }
+  if (s.ok()) s = connect_device_fifos(store.get(), deadline);
   if (s.ok() && device_ >= 0)
     for (int peer : local_ranks_)
       if (peer != rank_ && device_of_[static_cast<size_t>(peer)] >= 0)
@@ -229,6 +230,7 @@ void Communicator::group_by_host(const std::vector<std::string>& infos, std::vec
   local_ranks_.clear();
   remote_ranks_.clear();
   hosts_.clear();
+  pid_of_.clear();
   std::map<std::string, int> index;  // host identity -> small int, by first appearance
   std::vector<int> per_host;
   host_of_.clear();
@@ -236,6 +238,7 @@ void Communicator::group_by_host(const std::vector<std::string>& infos, std::vec
     const std::string& info = infos[static_cast<size_t>(r)];
     const size_t nl = info.find('\n');
     hosts_.push_back(info.substr(0, nl));
+    pid_of_.push_back(std::atol(info.c_str() + nl + 1));
     auto at = index.emplace(hosts_.back(), static_cast<int>(index.size())).first;
     host_of_.push_back(at->second);
     if (at->second == static_cast<int>(per_host.size())) per_host.push_back(0);
@@ -614,7 +617,7 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
     x.fault = &fault_;
     x.fault_step = fault_.step;
   }
-  Status s = execute(*schedule, x, links_);
+  Status s = execute(*schedule, x, links(on_device));
   if (!s.ok()) {
     sticky_ = s;
     sticky_code_.store(s.code(), std::memory_order_release);

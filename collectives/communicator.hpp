@@ -77,6 +77,13 @@ class Communicator {
   // "pair A-B: TRANSPORT (reason)" for every pair of ranks (same on every rank).
   std::string plan() const;
 
+  // The channel to every peer: those of host buffers, or (device) those of device buffers
+  // (device FIFOs for the GPU pairs that peer, Note [Device FIFOs]). bench/p2p_bandwidth
+  // times each pair through them. Null entries: no channel (this rank, or no such peer).
+  const PeerLinks& links(bool device = false) const {
+    return device && !dev_links_.send.empty() ? dev_links_ : links_;
+  }
+
   // Argument checks alone (for calls queued in a group).
   Status validate(const CollArgs& args) const;
 
@@ -90,6 +97,10 @@ class Communicator {
 
   // The error that broke the communicator (ACCORD_SUCCESS if none). Any thread.
   accord_status_t sticky_error() const { return sticky_code_.load(std::memory_order_acquire); }
+  // Its message (written once, before sticky_error turns non-zero). Any thread.
+  Status sticky_status() const {
+    return sticky_error() == ACCORD_SUCCESS ? Status::success() : sticky_;
+  }
 
  private:
   Communicator() = default;
@@ -97,9 +108,14 @@ class Communicator {
   Status run_on(const CollArgs& args, bool on_device);
   Status setup_device(int requested);
   Status register_slots();
+  Status refuse_device_buffers(const CollArgs& args) const;
   void release_device();
   void compute_ring();
+  // Note [Device FIFOs]: how GPU ranks a and b (on this host) exchange device buffers, and why.
+  enum class DeviceRoute { kHostStaged, kP2p, kIpc };
+  DeviceRoute device_route(int a, int b, std::string* why) const;
   std::string device_pair(int a, int b) const;
+  Status connect_device_fifos(StoreClient* store, Deadline deadline);
   Status connect_transports(StoreClient* store, Deadline deadline);
   void group_by_host(const std::vector<std::string>& infos, std::vector<long>* local_pids);
   Status connect_remote(StoreClient* store, Deadline deadline);
@@ -121,9 +137,11 @@ class Communicator {
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<TcpTransport> tcp_;  // ranks on other hosts (remote_ranks_); null if none
   PeerLinks links_;
+  PeerLinks dev_links_;  // links_ with the device FIFOs in place of the shm pairs that peer; empty: none
   std::vector<int> local_ranks_;   // on this host, including this rank: shared memory
   std::vector<int> remote_ranks_;  // on other hosts: TCP
   std::vector<std::string> hosts_;  // host identity of every rank (from init)
+  std::vector<long> pid_of_;        // process of every rank (compare only ranks of one host)
   std::vector<int> host_of_;        // the same as small ints (ScheduleRequest::host_of)
   int nhosts_ = 1;
   bool hosts_even_ = true;          // as many ranks on every host (hierarchical needs it)
@@ -147,6 +165,7 @@ class Communicator {
   bool oversubscribed_ = false;  // more ranks on this host than CPUs to run them (the tuner's model)
   // Device path: the process's runtime, this rank's GPU (-1: host only), every rank's GPU.
   DeviceRuntime* rt_ = nullptr;
+  DeviceRuntime* probe_rt_ = nullptr;  // host-only communicator, CUDA present: refuses device buffers
   int device_ = -1;
   std::vector<int> device_of_;
   std::vector<int> ring_, pos_of_;  // Note [Ring order]: position -> rank, rank -> position; empty: rank order
@@ -156,8 +175,14 @@ class Communicator {
   size_t dev_scratch_bytes_ = 0;
   std::vector<void*> old_scratch_;
   std::vector<void*> registered_;                 // host memory given to register_host
+  // Note [Device FIFOs]: the p2p/ipc channels of dev_links_, this rank's receive slots (GPU
+  // memory) and the peers' slots it opened from IPC handles.
+  std::vector<std::unique_ptr<SendChannel>> dev_senders_;
+  std::vector<std::unique_ptr<RecvChannel>> dev_receivers_;
+  std::vector<void*> dev_fifo_mem_;
+  std::vector<void*> ipc_opened_;
   std::map<void*, Stream> user_streams_;          // the caller's streams, wrapped once
-  std::atomic<uint64_t>* done_ = nullptr;         // collectives finished (outlives this: streams read it; new_done_flag)
+  std::atomic<uint64_t>* done_ = nullptr;         // collectives finished (outlives this: streams read it; DeviceRuntime::new_flag)
   uint64_t issued_ = 0;                           // collectives enqueued
   // Group worker (accord_group_end) and device worker.
   std::thread worker_;

@@ -12,14 +12,20 @@
 // never needs a host callback to make progress, so several communicators of one process
 // cannot deadlock on CUDA's single callback thread by waiting for each other.
 //
-// Transports: today every GPU pair on one host is host-staged: the shared-memory FIFO slots
-// are registered with the device runtime (register_host), and the kernels of both GPUs read
-// and write them in place. Pairs on different hosts use TCP, through the same kind of slots.
+// Transports (Communicator::device_route): GPU pairs on one host that can peer use device
+// FIFOs (Note [Device FIFOs]): "p2p" within one process, "ipc" across processes. The others
+// are host-staged: the shared-memory FIFO slots are registered with the device runtime
+// (register_host), and the kernels of both GPUs read and write them in place. Pairs on
+// different hosts use TCP, through the same kind of slots.
+#include "accord_config.h"
+
+#include <dlfcn.h>
+
 #include <algorithm>
-#include <deque>
 #include <mutex>
 
 #include "collectives/communicator.hpp"
+#include "core/crypto.hpp"
 #include "core/log.hpp"
 #include "topology/search.hpp"
 #include "topology/system.hpp"
@@ -57,22 +63,27 @@ class DeviceMover final : public DataMover {
   accord_red_op_t op_ = ACCORD_SUM;
 };
 
-// A communicator's completion flag outlives it: a caller's stream may still hold a wait on it
-// (stream_wait_flag) when the communicator is destroyed. The flags therefore live in one
-// process-wide list that is never freed (8 bytes per GPU communicator ever created); they stay
-// reachable, and their addresses never move (std::deque keeps elements in place).
-std::atomic<uint64_t>* new_done_flag() {
-  static std::mutex mutex;
-  static auto* flags = new std::deque<std::atomic<uint64_t>>();
-  std::lock_guard<std::mutex> lock(mutex);
-  return &flags->emplace_back(0);
-}
-
 }  // namespace
 
 Status Communicator::setup_device(int requested) {
   device_of_.assign(static_cast<size_t>(nranks_), -1);
-  const bool wanted = requested >= 0 || settings_.device >= 0 || !settings_.sim_topo.empty();
+  bool wanted = requested >= 0 || settings_.device >= 0 || !settings_.sim_topo.empty();
+  int current = -1;
+#if ACCORD_HAVE_CUDA
+  if (!wanted) {
+    // As NCCL: a thread that made a GPU current (cudaSetDevice) gets a communicator on it.
+    // Otherwise the communicator is host only, and keeps the runtime to refuse device buffers.
+    // A process that never used CUDA has not loaded the driver (libcuda): then nothing here
+    // touches CUDA, so host-only programs pay no CUDA initialization.
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (driver != nullptr) dlclose(driver);
+    if (DeviceRuntime* rt = driver != nullptr ? process_device_runtime(settings_) : nullptr) {
+      (void)rt->current_device(&current);
+      wanted = current >= 0;
+      if (!wanted) probe_rt_ = rt;
+    }
+  }
+#endif
   if (!wanted) return Status::success();
   std::string why;
   rt_ = process_device_runtime(settings_, &why);
@@ -88,6 +99,7 @@ Status Communicator::setup_device(int requested) {
   const int count = rt_->device_count();
   int d = requested >= 0          ? requested
           : settings_.device >= 0 ? static_cast<int>(settings_.device)
+          : current >= 0          ? current
                                   : local_rank % count;
   if (d >= count)
     return error(ACCORD_ERR_INVALID_ARGUMENT,
@@ -97,7 +109,7 @@ Status Communicator::setup_device(int requested) {
   device_ = d;
   device_of_[static_cast<size_t>(rank_)] = d;
   mover_ = std::make_unique<DeviceMover>(rt_, stream_);
-  done_ = new_done_flag();
+  done_ = rt_->new_flag();
   ACCORD_TRY(register_slots());
   LOG_INFO(kGpu, "rank %d: GPU %d of %s", rank_, d, rt_->description().c_str());
   return Status::success();
@@ -119,6 +131,8 @@ void Communicator::release_device() {
   if (stream_.id != 0) (void)rt_->destroy_stream(stream_);
   (void)rt_->free_device(dev_scratch_);
   for (void* p : old_scratch_) (void)rt_->free_device(p);
+  for (void* p : ipc_opened_) (void)rt_->ipc_close_handle(p);
+  for (void* p : dev_fifo_mem_) (void)rt_->free_device(p);
   for (void* p : registered_) (void)rt_->unregister_host(p);
   registered_.clear();
 }
@@ -159,44 +173,169 @@ void Communicator::compute_ring() {
            order.c_str());
 }
 
-std::string Communicator::device_pair(int a, int b) const {
+Communicator::DeviceRoute Communicator::device_route(int a, int b, std::string* why) const {
   const int da = device_of_[static_cast<size_t>(a)], db = device_of_[static_cast<size_t>(b)];
-  if (da == db)
-    return format("host-staged (GPU %d shared by both ranks, staged through shared memory)", da);
-  if (settings_.p2p_disable)
-    return format("host-staged (GPU %d and GPU %d: ACCORD_P2P_DISABLE=1)", da, db);
-  std::string path;
-  bool peer = false;
+  if (da == db) {
+    *why = format("GPU %d shared by both ranks, staged through shared memory", da);
+    return DeviceRoute::kHostStaged;
+  }
+  if (settings_.p2p_disable) {
+    *why = format("GPU %d and GPU %d: ACCORD_P2P_DISABLE=1", da, db);
+    return DeviceRoute::kHostStaged;
+  }
+  std::string over;  // " over path NV2", when the topology names the path
   if (auto* sim = dynamic_cast<const SimulatedRuntime*>(rt_)) {
     const topo::System& sys = sim->system();
-    peer = sys.p2p(da, db) && sys.p2p(db, da);
-    path = sys.path(da, db) == topo::PathClass::kUnknown
-               ? std::string("an unknown path")
-               : "path " + topo::path_class_name(sys.path(da, db), sys.pair(da, db).nvlinks);
-    const std::string& reason =
-        sys.p2p_reason(da, db).empty() ? sys.p2p_reason(db, da) : sys.p2p_reason(da, db);
-    if (!peer)
-      return format("host-staged (GPU %d and GPU %d cannot peer: %s)", da, db,
+    const std::string path =
+        sys.path(da, db) == topo::PathClass::kUnknown
+            ? std::string("an unknown path")
+            : "path " + topo::path_class_name(sys.path(da, db), sys.pair(da, db).nvlinks);
+    if (sys.path(da, db) != topo::PathClass::kUnknown) over = " over " + path;
+    if (!(sys.p2p(da, db) && sys.p2p(db, da))) {
+      const std::string& reason =
+          sys.p2p_reason(da, db).empty() ? sys.p2p_reason(db, da) : sys.p2p_reason(da, db);
+      *why = format("GPU %d and GPU %d cannot peer: %s", da, db,
                     reason.empty() ? path.c_str() : reason.c_str());
+      return DeviceRoute::kHostStaged;
+    }
   } else {
     bool ab = false, ba = false;
     (void)rt_->can_access_peer(da, db, &ab);
     (void)rt_->can_access_peer(db, da, &ba);
-    peer = ab && ba;
-    if (!peer)
-      return format("host-staged (GPU %d and GPU %d cannot peer: the driver says no)", da, db);
-    path = "peer-capable";
+    if (!(ab && ba)) {
+      *why = format("GPU %d and GPU %d cannot peer: the driver says no (cudaDeviceCanAccessPeer)",
+                    da, db);
+      return DeviceRoute::kHostStaged;
+    }
   }
-  return format(
-      "host-staged (GPU %d and GPU %d could peer over %s; the p2p/ipc device FIFOs are not built "
-      "yet, "
-      "so the pair stages through pinned shared memory)",
-      da, db, path.c_str());
+  const long pa = pid_of_[static_cast<size_t>(a)], pb = pid_of_[static_cast<size_t>(b)];
+  if (pa == pb) {
+    *why = format("GPU %d and GPU %d peer%s, one process: kernels write into the receiver's "
+                  "GPU memory",
+                  da, db, over.c_str());
+    return DeviceRoute::kP2p;
+  }
+  *why = format("GPU %d and GPU %d peer%s, processes %ld and %ld: GPU memory mapped through "
+                "IPC handles exchanged at init",
+                da, db, over.c_str(), pa, pb);
+  return DeviceRoute::kIpc;
+}
+
+std::string Communicator::device_pair(int a, int b) const {
+  std::string why;
+  const DeviceRoute route = device_route(a, b, &why);
+  const char* name = route == DeviceRoute::kP2p ? "p2p" : route == DeviceRoute::kIpc ? "ipc" : "host-staged";
+  return format("%s (%s)", name, why.c_str());
+}
+
+// Note [Device FIFOs] (transport/shm/fifo.hpp): for every local peer whose GPU peers with
+// ours, this rank allocates the slot data of the FIFO from that peer in its own GPU memory and
+// publishes it (a pointer within one process, an IPC handle across processes); it opens the
+// peer's in turn and builds both channels over the control areas the shared-memory segments
+// reserve. Every rank decides each pair's route from the same inputs (device_route), so both
+// ends of a pair agree without another round. dev_links_ is links_ with these channels in
+// place; host calls keep links_ and the host FIFOs.
+Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline) {
+  if (device_ < 0 || shm_ == nullptr) return Status::success();
+  std::vector<std::pair<int, DeviceRoute>> direct;
+  for (int peer : local_ranks_) {
+    std::string why;
+    if (peer == rank_ || device_of_[static_cast<size_t>(peer)] < 0) continue;
+    const DeviceRoute route = device_route(rank_, peer, &why);
+    if (route != DeviceRoute::kHostStaged) direct.emplace_back(peer, route);
+  }
+  if (direct.empty()) return Status::success();
+  dev_links_ = links_;
+  const size_t data_bytes = shape_.data_bytes();
+  for (const auto& [peer, route] : direct) {
+    const int pd = device_of_[static_cast<size_t>(peer)];
+    void* mem = nullptr;
+    ACCORD_TRY(rt_->alloc_device(device_, data_bytes, &mem)
+                   .prefix(format("rank %d: device FIFO from rank %d (GPU %d) to GPU %d: ", rank_,
+                                  peer, pd, device_)));
+    dev_fifo_mem_.push_back(mem);
+    std::string value;
+    if (route == DeviceRoute::kP2p) {
+      const uintptr_t at = reinterpret_cast<uintptr_t>(mem);
+      value = to_hex(&at, sizeof at);
+    } else {
+      IpcHandle h;
+      ACCORD_TRY(rt_->ipc_get_handle(mem, &h).prefix(
+          format("rank %d: exporting the device FIFO for rank %d: ", rank_, peer)));
+      value = to_hex(&h, sizeof h);
+    }
+    ACCORD_TRY(store->set(format("dfifo/%d/%d", peer, rank_), value));
+    dev_receivers_.push_back(std::make_unique<FifoReceiver>(
+        shm_->device_ctrl_recv(peer), shape_, &policy_, static_cast<uint8_t*>(mem)));
+    dev_links_.recv[static_cast<size_t>(peer)] = dev_receivers_.back().get();
+  }
+  for (const auto& [peer, route] : direct) {
+    const int pd = device_of_[static_cast<size_t>(peer)];
+    const std::string where = format("rank %d (GPU %d) to rank %d (GPU %d)", rank_, device_, peer, pd);
+    std::string value;
+    ACCORD_TRY(store->get(format("dfifo/%d/%d", rank_, peer), &value, deadline,
+                          format("rank %d", peer)));
+    void* data = nullptr;
+    if (route == DeviceRoute::kP2p) {
+      uintptr_t at = 0;
+      if (!from_hex(value, &at, sizeof at))
+        return error(ACCORD_ERR_INTERNAL, "device FIFO %s: rank %d published a malformed pointer",
+                     where.c_str(), peer);
+      ACCORD_TRY(rt_->enable_peer(device_, pd).prefix(format(
+          "device FIFO %s: peer access was expected (the topology says the pair peers); set "
+          "ACCORD_P2P_DISABLE=1 to stage through host memory: ",
+          where.c_str())));
+      data = reinterpret_cast<void*>(at);
+    } else {
+      IpcHandle h;
+      if (!from_hex(value, &h, sizeof h))
+        return error(ACCORD_ERR_INTERNAL, "device FIFO %s: rank %d published a malformed IPC handle",
+                     where.c_str(), peer);
+      ACCORD_TRY(rt_->ipc_open_handle(device_, h, &data).prefix(format(
+          "device FIFO %s: opening rank %d's IPC handle (set ACCORD_P2P_DISABLE=1 to stage "
+          "through host memory instead): ",
+          where.c_str(), peer)));
+      ipc_opened_.push_back(data);
+    }
+    dev_senders_.push_back(std::make_unique<FifoSender>(shm_->device_ctrl_send(peer), shape_, &policy_,
+                                                        static_cast<uint8_t*>(data),
+                                                        route == DeviceRoute::kP2p ? "p2p" : "ipc"));
+    dev_links_.send[static_cast<size_t>(peer)] = dev_senders_.back().get();
+  }
+  // A rank may not free its slots (destroy, exit) while a peer still has to open them: wait
+  // until every direct peer has opened ours (as the shm segments' "mapped" round).
+  ACCORD_TRY(store->set(format("dfifo_opened/%d", rank_), "1"));
+  for (const auto& [peer, route] : direct) {
+    std::string unused;
+    ACCORD_TRY(store->get(format("dfifo_opened/%d", peer), &unused, deadline, format("rank %d", peer)));
+  }
+  LOG_INFO(kGpu, "rank %d: device FIFOs with %zu peer%s (%zu slots x %zu KiB of GPU %d memory each)",
+           rank_, direct.size(), direct.size() == 1 ? "" : "s", shape_.nslots, shape_.slot_bytes >> 10, device_);
+  return Status::success();
+}
+
+// A host-only communicator in a process with GPUs: a device buffer would be read by the host
+// path (a crash on real GPUs), so it is refused with what to do instead.
+Status Communicator::refuse_device_buffers(const CollArgs& a) const {
+  if (probe_rt_ == nullptr) return Status::success();
+  for (const void* p : {a.send, static_cast<const void*>(a.recv)}) {
+    PointerInfo info;
+    if (p == nullptr || !probe_rt_->pointer_info(p, &info).ok() || info.kind != MemoryKind::kDevice)
+      continue;
+    return error(ACCORD_ERR_INVALID_ARGUMENT,
+                 "rank %d: %s: buffer %p is memory of GPU %d, but this communicator has no GPU "
+                 "(it was created on a thread with no current CUDA device, and neither "
+                 "ACCORD_DEVICE nor accord_comm_init_all named one); call cudaSetDevice(%d) "
+                 "before creating it, or set ACCORD_DEVICE",
+                 rank_, collective_name(a.coll), p, info.device, info.device);
+  }
+  return Status::success();
 }
 
 Status Communicator::classify(const CollArgs& a, bool* on_device) const {
   *on_device = false;
-  if (rt_ == nullptr || a.count == 0 || a.coll == Collective::kBarrier) return Status::success();
+  if (a.count == 0 || a.coll == Collective::kBarrier) return Status::success();
+  if (rt_ == nullptr) return refuse_device_buffers(a);
   const bool is_root = a.root == rank_;
   const bool need_send = a.coll != Collective::kBroadcast || is_root;
   const bool need_recv = a.coll != Collective::kReduce || is_root;

@@ -146,7 +146,9 @@ ACCORD_API accord_status_t accord_comm_destroy(accord_comm_t comm);
 ACCORD_API accord_status_t accord_comm_abort(accord_comm_t comm);
 
 /** The error that broke this communicator, or ACCORD_SUCCESS. Host collectives are
- *  synchronous, so this is the error their call already returned; it stays set. */
+ *  synchronous, so this is the error their call already returned; it stays set. When it is
+ *  set, accord_last_error(comm) on the calling thread then gives its message (a collective on
+ *  device buffers fails on the communicator's worker, not on the caller's thread). */
 ACCORD_API accord_status_t accord_comm_get_async_error(accord_comm_t comm, accord_status_t* async_error);
 
 /** This communicator's rank. */
