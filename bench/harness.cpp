@@ -5,6 +5,7 @@
 // any reduction order. busbw follows nccl-tests: algbw * 2(n-1)/n for all-reduce, (n-1)/n
 // for reduce-scatter and all-gather, 1 for broadcast and reduce.
 #include "harness.hpp"
+#include "sizes.hpp"
 
 #include <accord/accord.h>
 #include <accord/accord_device.h>
@@ -57,20 +58,6 @@ double bus_factor(Coll c, int n) {
     case Coll::kAllGather: return static_cast<double>(n - 1) / n;
     default: return 1.0;
   }
-}
-
-bool parse_size(const char* s, size_t* out) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  if (end == s || v < 0) return false;
-  double mult = 1;
-  if (*end == 'K' || *end == 'k') mult = 1 << 10, ++end;
-  else if (*end == 'M' || *end == 'm') mult = 1 << 20, ++end;
-  else if (*end == 'G' || *end == 'g') mult = 1 << 30, ++end;
-  if (*end == 'B' || *end == 'b') ++end;
-  if (*end != '\0') return false;
-  *out = static_cast<size_t>(v * mult);
-  return true;
 }
 
 void usage(const char* prog) {
