@@ -12,9 +12,11 @@
 #include <thread>
 #include <vector>
 
+#include "api/handles.hpp"
 #include "core/settings.hpp"
 #include "include/accord/accord.h"
 #include "include/accord/accord_device.h"
+#include "topology/formats.hpp"
 #include "transport/device/device_runtime.hpp"
 
 namespace {
@@ -328,6 +330,9 @@ TEST(GpuPath, WorkerErrorIsAsyncAndReleasesTheStream) {
       mismatched += async == ACCORD_ERR_MISMATCH;
       EXPECT_TRUE(async == ACCORD_ERR_MISMATCH || async == ACCORD_ERR_TIMEOUT)
           << accord_status_string(async);
+      // The failure's message reaches the caller's thread, naming the rank.
+      const std::string message = accord_last_error(job.comms[static_cast<size_t>(r)]);
+      EXPECT_NE(message.find("rank " + std::to_string(r)), std::string::npos) << message;
     }
   }
   EXPECT_EQ(failed, job.n);
@@ -415,29 +420,48 @@ std::string plan_of(accord_comm_t c) {
   return s;
 }
 
-// Every GPU pair is listed; host-staged everywhere today, with "cannot peer" exactly for the
-// pairs the topology refuses (on the 4-GPU machine: {0,1} x {2,3}).
+// Every GPU pair is listed with the route the topology implies: p2p (one process) where both
+// GPUs peer, host-staged exactly where they cannot (on the 4-GPU machine: {0,1} x {2,3}; on the
+// DGX-1, wherever the fixture says), and host-staged everywhere with ACCORD_P2P_DISABLE=1. The
+// channels the device path really uses are checked too, not only the printed plan.
 TEST(GpuPath, PlanNamesEveryGpuPair) {
   Job job;
   ASSERT_NO_FATAL_FAILURE(job.init());
   if (testing::Test::IsSkipped()) return;
+  const char* file = std::getenv("ACCORD_SIM_TOPO");
+  if (file == nullptr) GTEST_SKIP() << "the expected routes come from ACCORD_SIM_TOPO's topology";
+  accord::topo::System sys;
+  ASSERT_TRUE(accord::topo::load_system_file(file, &sys).ok());
   const std::string plan = plan_of(job.comms[0]);
   const char* topo = std::getenv("ACCORD_TEST_TOPO");
   const bool disabled = std::getenv("ACCORD_P2P_DISABLE") != nullptr;
+  int staged = 0;
   for (int a = 0; a < job.n; ++a)
     for (int b = a + 1; b < job.n; ++b) {
       const std::string head = "pair " + std::to_string(a) + "-" + std::to_string(b) + ": ";
       size_t at = plan.find(head);
       ASSERT_NE(at, std::string::npos) << plan;
       const std::string line = plan.substr(at, plan.find('\n', at) - at);
-      EXPECT_EQ(line.rfind(head + "host-staged (", 0), 0u) << line;
+      const bool peer = sys.p2p(a, b) && sys.p2p(b, a) && !disabled;
+      EXPECT_EQ(line.rfind(head + (peer ? "p2p (" : "host-staged ("), 0), 0u) << line;
+      staged += !peer;
       if (disabled) {
         EXPECT_NE(line.find("ACCORD_P2P_DISABLE"), std::string::npos) << line;
       } else if (topo != nullptr && std::string(topo) == "tf4") {
         const bool cross = (a < 2) != (b < 2);
         EXPECT_EQ(line.find("cannot peer") != std::string::npos, cross) << line;
+        EXPECT_EQ(peer, !cross) << line;
+      }
+      for (auto [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
+        const accord::PeerLinks& links = job.comms[from]->impl->links(true);
+        ASSERT_NE(links.send[static_cast<size_t>(to)], nullptr);
+        EXPECT_STREQ(links.send[static_cast<size_t>(to)]->name(), peer ? "p2p" : "shm")
+            << "rank " << from << " -> " << to;
       }
     }
+  if (topo != nullptr && std::string(topo) == "tf4" && !disabled) {
+    EXPECT_EQ(staged, 4) << plan;
+  }
 }
 
 // The ring runs in the topology's best order: on the 4-GPU machine it crosses between {0,1}

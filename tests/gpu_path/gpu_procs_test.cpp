@@ -1,0 +1,559 @@
+// Collectives on device buffers of simulated GPUs (ACCORD_SIM_TOPO) with one communicator per
+// rank (accord_comm_init_rank), the ranks as threads of this process or as forked processes,
+// rank r on GPU r. Checks: exact results for every collective over several dtypes, ops and
+// sizes, in place and out of place, on unaligned buffers; the plan's transport for every GPU
+// pair is what the topology implies (host-staged exactly for the pairs that cannot peer, else
+// p2p between threads of one process and ipc between processes; host-staged everywhere with
+// ACCORD_P2P_DISABLE=1); the ring order has no slow hop on the DGX-1 (NVLink only) and
+// exactly two on the 4-GPU machine whose halves cannot peer.
+//
+// The device runtime is chosen once per process and its simulated streams are threads, so a
+// process that forks ranks must not have started it: the parent learns the machine from the
+// fixture through the topology parser, and the process tests come before the thread tests
+// (meson runs them as separate tests anyway, to keep each short).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "include/accord/accord.h"
+#include "include/accord/accord_device.h"
+#include "tests/support/harness.hpp"
+#include "topology/formats.hpp"
+#include "topology/system.hpp"
+
+namespace accord::testing {
+namespace {
+
+// The machine ACCORD_SIM_TOPO describes, as the simulated runtime reads it.
+struct Machine {
+  topo::System sys;
+  bool tf4 = false;  // ACCORD_TEST_TOPO=tf4: GPUs {0,1} and {2,3} cannot peer with each other
+  int gpus() const { return sys.gpu_count(); }
+  bool peer(int a, int b) const { return sys.p2p(a, b) && sys.p2p(b, a); }
+  bool nvlink(int a, int b) const { return sys.path(a, b) == topo::PathClass::kNvLink; }
+};
+
+void load_machine(Machine* m) {
+  const char* file = std::getenv("ACCORD_SIM_TOPO");
+  const char* name = std::getenv("ACCORD_TEST_TOPO");
+  ASSERT_TRUE(file != nullptr && name != nullptr)
+      << "set ACCORD_SIM_TOPO (a topology fixture) and ACCORD_TEST_TOPO (dgx1 or tf4), as "
+         "tests/gpu_path/meson.build does";
+  const Status s = topo::load_system_file(file, &m->sys);
+  ASSERT_TRUE(s.ok()) << s.message();
+  m->tf4 = std::string(name) == "tf4";
+  ASSERT_GT(m->gpus(), 1) << file << " describes no GPU pair";
+}
+
+bool p2p_disabled() {
+  const char* v = std::getenv("ACCORD_P2P_DISABLE");
+  return v != nullptr && std::string(v) != "0" && !std::string(v).empty();
+}
+
+// Set when a thread test has started the device runtime in this process: ranks forked after
+// that would inherit a runtime whose stream threads do not exist in them.
+bool g_runtime_started = false;
+
+// ---------------------------------------------------------------------------------------------
+// Exact results
+
+enum class Coll { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce };
+const char* coll_name(Coll c) {
+  static const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                "reduce"};
+  return names[static_cast<int>(c)];
+}
+
+struct Case {
+  Coll coll;
+  accord_datatype_t dtype;
+  accord_red_op_t op;
+  size_t count;
+  bool in_place;
+  int root = 0;
+};
+
+std::string describe(const Case& c) {
+  std::string s = std::string(coll_name(c.coll)) + " " + dtype_name(c.dtype);
+  if (c.coll != Coll::kAllGather && c.coll != Coll::kBroadcast)
+    s += std::string(" ") + op_name(c.op);
+  s += " count " + std::to_string(c.count) + (c.in_place ? " in place" : " out of place");
+  if (c.coll == Coll::kBroadcast || c.coll == Coll::kReduce) s += " root " + std::to_string(c.root);
+  return s;
+}
+
+// Sizes that break things: 1, a prime, and a prime whose float32 buffer (1 MiB + 12 bytes) is
+// larger than a whole FIFO of 8 slots of 128 KiB and spans 5 slots of the default 256 KiB, with
+// a remainder in the last. ThreadSanitizer instruments every load: smaller there.
+constexpr size_t kPrime = 1031;
+constexpr size_t kLarge = kThreadSanitizer ? 4099 : 262147;
+// Above 8 slots of 256 KiB (the default FIFO) in float32: 2 MiB + 84 bytes.
+constexpr size_t kHuge = kThreadSanitizer ? 0 : 524309;
+
+std::vector<Case> every_case(int nranks) {
+  std::vector<Case> cases;
+  const int last = nranks - 1;
+  for (size_t count : {size_t{1}, kPrime, kLarge}) {
+    for (bool in_place : {false, true}) {
+      auto add = [&](Coll coll, accord_datatype_t dtype, accord_red_op_t op, int root) {
+        cases.push_back(Case{coll, dtype, op, count, in_place, root});
+      };
+      for (accord_datatype_t d : {ACCORD_FLOAT32, ACCORD_INT32})
+        for (accord_red_op_t op : {ACCORD_SUM, ACCORD_PROD, ACCORD_MAX, ACCORD_MIN, ACCORD_AVG})
+          add(Coll::kAllReduce, d, op, 0);
+      for (accord_datatype_t d : {ACCORD_FLOAT16, ACCORD_BFLOAT16})
+        for (accord_red_op_t op : {ACCORD_SUM, ACCORD_AVG}) add(Coll::kAllReduce, d, op, 0);
+      add(Coll::kReduceScatter, ACCORD_FLOAT32, ACCORD_SUM, 0);
+      add(Coll::kReduceScatter, ACCORD_FLOAT32, ACCORD_AVG, 0);
+      add(Coll::kReduceScatter, ACCORD_INT32, ACCORD_MAX, 0);
+      add(Coll::kReduceScatter, ACCORD_FLOAT16, ACCORD_SUM, 0);
+      add(Coll::kReduceScatter, ACCORD_BFLOAT16, ACCORD_SUM, 0);
+      add(Coll::kAllGather, ACCORD_FLOAT32, ACCORD_SUM, 0);
+      add(Coll::kAllGather, ACCORD_FLOAT16, ACCORD_SUM, 0);
+      add(Coll::kAllGather, ACCORD_UINT8, ACCORD_SUM, 0);
+      add(Coll::kBroadcast, ACCORD_FLOAT32, ACCORD_SUM, 1);
+      add(Coll::kBroadcast, ACCORD_INT32, ACCORD_SUM, last);
+      add(Coll::kReduce, ACCORD_FLOAT32, ACCORD_SUM, 1);
+      add(Coll::kReduce, ACCORD_INT32, ACCORD_PROD, last);
+      add(Coll::kReduce, ACCORD_BFLOAT16, ACCORD_AVG, nranks / 2);
+      add(Coll::kReduce, ACCORD_FLOAT16, ACCORD_MIN, nranks / 2 + 1);
+    }
+  }
+  if (kHuge > 0) {
+    cases.push_back(Case{Coll::kAllReduce, ACCORD_FLOAT32, ACCORD_SUM, kHuge, true, 0});
+    cases.push_back(Case{Coll::kBroadcast, ACCORD_FLOAT32, ACCORD_SUM, kHuge, false, last});
+  }
+  return cases;
+}
+
+// One rank's device buffers, allocated once for every case and freed at the end. Not per case:
+// the simulated runtime's free_device drains the streams of every GPU in the process (CUDA's
+// cudaFree synchronizes only its own device), so a rank thread freeing memory while the other
+// ranks wait in a collective for its next call would deadlock with them.
+struct DeviceBuffers {
+  void* out = nullptr;  // the recv allocation (in place: the only one)
+  void* in = nullptr;   // out of place: the send buffer
+  size_t out_bytes = 0, in_bytes = 0;
+  ~DeviceBuffers() {
+    (void)accord_device_free(out);
+    (void)accord_device_free(in);
+  }
+};
+
+constexpr char kPoison = static_cast<char>(0xee);
+constexpr size_t kTail = 64;  // poisoned bytes after every buffer: nothing may write there
+
+size_t first_mismatch(const char* got, const char* want, size_t count, size_t es) {
+  for (size_t i = 0; i < count; ++i)
+    if (std::memcmp(got + i * es, want + i * es, es) != 0) return i;
+  return count;
+}
+
+std::string api_error(const std::string& what, accord_comm_t comm, accord_status_t s) {
+  return what + ": " + accord_status_string(s) + ": " + accord_last_error(comm);
+}
+
+constexpr size_t kLead = 3 * 8;  // room before the buffer for the unaligned starts below
+
+// The bytes of the send buffer and of the recv allocation (lead, buffer, tail) of a case.
+size_t in_bytes_of(const Case& c, int nranks) {
+  const size_t n = c.coll == Coll::kReduceScatter ? static_cast<size_t>(nranks) : 1;
+  return c.count * n * accord_dtype_size(c.dtype);
+}
+size_t out_bytes_of(const Case& c, int nranks) {
+  const size_t n = c.coll == Coll::kAllGather ? static_cast<size_t>(nranks) : 1;
+  return kLead + std::max(in_bytes_of(c, nranks), c.count * n * accord_dtype_size(c.dtype)) + kTail;
+}
+
+// One rank's part of one case. The recv region starts poisoned; the buffers start one element
+// (in place) or three (out of place: recv; send is aligned) into their allocations, so that
+// they are not 16-byte aligned. Checked afterwards, bit for bit: the result, the poisoned
+// bytes before and after the buffer, and (out of place) that the input is unchanged.
+std::string run_case(accord_comm_t comm, accord_stream_t stream, const DeviceBuffers& bufs,
+                     int rank, int nranks, const Case& c, size_t seed) {
+  const std::string name = describe(c);
+  const size_t es = accord_dtype_size(c.dtype), n = static_cast<size_t>(nranks);
+  const size_t in_count = c.coll == Coll::kReduceScatter ? c.count * n : c.count;
+  const size_t out_count = c.coll == Coll::kAllGather ? c.count * n : c.count;
+  const size_t my_block = static_cast<size_t>(rank) * c.count * es;
+
+  // Inputs and the expected output, small integers (harness.hpp): exact in every order.
+  std::vector<char> input(in_count * es), want(out_count * es);
+  const accord_red_op_t value_op =
+      c.coll == Coll::kAllGather || c.coll == Coll::kBroadcast ? ACCORD_SUM : c.op;
+  fill_input(input.data(), in_count, c.dtype, value_op, rank, nranks, seed);
+  switch (c.coll) {
+    case Coll::kAllReduce:
+    case Coll::kReduce:
+      fill_expected(want.data(), out_count, c.dtype, c.op, nranks, seed);
+      break;
+    case Coll::kReduceScatter: {
+      std::vector<char> all(in_count * es);
+      fill_expected(all.data(), in_count, c.dtype, c.op, nranks, seed);
+      std::memcpy(want.data(), all.data() + my_block, want.size());
+      break;
+    }
+    case Coll::kAllGather:
+      for (int r = 0; r < nranks; ++r)
+        fill_input(want.data() + static_cast<size_t>(r) * c.count * es, c.count, c.dtype,
+                   ACCORD_SUM, r, nranks, seed);
+      break;
+    case Coll::kBroadcast:
+      fill_input(want.data(), out_count, c.dtype, ACCORD_SUM, c.root, nranks, seed);
+      break;
+  }
+
+  // The recv allocation: lead | buffer (in place: the input's and output's) | tail.
+  const size_t lead = (c.in_place ? 1 : 3) * es;
+  const size_t buffer_bytes = std::max(input.size(), want.size());
+  std::vector<char> image(lead + buffer_bytes + kTail, kPoison);
+  const size_t input_at = lead + (c.in_place && c.coll == Coll::kAllGather ? my_block : 0);
+  const size_t output_at = lead + (c.in_place && c.coll == Coll::kReduceScatter ? my_block : 0);
+  if (c.in_place) std::memcpy(image.data() + input_at, input.data(), input.size());
+  if (image.size() > bufs.out_bytes || input.size() > bufs.in_bytes)
+    return name + ": the rank's device buffers are too small (a bug in this test)";
+  accord_status_t s = accord_device_memcpy(bufs.out, image.data(), image.size());
+  if (s == ACCORD_SUCCESS && !c.in_place)
+    s = accord_device_memcpy(bufs.in, input.data(), input.size());
+  if (s != ACCORD_SUCCESS) return api_error(name + ": copying the input in", nullptr, s);
+  char* const base = static_cast<char*>(bufs.out);
+  const void* send = c.in_place ? base + input_at : bufs.in;
+  void* recv = base + output_at;
+
+  switch (c.coll) {
+    case Coll::kAllReduce:
+      s = accord_all_reduce(send, recv, c.count, c.dtype, c.op, comm, stream);
+      break;
+    case Coll::kReduceScatter:
+      s = accord_reduce_scatter(send, recv, c.count, c.dtype, c.op, comm, stream);
+      break;
+    case Coll::kAllGather:
+      s = accord_all_gather(send, recv, c.count, c.dtype, comm, stream);
+      break;
+    case Coll::kBroadcast:
+      s = accord_broadcast(send, recv, c.count, c.dtype, c.root, comm, stream);
+      break;
+    case Coll::kReduce:
+      s = accord_reduce(send, recv, c.count, c.dtype, c.op, c.root, comm, stream);
+      break;
+  }
+  if (s != ACCORD_SUCCESS) return api_error(name, comm, s);
+  s = accord_stream_synchronize(stream);
+  if (s != ACCORD_SUCCESS) return api_error(name + ": stream synchronize", comm, s);
+  accord_status_t async = ACCORD_SUCCESS;
+  s = accord_comm_get_async_error(comm, &async);
+  if (s != ACCORD_SUCCESS) return api_error(name + ": get_async_error", comm, s);
+  if (async != ACCORD_SUCCESS) return api_error(name + " (asynchronous error)", comm, async);
+
+  std::vector<char> got(image.size());
+  s = accord_device_memcpy(got.data(), bufs.out, got.size());
+  if (s != ACCORD_SUCCESS) return api_error(name + ": copying the result out", comm, s);
+  for (size_t i = 0; i < image.size(); ++i) {
+    if (i == lead) i = lead + buffer_bytes;
+    if (got[i] != kPoison)
+      return name + ": wrote byte " + std::to_string(i) + " of the recv allocation, outside the " +
+             std::to_string(buffer_bytes) + "-byte buffer at offset " + std::to_string(lead);
+  }
+  if (c.coll != Coll::kReduce || rank == c.root) {
+    const size_t bad = first_mismatch(got.data() + output_at, want.data(), out_count, es);
+    if (bad < out_count)
+      return name + ": " +
+             std::to_string(
+                 count_mismatches(got.data() + output_at, want.data(), out_count, c.dtype)) +
+             " of " + std::to_string(out_count) + " elements wrong, the first at " +
+             std::to_string(bad);
+  }
+  if (!c.in_place) {
+    std::vector<char> kept(input.size());
+    s = accord_device_memcpy(kept.data(), bufs.in, kept.size());
+    if (s != ACCORD_SUCCESS) return api_error(name + ": copying the input out", comm, s);
+    if (kept != input) return name + ": the send buffer was changed";
+  }
+  return "";
+}
+
+// Every case in turn on one rank's communicator, with a barrier on the stream now and then.
+std::string every_collective(accord_comm_t comm, int rank, int nranks, int gpus) {
+  int dev = -1, count = 0;
+  accord_status_t s = accord_comm_device(comm, &dev);
+  if (s != ACCORD_SUCCESS) return api_error("accord_comm_device", comm, s);
+  if (dev != rank)
+    return "runs on GPU " + std::to_string(dev) + ", expected GPU " + std::to_string(rank);
+  s = accord_device_count(&count);
+  if (s != ACCORD_SUCCESS || count != gpus)
+    return "accord_device_count says " + std::to_string(count) + " GPUs, the fixture has " +
+           std::to_string(gpus);
+  accord_stream_t stream = nullptr;
+  s = accord_stream_create(&stream, dev);
+  if (s != ACCORD_SUCCESS) return api_error("accord_stream_create", comm, s);
+  std::string failure;
+  const std::vector<Case> cases = every_case(nranks);
+  {
+    DeviceBuffers bufs;
+    for (const Case& c : cases) {
+      bufs.out_bytes = std::max(bufs.out_bytes, out_bytes_of(c, nranks));
+      bufs.in_bytes = std::max(bufs.in_bytes, in_bytes_of(c, nranks));
+    }
+    s = accord_device_alloc(&bufs.out, bufs.out_bytes, dev);
+    if (s == ACCORD_SUCCESS) s = accord_device_alloc(&bufs.in, bufs.in_bytes, dev);
+    if (s != ACCORD_SUCCESS)
+      failure = api_error("accord_device_alloc on GPU " + std::to_string(dev), nullptr, s);
+    for (size_t i = 0; i < cases.size() && failure.empty(); ++i) {
+      failure = run_case(comm, stream, bufs, rank, nranks, cases[i], i);
+      if (failure.empty() && i % 16 == 15) {
+        s = accord_barrier(comm, stream);
+        if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+        if (s != ACCORD_SUCCESS)
+          failure = api_error("barrier after case " + std::to_string(i), comm, s);
+      }
+    }
+    // Every rank is past its last collective before any frees (see DeviceBuffers).
+    if (failure.empty()) {
+      s = accord_barrier(comm, stream);
+      if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+      if (s != ACCORD_SUCCESS) failure = api_error("final barrier", comm, s);
+    }
+  }
+  s = accord_stream_destroy(stream);
+  if (failure.empty() && s != ACCORD_SUCCESS) failure = api_error("accord_stream_destroy", comm, s);
+  return failure;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The plan: transports per pair, ring order
+
+std::string plan_of(accord_comm_t comm) {
+  size_t len = 0;
+  if (accord_comm_plan(comm, nullptr, &len) != ACCORD_SUCCESS) return "";
+  std::string s(len, '\0');
+  if (accord_comm_plan(comm, s.data(), &len) != ACCORD_SUCCESS) return "";
+  s.resize(std::strlen(s.c_str()));
+  return s;
+}
+
+// The text after "pair A-B: " up to the end of its line, or "" when the plan has no such line.
+std::string pair_line(const std::string& plan, int a, int b) {
+  const std::string head = "pair " + std::to_string(a) + "-" + std::to_string(b) + ": ";
+  const size_t at = plan.find(head);
+  if (at == std::string::npos) return "";
+  const size_t from = at + head.size();
+  return plan.substr(from, plan.find('\n', from) - from);
+}
+
+// What the topology implies for GPUs a and b: staged through host memory when the pair cannot
+// peer (or peer access is disabled); else direct device FIFOs, opened with peer access inside
+// one process (p2p) and through IPC handles between processes (ipc).
+std::string expected_transport(const Machine& m, int a, int b, bool processes) {
+  if (p2p_disabled() || !m.peer(a, b)) return "host-staged";
+  return processes ? "ipc" : "p2p";
+}
+
+std::string check_plan(const Machine& m, bool processes, accord_comm_t comm, int rank, int nranks) {
+  int dev = -1;
+  if (accord_comm_device(comm, &dev) != ACCORD_SUCCESS || dev != rank)
+    return "runs on GPU " + std::to_string(dev) + ", expected GPU " + std::to_string(rank);
+  const std::string plan = plan_of(comm);
+  std::string wrong;
+  int nwrong = 0;
+  for (int a = 0; a < nranks; ++a)
+    for (int b = a + 1; b < nranks; ++b) {
+      const std::string line = pair_line(plan, a, b);
+      const std::string want = expected_transport(m, a, b, processes);
+      if (line.substr(0, line.find(' ')) == want) continue;
+      if (++nwrong <= 3)
+        wrong += "\n  pair " + std::to_string(a) + "-" + std::to_string(b) + ": expected " + want +
+                 ", plan says: " + (line.empty() ? "(no line)" : line);
+    }
+  if (nwrong == 0) return "";
+  return std::to_string(nwrong) + " of " + std::to_string(nranks * (nranks - 1) / 2) +
+         " GPU pairs have the wrong transport" + (nwrong > 3 ? " (the first 3):" : ":") + wrong;
+}
+
+// The ranks in ring order: the plan's "ring order ...:" line, or rank order when it has none.
+std::vector<int> ring_of(const std::string& plan, int nranks) {
+  std::vector<int> ring;
+  const size_t at = plan.find("ring order");
+  if (at == std::string::npos) {
+    for (int r = 0; r < nranks; ++r) ring.push_back(r);
+    return ring;
+  }
+  const size_t colon = plan.find(':', at);
+  const std::string line = plan.substr(colon + 1, plan.find('\n', colon) - colon - 1);
+  const char* p = line.c_str();
+  for (;;) {
+    char* end = nullptr;
+    const long v = std::strtol(p, &end, 10);
+    if (end == p) break;
+    ring.push_back(static_cast<int>(v));
+    p = end;
+  }
+  return ring;
+}
+
+// On the DGX-1 every hop is NVLink; on the 4-GPU machine the ring crosses between the halves
+// that cannot peer exactly twice (the least any ring can).
+std::string check_ring(const Machine& m, accord_comm_t comm, int rank, int nranks) {
+  (void)rank;
+  const std::string plan = plan_of(comm);
+  const std::vector<int> ring = ring_of(plan, nranks);
+  std::vector<int> sorted = ring;
+  std::sort(sorted.begin(), sorted.end());
+  for (int r = 0; r < nranks; ++r)
+    if (static_cast<int>(sorted.size()) != nranks || sorted[static_cast<size_t>(r)] != r)
+      return "the ring order is not a permutation of the ranks; plan:\n" + plan;
+  int cannot_peer = 0, not_nvlink = 0;
+  for (size_t i = 0; i < ring.size(); ++i) {
+    const int a = ring[i], b = ring[(i + 1) % ring.size()];
+    cannot_peer += !m.peer(a, b);
+    not_nvlink += !m.nvlink(a, b);
+  }
+  if (m.tf4 && cannot_peer != 2)
+    return "the ring has " + std::to_string(cannot_peer) +
+           " hops between GPUs that cannot peer, expected 2; plan:\n" + plan;
+  if (!m.tf4 && not_nvlink != 0)
+    return "the ring has " + std::to_string(not_nvlink) + " hops that are not NVLink (" +
+           std::to_string(cannot_peer) + " cannot peer), expected none; plan:\n" + plan;
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests. Process tests first: see the top of the file.
+
+class GpuProcs : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(load_machine(&m_)); }
+  Machine m_;
+};
+
+// The fixture says what the checks below rely on: on the 4-GPU machine exactly the pairs
+// between {0,1} and {2,3} cannot peer; on the DGX-1 exactly the pairs without NVLink (SYS),
+// three per GPU.
+TEST_F(GpuProcs, FixtureCannotPeerPairs) {
+  int cannot = 0;
+  for (int a = 0; a < m_.gpus(); ++a)
+    for (int b = a + 1; b < m_.gpus(); ++b) {
+      cannot += !m_.peer(a, b);
+      if (m_.tf4)
+        EXPECT_EQ(m_.peer(a, b), (a < 2) == (b < 2)) << "GPUs " << a << " and " << b;
+      else
+        EXPECT_EQ(m_.peer(a, b), m_.nvlink(a, b)) << "GPUs " << a << " and " << b;
+    }
+  EXPECT_EQ(m_.gpus(), m_.tf4 ? 4 : 8);
+  EXPECT_EQ(cannot, m_.tf4 ? 4 : 12);
+}
+
+class GpuProcsProcesses : public GpuProcs {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(GpuProcs::SetUp());
+    if (kThreadSanitizer)
+      GTEST_SKIP()
+          << "processes share no memory ThreadSanitizer can see; the thread ranks cover it";
+    ASSERT_FALSE(g_runtime_started)
+        << "a thread test started the device runtime in this process before these forked "
+           "ranks; run the process tests first or alone (--gtest_filter=GpuProcsProcesses.*)";
+  }
+  static constexpr int kTimeoutS = 100;
+};
+
+TEST_F(GpuProcsProcesses, EveryCollectiveExact) {
+  const int gpus = m_.gpus();
+  for (const auto& f : run_processes(
+           gpus, [&](accord_comm_t c, int r, int n) { return every_collective(c, r, n, gpus); },
+           kTimeoutS))
+    ADD_FAILURE() << f;
+}
+
+TEST_F(GpuProcsProcesses, PlanTransportsFollowTheTopology) {
+  for (const auto& f : run_processes(
+           m_.gpus(), [&](accord_comm_t c, int r, int n) { return check_plan(m_, true, c, r, n); },
+           kTimeoutS))
+    ADD_FAILURE() << f;
+}
+
+TEST_F(GpuProcsProcesses, RingAvoidsSlowHops) {
+  for (const auto& f : run_processes(
+           m_.gpus(), [&](accord_comm_t c, int r, int n) { return check_ring(m_, c, r, n); },
+           kTimeoutS))
+    ADD_FAILURE() << f;
+}
+
+class GpuProcsThreads : public GpuProcs {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(GpuProcs::SetUp());
+    g_runtime_started = true;
+  }
+};
+
+TEST_F(GpuProcsThreads, EveryCollectiveExact) {
+  const int gpus = m_.gpus();
+  for (const auto& f : run_threads(
+           gpus, [&](accord_comm_t c, int r, int n) { return every_collective(c, r, n, gpus); }))
+    ADD_FAILURE() << f;
+}
+
+TEST_F(GpuProcsThreads, PlanTransportsFollowTheTopology) {
+  for (const auto& f : run_threads(m_.gpus(), [&](accord_comm_t c, int r, int n) {
+         return check_plan(m_, false, c, r, n);
+       }))
+    ADD_FAILURE() << f;
+}
+
+// A rank that allocates and frees device memory between collectives does not wait for the
+// other ranks' streams (which are held until its own next collective): freeing waits only for
+// its own GPU, as cudaFree. Used to deadlock until ACCORD_TIMEOUT_MS.
+TEST_F(GpuProcsThreads, FreeBetweenCollectives) {
+  for (const auto& f : run_threads(m_.gpus(), [&](accord_comm_t c, int r, int n) -> std::string {
+         int dev = -1;
+         accord_status_t s = accord_comm_device(c, &dev);
+         if (s != ACCORD_SUCCESS) return api_error("accord_comm_device", c, s);
+         accord_stream_t stream = nullptr;
+         if ((s = accord_stream_create(&stream, dev)) != ACCORD_SUCCESS)
+           return api_error("accord_stream_create", c, s);
+         void* buf = nullptr;
+         if ((s = accord_device_alloc(&buf, 64 * sizeof(int32_t), dev)) != ACCORD_SUCCESS)
+           return api_error("accord_device_alloc", c, s);
+         std::vector<int32_t> in(64, r + 1), out(64, 0);
+         std::string failure;
+         for (int round = 0; round < 3 && failure.empty(); ++round) {
+           void* scratch = nullptr;
+           if ((s = accord_device_alloc(&scratch, 64, dev)) != ACCORD_SUCCESS ||
+               (s = accord_device_free(scratch)) != ACCORD_SUCCESS) {
+             failure = api_error("alloc/free between collectives", c, s);
+             break;
+           }
+           if ((s = accord_device_memcpy(buf, in.data(), in.size() * 4)) !=
+                   ACCORD_SUCCESS ||
+               (s = accord_all_reduce(buf, buf, 64, ACCORD_INT32, ACCORD_SUM, c, stream)) != ACCORD_SUCCESS ||
+               (s = accord_stream_synchronize(stream)) != ACCORD_SUCCESS ||
+               (s = accord_device_memcpy(out.data(), buf, out.size() * 4)) !=
+                   ACCORD_SUCCESS) {
+             failure = api_error("round " + std::to_string(round), c, s);
+             break;
+           }
+           accord_status_t async = ACCORD_SUCCESS;
+           (void)accord_comm_get_async_error(c, &async);
+           if (async != ACCORD_SUCCESS) failure = api_error("round " + std::to_string(round), c, async);
+           else if (out[0] != n * (n + 1) / 2 || out[63] != n * (n + 1) / 2)
+             failure = "round " + std::to_string(round) + ": sum " + std::to_string(out[0]);
+         }
+         (void)accord_device_free(buf);
+         (void)accord_stream_destroy(stream);
+         return failure;
+       }))
+    ADD_FAILURE() << f;
+}
+
+TEST_F(GpuProcsThreads, RingAvoidsSlowHops) {
+  for (const auto& f : run_threads(
+           m_.gpus(), [&](accord_comm_t c, int r, int n) { return check_ring(m_, c, r, n); }))
+    ADD_FAILURE() << f;
+}
+
+}  // namespace
+}  // namespace accord::testing
