@@ -97,8 +97,10 @@ bool valid(accord_datatype_t dtype, accord_red_op_t op) {
 }  // namespace
 
 bool isa_available(Isa isa) {
-  return static_cast<int>(isa) >= 0 && static_cast<int>(isa) < kNumIsas &&
-         built_kernels(isa) != nullptr && cpu_supports(isa);
+  // The CPU first: built_kernels() runs the ISA's own code to fill its table, and an AVX-512
+  // build's code is AVX-512 instructions (SIGILL on a CPU without them, as this VM's AMD EPYC).
+  return static_cast<int>(isa) >= 0 && static_cast<int>(isa) < kNumIsas && cpu_supports(isa) &&
+         built_kernels(isa) != nullptr;
 }
 
 const char* isa_name(Isa isa) {

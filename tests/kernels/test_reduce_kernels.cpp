@@ -213,6 +213,21 @@ TEST(ReduceDispatch, ResolvesEveryDtypeAndOp) {
   EXPECT_STREQ(isa_name(), isa_name(selected_isa()));
 }
 
+// A variant the CPU lacks is unavailable, and none of its code runs: filling its table is its
+// own code, so on an AVX2-only CPU (an AMD EPYC VM) asking about avx512 once died of SIGILL.
+TEST(ReduceDispatch, VariantTheCpuLacksNeverRuns) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+    GTEST_SKIP() << "this CPU has AVX-512";
+  EXPECT_FALSE(isa_available(Isa::kAvx512));
+  EXPECT_EQ(get_reduce_fn(ACCORD_FLOAT32, ACCORD_SUM, Isa::kAvx512), nullptr);
+  EXPECT_FALSE(copy(nullptr, nullptr, 0, false, Isa::kAvx512));
+#else
+  GTEST_SKIP() << "x86-64 only";
+#endif
+}
+
 // meson runs this binary once per variant with ACCORD_KERNEL_ISA set (tests/kernels/meson.build).
 TEST(ReduceDispatch, HonoursAccordKernelIsa) {
   const char* forced = getenv("ACCORD_KERNEL_ISA");
