@@ -243,8 +243,11 @@ TEST(ReduceDispatch, HonoursAccordKernelIsa) {
 
 TEST(ReduceCopy, MatchesMemcpyEveryVariantAndAlignment) {
   for (const Isa isa : available_isas()) {
-    for (const size_t bytes : {size_t{0}, size_t{1}, size_t{100}, size_t{1023}, size_t{1024},
-                               size_t{5000}, size_t{1} << 20}) {
+    // Around one and four vectors of every width (the vector loop's body and its tail).
+    for (const size_t bytes : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{63}, size_t{64},
+                               size_t{65}, size_t{100}, size_t{127}, size_t{128}, size_t{129}, size_t{255},
+                               size_t{256}, size_t{257}, size_t{1023}, size_t{1024}, size_t{5000},
+                               size_t{1} << 20}) {
       for (size_t off = 0; off < 64; off += 7) {
         for (const bool streaming : {false, true}) {
           Guarded src(bytes, (off * 3) % 64), dst(bytes, off);
