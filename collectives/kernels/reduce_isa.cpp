@@ -306,8 +306,8 @@ void divide_copy(uint8_t* out, const uint8_t* a, size_t n, int divisor) {
 // threshold (a share of the L3) with `rep movsb`. On the project VM's AMD EPYC that ran a
 // 2-rank ring all-reduce at 256 KiB and 1 MiB at 1.4-2.4 GB/s, against 5.5-9.8 GB/s with this
 // loop of vector loads and stores (GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=100000000
-// showed the same gain), which is as fast as memcpy where `rep movsb` is good. Small copies stay
-// with memcpy.
+// showed the same gain). Not yet measured on a CPU where `rep movsb` is fast (the earlier
+// AVX-512 VM). Small copies stay with memcpy.
 inline void vec_copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
   using V = Vec<long long>;
   if (bytes < 4 * kVecBytes) {
