@@ -5,6 +5,7 @@
 // any reduction order. busbw follows nccl-tests: algbw * 2(n-1)/n for all-reduce, (n-1)/n
 // for reduce-scatter and all-gather, 1 for broadcast and reduce.
 #include "harness.hpp"
+#include "rank_threads.hpp"
 #include "sizes.hpp"
 
 #include <accord/accord.h>
@@ -608,27 +609,10 @@ int run_main(Coll coll, int argc, char** argv) {
     for (accord_comm_t c : comms) accord_comm_destroy(c);
     for (int c : codes) code = std::max(code, c);
   } else if (o.threads > 1) {
-    accord_unique_id_t id;
-    if (accord_get_unique_id(&id) != ACCORD_SUCCESS) {
-      std::fprintf(stderr, "accord_get_unique_id: %s\n", accord_last_error(nullptr));
-      return 2;
-    }
-    std::vector<int> codes(static_cast<size_t>(o.threads));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < o.threads; ++r)
-      threads.emplace_back([&, r] {
-        accord_comm_t comm = nullptr;
-        if (accord_comm_init_rank(&comm, o.threads, id, r) != ACCORD_SUCCESS) {
-          std::fprintf(stderr, "rank %d: init failed: %s\n", r, accord_last_error(nullptr));
-          codes[static_cast<size_t>(r)] = 2;
-          return;
-        }
-        Rank rk{coll, o, comm, r, o.threads, false};
-        codes[static_cast<size_t>(r)] = rk.run();
-        accord_comm_destroy(comm);
-      });
-    for (auto& t : threads) t.join();
-    for (int c : codes) code = std::max(code, c);
+    code = run_rank_threads(o.threads, "", [&](accord_comm_t comm, int r) {
+      Rank rk{coll, o, comm, r, o.threads, false};
+      return rk.run();
+    });
   } else {
     // -g 1: one GPU per rank, the launcher's local rank modulo the GPUs unless ACCORD_DEVICE
     // says; told to the communicator through ACCORD_DEVICE so that both agree.

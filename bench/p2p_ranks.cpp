@@ -23,6 +23,7 @@
 #include "accord_config.h"
 #include "api/handles.hpp"
 #include "bench/p2p_bandwidth.hpp"
+#include "bench/rank_threads.hpp"
 #include "collectives/executor.hpp"
 #include "core/settings.hpp"
 #include "core/status.hpp"
@@ -286,28 +287,10 @@ int run_ranks(const Options& o, int argc, char** argv) {
     std::fprintf(stderr, "p2p_bandwidth: %s\n", st.message().c_str());
     return 2;
   }
-  if (o.threads > 1) {
-    accord_unique_id_t id;
-    if (accord_get_unique_id(&id) != ACCORD_SUCCESS) {
-      std::fprintf(stderr, "p2p_bandwidth: accord_get_unique_id: %s\n", accord_last_error(nullptr));
-      return 2;
-    }
-    std::vector<int> codes(static_cast<size_t>(o.threads), 0);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < o.threads; ++r)
-      threads.emplace_back([&, r] {
-        accord_comm_t comm = nullptr;
-        if (accord_comm_init_rank(&comm, o.threads, id, r) != ACCORD_SUCCESS) {
-          std::fprintf(stderr, "p2p_bandwidth: rank %d: init failed: %s\n", r, accord_last_error(nullptr));
-          codes[static_cast<size_t>(r)] = 2;
-          return;
-        }
-        codes[static_cast<size_t>(r)] = RankBench(o, comm, r, o.threads, s.timeout_ms).run();
-        accord_comm_destroy(comm);
-      });
-    for (auto& t : threads) t.join();
-    return *std::max_element(codes.begin(), codes.end());
-  }
+  if (o.threads > 1)
+    return run_rank_threads(o.threads, "p2p_bandwidth: ", [&](accord_comm_t comm, int r) {
+      return RankBench(o, comm, r, o.threads, s.timeout_ms).run();
+    });
   bool use_mpi = false;
   accord_comm_t comm = nullptr;
   accord_status_t init;
