@@ -14,7 +14,8 @@
 namespace accord::bench {
 
 // `prefix` starts every error line (the program's name and ": ", or "").
-inline int run_rank_threads(int nranks, const char* prefix, const std::function<int(accord_comm_t, int)>& body) {
+inline int run_rank_threads(int nranks, const char* prefix,
+                            const std::function<int(accord_comm_t, int)>& body) {
   accord_unique_id_t id;
   if (accord_get_unique_id(&id) != ACCORD_SUCCESS) {
     std::fprintf(stderr, "%saccord_get_unique_id: %s\n", prefix, accord_last_error(nullptr));
