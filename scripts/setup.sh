@@ -14,17 +14,46 @@ packages=(
   python3-numpy                        # Python example (ctypes)
 )
 
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+# With the CUDA toolkit: two tools from PyPI, into .tools/cuda-pypi (meson's -Dnvidia_tools):
+# CUDA 12's ptxas, which builds the sm_70 (Volta) kernels CUDA 13 no longer can, and CUDA 13's
+# cuobjdump, which the test kernels_cuda_fatbin runs on the library (the toolkit here lacks it).
+cuda_tools() {
+  local nvcc dir="$root/.tools/cuda-pypi"
+  nvcc=$(command -v nvcc || true)
+  [ -n "$nvcc" ] || [ ! -x /usr/local/cuda/bin/nvcc ] || nvcc=/usr/local/cuda/bin/nvcc
+  [ -n "$nvcc" ] || return 0
+  if [ -x "$dir/nvidia/cuda_nvcc/bin/ptxas" ] && [ -x "$dir/nvidia/cu13/bin/cuobjdump" ]; then
+    echo "setup: CUDA tools present in $dir"
+    return 0
+  fi
+  local py
+  for py in python3 /usr/bin/python3; do
+    if "$py" -m pip --version >/dev/null 2>&1; then
+      echo "setup: installing CUDA 12 ptxas and cuobjdump from PyPI into $dir"
+      if "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --target "$dir" \
+        nvidia-cuda-nvcc-cu12==12.9.86 nvidia-cuda-cuobjdump==13.4.92; then
+        return 0
+      fi
+    fi
+  done
+  echo "setup: WARNING: could not pip-install the CUDA tools; the build leaves sm_70 out" \
+    "and kernels_cuda_fatbin cannot run cuobjdump" >&2
+}
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all packages present"
-  exit 0
+else
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-echo "setup: installing ${missing[*]}"
-SUDO=""
-if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+cuda_tools

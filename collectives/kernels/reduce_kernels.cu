@@ -5,7 +5,15 @@
 // element at a time when only element-aligned, byte copies in and out otherwise.
 //
 // Cost: memory bound; each element is read once from a (and b) and written once to dst0 (and
-// dst1). Built for sm_75, sm_80, sm_90 and compute_90 PTX (collectives/kernels/meson.build).
+// dst1). Built for sm_70, sm_75, sm_80, sm_90 and compute_90 PTX (collectives/kernels/meson.build).
+//
+// Note [Volta from CUDA 13]: CUDA 13's nvcc cannot target sm_70. Its compute_75 PTX of this
+// file asks for sm_75 only in its `.target` line (no instruction here needs more than sm_53;
+// bfloat16 arithmetic goes through float below sm_80), so ptx_to_sm70.sh retargets it and a
+// CUDA 12 ptxas assembles the sm_70 cubin, which nvcc's fatbinary step then packs beside the
+// others. The kernel names come from the same front end, so the host stub's registrations find
+// them (the test CudaFatbin.EveryCubinHasTheSameKernels checks it). What was never checked: a
+// Volta GPU running it; NVIDIA's R580 driver still runs Volta, but no GPU was at hand.
 #include <cstdint>
 #include <cstring>
 
