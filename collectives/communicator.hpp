@@ -126,6 +126,15 @@ class Communicator {
   Status check_consistency(const CollArgs& a);
   Algo choose_algo(const CollArgs& a, size_t bytes, size_t* chunk);
   const Schedule* schedule_for(const ScheduleRequest& req, bool mapped = false);
+  // What run_on decides about a call before moving data (Note [Repeated calls]).
+  struct CallPlan {
+    const Schedule* schedule = nullptr;  // nullptr: nothing to move (count 0)
+    size_t elem_bytes = 0;
+    size_t out_bytes = 0;
+    kernels::ReduceFn reduce = nullptr;
+    uint32_t tag = 0;
+  };
+  Status plan_call(const CollArgs& a, bool on_device, CallPlan* plan);
 
   int rank_ = 0;
   int nranks_ = 1;
@@ -157,6 +166,12 @@ class Communicator {
   std::map<ScheduleKey, Schedule> schedules_;  // map nodes do not move: pointers stay valid
   ScheduleKey last_key_;
   const Schedule* last_schedule_ = nullptr;
+  // Note [Repeated calls]: the last call's arguments and plan; valid only while its schedule
+  // is in schedules_.
+  bool memo_valid_ = false;
+  CollArgs memo_args_;
+  bool memo_on_device_ = false;
+  CallPlan memo_plan_;
   bool has_forced_algo_ = false;  // ACCORD_ALGO, parsed once
   Algo forced_algo_ = Algo::kRing;
   std::map<std::pair<int, int>, int> logged_choices_;  // (collective, log2 size) -> algo and chunk, for info logs

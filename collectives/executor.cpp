@@ -6,7 +6,11 @@ namespace {
 
 class Runner {
  public:
-  Runner(const ExecArgs& args, const PeerLinks& links) : a_(args), links_(links) {}
+  Runner(const ExecArgs& args, const PeerLinks& links) : a_(args), links_(links), ctx_(args.wait) {
+    ctx_.pidfds = links_.pidfd.data();
+    ctx_.nranks = static_cast<int>(links_.pidfd.size());
+    ctx_.death_notes = links_.death_notes;
+  }
 
   Status run(const Schedule& schedule) {
     long index = 0;
@@ -26,14 +30,11 @@ class Runner {
     void* base = s.dst == Buf::kOutput ? a_.output : const_cast<void*>(a_.input);
     return static_cast<uint8_t*>(base) + s.dst_off;
   }
-  WaitContext ctx(int peer) const {
-    WaitContext c = a_.wait;
-    c.peer_rank = peer;
-    c.peer_pidfd = links_.pidfd[static_cast<size_t>(peer)];
-    c.pidfds = links_.pidfd.data();
-    c.nranks = static_cast<int>(links_.pidfd.size());
-    c.death_notes = links_.death_notes;
-    return c;
+  // The call's wait context, pointed at `peer` (set up once per call, not copied per wait).
+  const WaitContext& ctx(int peer) {
+    ctx_.peer_rank = peer;
+    ctx_.peer_pidfd = links_.pidfd[static_cast<size_t>(peer)];
+    return ctx_;
   }
   Status copy(void* d, const void* s, size_t bytes, bool streaming) {
     if (a_.mover == nullptr) {
@@ -184,6 +185,7 @@ class Runner {
 
   const ExecArgs& a_;
   const PeerLinks& links_;
+  WaitContext ctx_;
 };
 
 }  // namespace
