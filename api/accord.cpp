@@ -57,6 +57,9 @@ struct GroupState {
   std::vector<std::pair<accord_comm*, CollArgs>> ops;
 };
 thread_local GroupState t_group;
+// Whether this thread is inside a group (t_group.depth > 0), read by every call: a plain bool
+// needs no TLS wrapper and initialization check, as t_group (it has a destructor) does.
+thread_local bool t_in_group = false;
 
 accord_status_t run_collective(accord_comm_t comm, const CollArgs& args, accord_stream_t stream, const char* fn) {
   CallGuard guard(comm);
@@ -73,7 +76,7 @@ accord_status_t run_collective(accord_comm_t comm, const CollArgs& args, accord_
       return report(comm, error(ACCORD_ERR_UNSUPPORTED, "rank %d: %s: a stream was given, but this communicator has "
                                 "no GPU (accord_comm_init_all with a devlist, ACCORD_DEVICE or ACCORD_SIM_TOPO give "
                                 "it one); pass stream = NULL with host memory", comm->impl->rank(), fn));
-    if (t_group.depth > 0) {
+    if (t_in_group) {
       Status s = comm->impl->validate(args);
       if (s.ok()) t_group.ops.emplace_back(comm, args);
       return report(comm, s);
@@ -261,6 +264,7 @@ accord_status_t accord_comm_init_all(accord_comm_t* comms, int ndev, const int* 
 
 accord_status_t accord_group_start(void) {
   ++t_group.depth;
+  t_in_group = true;
   return ACCORD_SUCCESS;
 }
 
@@ -269,6 +273,7 @@ accord_status_t accord_group_end(void) {
     if (t_group.depth == 0)
       return report(nullptr, error(ACCORD_ERR_INVALID_USAGE, "accord_group_end without accord_group_start"));
     if (--t_group.depth > 0) return ACCORD_SUCCESS;
+    t_in_group = false;
     return run_group(std::exchange(t_group.ops, {}));
   });
 }

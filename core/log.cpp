@@ -27,6 +27,9 @@ std::mutex g_mutex;  // guards configuration and output
 FILE* g_out = nullptr;
 char g_host[64] = "?";
 
+// Not initial-exec TLS, which would save the __tls_get_addr calls: Python (ctypes) loads
+// libaccord with dlopen after numpy and OpenBLAS have used up glibc's static TLS reserve, and
+// the load then fails ("cannot allocate memory in static TLS block"; example_python_ctypes).
 thread_local int t_rank = -1;
 thread_local int t_nranks = 0;
 
