@@ -15,28 +15,33 @@
 namespace accord::testing {
 namespace {
 
-constexpr accord_datatype_t kDtypes[] = {ACCORD_INT8,  ACCORD_UINT8,   ACCORD_INT32,   ACCORD_UINT32,   ACCORD_INT64,
-                                         ACCORD_UINT64, ACCORD_FLOAT16, ACCORD_FLOAT32, ACCORD_FLOAT64, ACCORD_BFLOAT16};
+constexpr accord_datatype_t kDtypes[] = {
+    ACCORD_INT8,   ACCORD_UINT8,   ACCORD_INT32,   ACCORD_UINT32,  ACCORD_INT64,
+    ACCORD_UINT64, ACCORD_FLOAT16, ACCORD_FLOAT32, ACCORD_FLOAT64, ACCORD_BFLOAT16};
 constexpr accord_red_op_t kOps[] = {ACCORD_SUM, ACCORD_PROD, ACCORD_MAX, ACCORD_MIN, ACCORD_AVG};
 constexpr size_t kChunkElemsF32 = (256 << 10) / 4;  // default shm slot / sizeof(float)
 
 // One all-reduce, checked exactly. `offset` shifts both buffers off their natural alignment.
-std::string check(accord_comm_t comm, int rank, int nranks, accord_datatype_t dt, accord_red_op_t op, size_t count,
-                  bool in_place, size_t offset, size_t seed = 0) {
+std::string check(accord_comm_t comm, int rank, int nranks, accord_datatype_t dt,
+                  accord_red_op_t op, size_t count, bool in_place, size_t offset, size_t seed = 0) {
   const size_t es = accord_dtype_size(dt);
-  std::vector<char> in(count * es + offset + 64), out(count * es + offset + 64, 0x5a), want(count * es + 1);
+  std::vector<char> in(count * es + offset + 64), out(count * es + offset + 64, 0x5a),
+      want(count * es + 1);
   char* send = in.data() + offset;
   char* recv = in_place ? send : out.data() + offset;
   fill_input(send, count, dt, op, rank, nranks, seed);
   fill_expected(want.data(), count, dt, op, nranks, seed);
   accord_status_t s = accord_all_reduce(send, recv, count, dt, op, comm, nullptr);
-  std::string where = std::string(dtype_name(dt)) + " " + op_name(op) + " count " + std::to_string(count) +
-                      (in_place ? " in place" : " out of place") + " offset " + std::to_string(offset);
-  if (s != ACCORD_SUCCESS) return where + ": " + accord_status_string(s) + ": " + accord_last_error(comm);
+  std::string where = std::string(dtype_name(dt)) + " " + op_name(op) + " count " +
+                      std::to_string(count) + (in_place ? " in place" : " out of place") +
+                      " offset " + std::to_string(offset);
+  if (s != ACCORD_SUCCESS)
+    return where + ": " + accord_status_string(s) + ": " + accord_last_error(comm);
   size_t bad = count_mismatches(recv, want.data(), count, dt);
   if (bad != 0) return where + ": " + std::to_string(bad) + " wrong elements";
   // Nothing written past the end.
-  if (!in_place && static_cast<unsigned char>(out[offset + count * es]) != 0x5a) return where + ": wrote past the end";
+  if (!in_place && static_cast<unsigned char>(out[offset + count * es]) != 0x5a)
+    return where + ": wrote past the end";
   return "";
 }
 
@@ -51,7 +56,8 @@ std::string sweep(accord_comm_t comm, int rank, int nranks) {
           if (!e.empty()) return e;
         }
   // Around one chunk and several chunks, unaligned, float32 and a 2-byte type.
-  for (size_t count : {kChunkElemsF32 - 1, kChunkElemsF32, kChunkElemsF32 + 1, 3 * kChunkElemsF32 * n + 5}) {
+  for (size_t count :
+       {kChunkElemsF32 - 1, kChunkElemsF32, kChunkElemsF32 + 1, 3 * kChunkElemsF32 * n + 5}) {
     for (bool in_place : {false, true}) {
       std::string e = check(comm, rank, nranks, ACCORD_FLOAT32, ACCORD_SUM, count, in_place, 4);
       if (e.empty()) e = check(comm, rank, nranks, ACCORD_BFLOAT16, ACCORD_AVG, count, in_place, 1);
@@ -90,8 +96,9 @@ TEST_P(AllReduceAlgorithms, EveryDtypeOpAndSizeExact) {
 
 INSTANTIATE_TEST_SUITE_P(Forced, AllReduceAlgorithms,
                          ::testing::Combine(::testing::Values("ring", "tree", "direct", "rd"),
-                                            ::testing::ValuesIn(kThreadSanitizer ? std::vector<int>{3}
-                                                                                 : std::vector<int>{2, 3, 5})));
+                                            ::testing::ValuesIn(kThreadSanitizer
+                                                                    ? std::vector<int>{3}
+                                                                    : std::vector<int>{2, 3, 5})));
 
 TEST(AllReduce, LargePrimeCountAndAlgorithmsAgreeOnExactInputs) {
   for (const char* algo : {"ring", "tree", "direct", "rd"}) {
@@ -114,30 +121,35 @@ TEST(AllReduce, BitwiseIdenticalOnEveryRankAndRunWithInexactFloats) {
       std::vector<uint64_t> first(static_cast<size_t>(n));
       for (int run = 0; run < 2; ++run) {
         std::vector<uint64_t> hashes(static_cast<size_t>(n));
-        auto failures = run_threads(n, [&](accord_comm_t comm, int rank, int nranks) -> std::string {
-          std::vector<float> v(70001);
-          uint32_t x = 12345u + static_cast<uint32_t>(rank) * 7919u;
-          for (float& f : v) {
-            x = x * 1664525u + 1013904223u;
-            f = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;
-          }
-          if (accord_all_reduce(v.data(), v.data(), v.size(), ACCORD_FLOAT32, ACCORD_AVG, comm, nullptr) !=
-              ACCORD_SUCCESS)
-            return accord_last_error(comm);
-          uint64_t h = 1469598103934665603ULL;
-          for (float f : v) {
-            uint32_t b;
-            std::memcpy(&b, &f, 4);
-            h = (h ^ b) * 1099511628211ULL;
-          }
-          hashes[static_cast<size_t>(rank)] = h;
-          (void)nranks;
-          return "";
-        });
+        auto failures =
+            run_threads(n, [&](accord_comm_t comm, int rank, int nranks) -> std::string {
+              std::vector<float> v(70001);
+              uint32_t x = 12345u + static_cast<uint32_t>(rank) * 7919u;
+              for (float& f : v) {
+                x = x * 1664525u + 1013904223u;
+                f = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;
+              }
+              if (accord_all_reduce(v.data(), v.data(), v.size(), ACCORD_FLOAT32, ACCORD_AVG, comm,
+                                    nullptr) != ACCORD_SUCCESS)
+                return accord_last_error(comm);
+              uint64_t h = 1469598103934665603ULL;
+              for (float f : v) {
+                uint32_t b;
+                std::memcpy(&b, &f, 4);
+                h = (h ^ b) * 1099511628211ULL;
+              }
+              hashes[static_cast<size_t>(rank)] = h;
+              (void)nranks;
+              return "";
+            });
         for (const auto& f : failures) ADD_FAILURE() << algo << ": " << f;
-        for (int r = 1; r < n; ++r) EXPECT_EQ(hashes[static_cast<size_t>(r)], hashes[0]) << algo << " n=" << n << " rank " << r;
-        if (run == 0) first = hashes;
-        else EXPECT_EQ(hashes[0], first[0]) << algo << " n=" << n << ": a second run gave other bits";
+        for (int r = 1; r < n; ++r)
+          EXPECT_EQ(hashes[static_cast<size_t>(r)], hashes[0])
+              << algo << " n=" << n << " rank " << r;
+        if (run == 0)
+          first = hashes;
+        else
+          EXPECT_EQ(hashes[0], first[0]) << algo << " n=" << n << ": a second run gave other bits";
       }
     }
   }
@@ -159,10 +171,56 @@ TEST(AllReduce, RepeatedCallsStayInStep) {
   auto failures = run_processes(4, [](accord_comm_t comm, int rank, int nranks) {
     for (int i = 0; i < 300; ++i) {
       size_t count = static_cast<size_t>(i % 7 == 0 ? 70000 : i % 13 + 1);
-      std::string e = check(comm, rank, nranks, ACCORD_INT32, ACCORD_SUM, count, i % 2 == 0, 0, static_cast<size_t>(i));
+      std::string e = check(comm, rank, nranks, ACCORD_INT32, ACCORD_SUM, count, i % 2 == 0, 0,
+                            static_cast<size_t>(i));
       if (!e.empty()) return "iteration " + std::to_string(i) + ": " + e;
     }
     return std::string();
+  });
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+// Note [Repeated calls]: a call identical to the previous one reuses its plan. Fixed buffers
+// (the case that reuses it) with new data every time, then calls that differ from the last in
+// one argument each, a bad call between good ones, and more distinct calls than the schedule
+// cache holds (which drops the plan's schedule): every result exact, every bad call refused.
+TEST(AllReduce, RepeatedIdenticalCallsReusePlanSafely) {
+  auto failures = run_threads(3, [](accord_comm_t comm, int rank, int nranks) -> std::string {
+    const size_t kMax = 4096;
+    std::vector<char> in(kMax * 8), out(kMax * 8), want(kMax * 8);
+    auto once = [&](accord_datatype_t dt, accord_red_op_t op, size_t count, size_t seed,
+                    const std::string& what) -> std::string {
+      fill_input(in.data(), count, dt, op, rank, nranks, seed);
+      fill_expected(want.data(), count, dt, op, nranks, seed);
+      accord_status_t s = accord_all_reduce(in.data(), out.data(), count, dt, op, comm, nullptr);
+      if (s != ACCORD_SUCCESS)
+        return what + ": " + accord_status_string(s) + ": " + accord_last_error(comm);
+      if (count_mismatches(out.data(), want.data(), count, dt) != 0) return what + ": wrong result";
+      return "";
+    };
+    std::string e;
+    for (size_t i = 0; i < 50 && e.empty(); ++i)
+      e = once(ACCORD_FLOAT32, ACCORD_SUM, 2, i, "same call " + std::to_string(i));
+    if (e.empty()) e = once(ACCORD_INT32, ACCORD_SUM, 2, 1, "other dtype");
+    if (e.empty()) e = once(ACCORD_INT32, ACCORD_MAX, 2, 2, "other op");
+    if (e.empty()) e = once(ACCORD_INT32, ACCORD_MAX, 3, 3, "other count");
+    if (!e.empty()) return e;
+    if (accord_all_reduce(in.data(), nullptr, 3, ACCORD_INT32, ACCORD_MAX, comm, nullptr) !=
+        ACCORD_ERR_INVALID_ARGUMENT)
+      return "recvbuf NULL after the same call with a buffer was not refused";
+    if (accord_all_reduce(in.data(), out.data(), 3, ACCORD_INT32, static_cast<accord_red_op_t>(99),
+                          comm, nullptr) != ACCORD_ERR_INVALID_ARGUMENT)
+      return "unknown op after a good call was not refused";
+    if (accord_all_reduce(in.data(), in.data() + 4, 3, ACCORD_INT32, ACCORD_MAX, comm, nullptr) !=
+        ACCORD_ERR_INVALID_ARGUMENT)
+      return "overlapping buffers were not refused";
+    for (size_t i = 0; i < 3 && e.empty(); ++i)
+      e = once(ACCORD_INT32, ACCORD_MAX, 3, 10 + i, "after refusals");
+    for (size_t c = 1; c <= 70 && e.empty(); ++c)
+      e = once(ACCORD_INT64, ACCORD_SUM, c * 17, c, "distinct call");
+    for (size_t i = 0; i < 3 && e.empty(); ++i)
+      e = once(ACCORD_INT32, ACCORD_MAX, 3, 20 + i, "after 70 distinct calls");
+    return e;
   });
   for (const auto& f : failures) ADD_FAILURE() << f;
 }
