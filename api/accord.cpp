@@ -52,14 +52,10 @@ accord_status_t guarded(accord_comm* h, F&& body) {
 }
 
 // Calls queued between accord_group_start and the outermost accord_group_end, per thread.
-struct GroupState {
-  int depth = 0;
-  std::vector<std::pair<accord_comm*, CollArgs>> ops;
-};
-thread_local GroupState t_group;
-// Whether this thread is inside a group (t_group.depth > 0), read by every call: a plain bool
-// needs no TLS wrapper and initialization check, as t_group (it has a destructor) does.
-thread_local bool t_in_group = false;
+// The depth is read by every call: as a plain int it needs no TLS wrapper and initialization
+// check, which the vector's thread_local (it has a destructor) does.
+thread_local int t_group_depth = 0;
+thread_local std::vector<std::pair<accord_comm*, CollArgs>> t_group_ops;
 
 accord_status_t run_collective(accord_comm_t comm, const CollArgs& args, accord_stream_t stream, const char* fn) {
   CallGuard guard(comm);
@@ -76,9 +72,9 @@ accord_status_t run_collective(accord_comm_t comm, const CollArgs& args, accord_
       return report(comm, error(ACCORD_ERR_UNSUPPORTED, "rank %d: %s: a stream was given, but this communicator has "
                                 "no GPU (accord_comm_init_all with a devlist, ACCORD_DEVICE or ACCORD_SIM_TOPO give "
                                 "it one); pass stream = NULL with host memory", comm->impl->rank(), fn));
-    if (t_in_group) {
+    if (t_group_depth > 0) {
       Status s = comm->impl->validate(args);
-      if (s.ok()) t_group.ops.emplace_back(comm, args);
+      if (s.ok()) t_group_ops.emplace_back(comm, args);
       return report(comm, s);
     }
     // A communicator with a GPU may have device calls queued on its worker: a host call runs
@@ -263,18 +259,16 @@ accord_status_t accord_comm_init_all(accord_comm_t* comms, int ndev, const int* 
 }
 
 accord_status_t accord_group_start(void) {
-  ++t_group.depth;
-  t_in_group = true;
+  ++t_group_depth;
   return ACCORD_SUCCESS;
 }
 
 accord_status_t accord_group_end(void) {
   return guarded(nullptr, [&]() -> accord_status_t {
-    if (t_group.depth == 0)
+    if (t_group_depth == 0)
       return report(nullptr, error(ACCORD_ERR_INVALID_USAGE, "accord_group_end without accord_group_start"));
-    if (--t_group.depth > 0) return ACCORD_SUCCESS;
-    t_in_group = false;
-    return run_group(std::exchange(t_group.ops, {}));
+    if (--t_group_depth > 0) return ACCORD_SUCCESS;
+    return run_group(std::exchange(t_group_ops, {}));
   });
 }
 
