@@ -1,7 +1,6 @@
 // Communicator creation and the collective entry point (see communicator.hpp).
 #include "collectives/communicator.hpp"
 
-#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -17,13 +16,6 @@ namespace {
 constexpr size_t kDefaultSlotBytes = 256 << 10;  // measured best of 32K..512K at 16-256 MiB
 constexpr size_t kDefaultSlots = 8;
 constexpr size_t kDefaultStreamingBytes = 4 << 20;  // streaming loses at 1 MiB, wins from 16 MiB
-
-// CPUs this process may run on: more local ranks than this is oversubscription.
-int online_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-}
 
 std::string host_identity(const Settings& s) {
   if (!s.host_id.empty()) return s.host_id;
@@ -182,7 +174,6 @@ Status Communicator::init(const InitSpec& spec) {
     return s;
   }
   ACCORD_TRY(store->finish());
-  oversubscribed_ = static_cast<int>(local_ranks_.size()) > online_cores();
   LOG_INFO(kInit, "rank %d of %d ready: %zu local ranks over shm, %zu remote over tcp, chunk %zu KiB, wait spin %lld us%s", rank_, nranks_,
            local_ranks_.size(), remote_ranks_.size(), chunk_bytes_ >> 10, static_cast<long long>(policy_.spin_ns / 1000),
            policy_.yields ? " then yield (oversubscribed)" : "");
@@ -190,7 +181,7 @@ Status Communicator::init(const InitSpec& spec) {
 }
 
 Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
-  const std::string me = host_identity(settings_) + "\n" + std::to_string(getpid());
+  const std::string me = host_identity(settings_) + "\n" + std::to_string(getpid()) + "\n" + cpu_mask();
   std::vector<std::string> infos;
   ACCORD_TRY(store->all_gather("info", rank_, nranks_, me, &infos, deadline));
   std::vector<long> job_pids;
@@ -201,7 +192,7 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
                  "host in this build; unset it", rank_);
   ShmOptions options;
   options.shape = shape_;
-  options.policy = make_wait_policy(settings_.spin_us, static_cast<int>(local_ranks_.size()));
+  options.policy = make_wait_policy(settings_.spin_us, oversubscribed_);
   policy_ = options.policy;
   auto after_publish = [this] {
     if (fault_.at("init.shm_published", rank_)) trigger_fault(fault_);
@@ -233,6 +224,7 @@ void Communicator::group_by_host(const std::vector<std::string>& infos, std::vec
   pid_of_.clear();
   std::map<std::string, int> index;  // host identity -> small int, by first appearance
   std::vector<int> per_host;
+  std::vector<std::string> local_masks;  // Note [Oversubscribed] (transport/wait.hpp)
   host_of_.clear();
   for (int r = 0; r < nranks_; ++r) {
     const std::string& info = infos[static_cast<size_t>(r)];
@@ -248,10 +240,13 @@ void Communicator::group_by_host(const std::vector<std::string>& infos, std::vec
       continue;
     }
     local_ranks_.push_back(r);
+    const size_t nl2 = info.find('\n', nl + 1);
+    local_masks.push_back(nl2 == std::string::npos ? "" : info.substr(nl2 + 1));
     const pid_t pid = static_cast<pid_t>(std::atol(info.c_str() + nl + 1));
     local_pids->push_back(pid);
     if (r != rank_ && pid != getpid()) links_.pidfd[static_cast<size_t>(r)] = open_pidfd(pid);
   }
+  oversubscribed_ = static_cast<int>(local_ranks_.size()) > job_cpus(local_masks);
   // The hierarchical schedule needs as many ranks on every host.
   nhosts_ = static_cast<int>(per_host.size());
   hosts_even_ = std::count(per_host.begin(), per_host.end(), per_host[0]) == static_cast<long>(per_host.size());
@@ -579,15 +574,26 @@ Status Communicator::plan_call(const CollArgs& a, bool on_device, CallPlan* plan
     req.rank = pos_of_[static_cast<size_t>(rank_)];
     req.root = pos_of_[static_cast<size_t>(a.root)];
   }
-  const Schedule* schedule = schedule_for(req, mapped);
-  if (schedule == nullptr)
-    return error(ACCORD_ERR_INTERNAL, "rank %d: %s: no schedule for algorithm %s", rank_, name, algo_name(req.algo));
+  // Note [Board]: decided from the call and the communicator alone, so every rank agrees.
+  plan->board = a.coll == Collective::kAllReduce && req.algo == Algo::kDirect && !on_device &&
+                bytes <= kBoardPayloadBytes && remote_ranks_.empty() && shm_ != nullptr && shm_->board() != nullptr;
+  if (plan->board) {
+    board_ctx_.abort_flag = &abort_;
+    board_ctx_.self_rank = rank_;
+    board_ctx_.pidfds = links_.pidfd.data();
+    board_ctx_.nranks = nranks_;
+    board_ctx_.death_notes = links_.death_notes;
+    board_ctx_.operation = name;
+  } else {
+    plan->schedule = schedule_for(req, mapped);
+    if (plan->schedule == nullptr)
+      return error(ACCORD_ERR_INTERNAL, "rank %d: %s: no schedule for algorithm %s", rank_, name, algo_name(req.algo));
+  }
   if (reduces(a.coll)) {
     plan->reduce = kernels::get_reduce_fn(static_cast<accord_datatype_t>(a.dtype), static_cast<accord_red_op_t>(a.op));
     if (plan->reduce == nullptr)
       return error(ACCORD_ERR_UNSUPPORTED, "rank %d: %s: no kernel for this dtype and op", rank_, name);
   }
-  plan->schedule = schedule;
   plan->elem_bytes = esize;
   plan->out_bytes = out_bytes;
   plan->tag = call_tag(a);
@@ -608,15 +614,14 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
     memo_valid_ = false;
     CallPlan plan;
     ACCORD_TRY(plan_call(a, on_device, &plan));
-    if (plan.schedule == nullptr) return Status::success();
+    if (plan.schedule == nullptr && !plan.board) return Status::success();
     memo_args_ = a;
     memo_on_device_ = on_device;
     memo_plan_ = plan;
     memo_valid_ = !settings_.check;
   }
   const CallPlan& plan = memo_plan_;
-  const Schedule* schedule = plan.schedule;
-
+  if (plan.board) return run_on_board(a, plan);
   ExecArgs x;
   x.input = a.send;
   x.output = a.recv;
@@ -624,6 +629,7 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
   x.reduce = plan.reduce;
   if (reduces(a.coll)) x.divisor = a.op == ACCORD_AVG ? nranks_ : 0;
   x.streaming = plan.out_bytes >= nt_threshold_;
+  const Schedule* schedule = plan.schedule;
   if (on_device) {
     x.mover = mover_.get();
     mover_->set_call(static_cast<accord_datatype_t>(a.dtype), static_cast<accord_red_op_t>(a.op));
@@ -638,7 +644,7 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
       dev_scratch_bytes_ = schedule->scratch_bytes;
     }
     x.scratch = dev_scratch_;
-  } else {
+  } else if (schedule != nullptr) {
     if (scratch_.size() < schedule->scratch_bytes) scratch_.resize(schedule->scratch_bytes);
     x.scratch = scratch_.data();
   }
@@ -652,7 +658,28 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
     x.fault = &fault_;
     x.fault_step = fault_.step;
   }
-  Status s = execute(*schedule, x, links(on_device));
+  return finish_call(execute(*schedule, x, links(on_device)));
+}
+
+Status Communicator::run_on_board(const CollArgs& a, const CallPlan& plan) {
+  BoardCall c;
+  c.input = a.send;
+  c.output = a.recv;
+  c.bytes = plan.out_bytes;
+  c.elem_bytes = plan.elem_bytes;
+  c.reduce = plan.reduce;
+  c.divisor = a.op == ACCORD_AVG ? nranks_ : 0;
+  c.tag = plan.tag;
+  c.seq = ++board_seq_;
+  board_ctx_.seq = ++seq_;
+  if (fault_.at("coll", rank_) && static_cast<long>(seq_) == fault_.seq) {
+    c.fault = &fault_;
+    c.fault_step = fault_.step;
+  }
+  return finish_call(execute_on_board(*shm_->board(), c, &board_ctx_, settings_.timeout_ms));
+}
+
+Status Communicator::finish_call(Status s) {
   if (!s.ok()) {
     sticky_ = s;
     sticky_code_.store(s.code(), std::memory_order_release);

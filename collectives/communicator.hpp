@@ -69,7 +69,12 @@ class Communicator {
   int device() const { return device_; }
   // Whether the call's buffers are device memory of this communicator's GPU (true) or host
   // memory (false); a buffer of another GPU, or a mix, is ACCORD_ERR_INVALID_ARGUMENT.
-  Status classify(const CollArgs& args, bool* on_device) const;
+  Status classify(const CollArgs& args, bool* on_device) const {
+    *on_device = false;
+    // Host-only, and no CUDA to ask about pointers: nothing to look at (every call asks).
+    if (rt_ == nullptr && probe_rt_ == nullptr) return Status::success();
+    return classify_buffers(args, on_device);
+  }
   // NCCL semantics: checks the call, makes the caller's stream wait for the collective and
   // hands it to the device worker; returns once enqueued (Note [Stream gate]).
   Status enqueue_device(const CollArgs& args, void* user_stream);
@@ -108,6 +113,7 @@ class Communicator {
   Status run_on(const CollArgs& args, bool on_device);
   Status setup_device(int requested);
   Status register_slots();
+  Status classify_buffers(const CollArgs& args, bool* on_device) const;
   Status refuse_device_buffers(const CollArgs& args) const;
   void release_device();
   void compute_ring();
@@ -133,8 +139,12 @@ class Communicator {
     size_t out_bytes = 0;
     kernels::ReduceFn reduce = nullptr;
     uint32_t tag = 0;
+    bool board = false;  // Note [Board]: direct all-reduce on the shm transport's board
   };
   Status plan_call(const CollArgs& a, bool on_device, CallPlan* plan);
+  Status run_on_board(const CollArgs& a, const CallPlan& plan);
+  // A failure inside a collective breaks the communicator: kept, logged, returned.
+  Status finish_call(Status s);
 
   int rank_ = 0;
   int nranks_ = 1;
@@ -159,6 +169,8 @@ class Communicator {
   Status sticky_;  // first failure inside a collective
   std::atomic<accord_status_t> sticky_code_{ACCORD_SUCCESS};
   uint64_t seq_ = 0;
+  uint32_t board_seq_ = 0;  // board calls made (Note [Board])
+  WaitContext board_ctx_;   // their wait context, but for seq, deadline and peer
   std::vector<uint8_t> scratch_;
   size_t chunk_bytes_ = 0;
   size_t nt_threshold_ = 0;

@@ -332,7 +332,7 @@ Status Communicator::refuse_device_buffers(const CollArgs& a) const {
   return Status::success();
 }
 
-Status Communicator::classify(const CollArgs& a, bool* on_device) const {
+Status Communicator::classify_buffers(const CollArgs& a, bool* on_device) const {
   *on_device = false;
   if (a.count == 0 || a.coll == Collective::kBarrier) return Status::success();
   if (rt_ == nullptr) return refuse_device_buffers(a);

@@ -4,13 +4,36 @@
 namespace accord {
 namespace {
 
+// A message from `peer` must carry this call's tag (`expected`) and the size the schedule
+// expects.
+Status check_message(const WaitContext& w, uint32_t expected, int peer, uint32_t tag, size_t want, size_t got) {
+  if (tag != expected)
+    return error(ACCORD_ERR_MISMATCH,
+                 "rank %d: %s (seq %llu): rank %d is making a different call (another collective, count, dtype, op "
+                 "or root); every rank must make the same calls in the same order (ACCORD_CHECK=1 names the "
+                 "difference)",
+                 w.self_rank, w.operation, static_cast<unsigned long long>(w.seq), peer);
+  if (got != want)
+    return error(ACCORD_ERR_MISMATCH,
+                 "rank %d: %s (seq %llu) expected a message of %zu bytes from rank %d but got %zu; the ranks "
+                 "called it with different counts, dtypes or collectives (run with ACCORD_CHECK=1 to name the "
+                 "difference)",
+                 w.self_rank, w.operation, static_cast<unsigned long long>(w.seq), want, peer, got);
+  return Status::success();
+}
+
+// The wait context of a call on `links`, pointed at no peer yet.
+WaitContext call_context(const ExecArgs& a, const PeerLinks& links) {
+  WaitContext ctx = a.wait;
+  ctx.pidfds = links.pidfd.data();
+  ctx.nranks = static_cast<int>(links.pidfd.size());
+  ctx.death_notes = links.death_notes;
+  return ctx;
+}
+
 class Runner {
  public:
-  Runner(const ExecArgs& args, const PeerLinks& links) : a_(args), links_(links), ctx_(args.wait) {
-    ctx_.pidfds = links_.pidfd.data();
-    ctx_.nranks = static_cast<int>(links_.pidfd.size());
-    ctx_.death_notes = links_.death_notes;
-  }
+  Runner(const ExecArgs& args, const PeerLinks& links) : a_(args), links_(links), ctx_(call_context(args, links)) {}
 
   Status run(const Schedule& schedule) {
     long index = 0;
@@ -57,22 +80,8 @@ class Runner {
     size_t got = 0;
     uint32_t tag = 0;
     ACCORD_TRY(links_.recv[static_cast<size_t>(peer)]->wait(data, &got, &tag, ctx(peer)));
-    if (tag != a_.tag) {
-      links_.recv[static_cast<size_t>(peer)]->release();
-      return error(ACCORD_ERR_MISMATCH,
-                   "rank %d: %s (seq %llu): rank %d is making a different call (another collective, count, dtype, op "
-                   "or root); every rank must make the same calls in the same order (ACCORD_CHECK=1 names the "
-                   "difference)",
-                   a_.wait.self_rank, a_.wait.operation, static_cast<unsigned long long>(a_.wait.seq), peer);
-    }
-    if (got != want)
-      return error(ACCORD_ERR_MISMATCH,
-                   "rank %d: %s (seq %llu) expected a message of %zu bytes from rank %d but got %zu; the ranks "
-                   "called it with different counts, dtypes or collectives (run with ACCORD_CHECK=1 to name the "
-                   "difference)",
-                   a_.wait.self_rank, a_.wait.operation, static_cast<unsigned long long>(a_.wait.seq), want, peer,
-                   got);
-    return Status::success();
+    if (tag != a_.tag) links_.recv[static_cast<size_t>(peer)]->release();
+    return check_message(a_.wait, a_.tag, peer, tag, want, got);
   }
 
   Status acquire(int peer, size_t bytes, void** slot) {
@@ -192,6 +201,49 @@ class Runner {
 
 Status execute(const Schedule& schedule, const ExecArgs& args, const PeerLinks& links) {
   return Runner(args, links).run(schedule);
+}
+
+// The direct all-reduce of Note [Board]: the same operands in the same order as the direct
+// schedule's kReduceAll (so the same bits), each read from its owner's board line; this
+// rank's own operand is its line too, so the output may be the input. ACCORD_FAULT steps
+// count as in the direct schedule: n - 1 sends (one post here), then the reduction. The
+// deadline is read from the clock only if a peer's line is not there at the first look.
+Status execute_on_board(Board& board, const BoardCall& c, WaitContext* ctx, int64_t timeout_ms) {
+  const int n = ctx->nranks;
+  if (c.fault != nullptr && c.fault_step < n - 1) trigger_fault(*c.fault);
+  board.post(c.seq, c.input, c.bytes, c.tag);
+  if (c.fault != nullptr && c.fault_step == n - 1) trigger_fault(*c.fault);
+  bool timed = false;
+  auto operand = [&](int r, const void** data) -> Status {
+    const BoardLine* line = board.line(r, c.seq);
+    if (!board.ready(line, c.seq)) {
+      if (!timed) ctx->deadline = Deadline::after_ms_coarse(timeout_ms);
+      timed = true;
+      ctx->peer_rank = r;
+      ctx->peer_pidfd = ctx->pidfds[r];
+      ACCORD_TRY(board.wait(line, r, c.seq, *ctx));
+    }
+    *data = line->data;
+    return check_message(*ctx, c.tag, r, line->tag, c.bytes, line->bytes);
+  };
+  auto reduce_all = [&]() -> Status {
+    alignas(64) uint8_t acc[kBoardPayloadBytes];
+    kernels::ReduceArgs k;
+    k.count = c.bytes / c.elem_bytes;
+    ACCORD_TRY(operand(0, &k.a));
+    for (int r = 1; r < n; ++r) {
+      ACCORD_TRY(operand(r, &k.b));
+      const bool last = r == n - 1;
+      k.dst0 = last ? c.output : acc;
+      k.divisor = last ? c.divisor : 0;
+      c.reduce(k);
+      k.a = acc;
+    }
+    return Status::success();
+  };
+  Status s = reduce_all();
+  board.wake_readers(c.seq);
+  return s;
 }
 
 }  // namespace accord

@@ -17,6 +17,7 @@
 #include "core/fault.hpp"
 #include "core/status.hpp"
 #include "transport/channel.hpp"
+#include "transport/shm/board.hpp"
 
 namespace accord {
 
@@ -56,5 +57,24 @@ struct PeerLinks {
 };
 
 Status execute(const Schedule& schedule, const ExecArgs& args, const PeerLinks& links);
+
+// One direct all-reduce of at most kBoardPayloadBytes among ranks all on this host (Note
+// [Board]).
+struct BoardCall {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t bytes = 0;
+  size_t elem_bytes = 1;
+  kernels::ReduceFn reduce = nullptr;
+  int divisor = 0;
+  uint32_t tag = 0;
+  uint32_t seq = 0;  // this communicator's board calls, from 1
+  const FaultPlan* fault = nullptr;
+  long fault_step = -1;
+};
+
+// `ctx`: everything but the deadline (set here, timeout_ms from the first wait that has to
+// spin) and the peer; its pidfds cover every rank.
+Status execute_on_board(Board& board, const BoardCall& call, WaitContext* ctx, int64_t timeout_ms);
 
 }  // namespace accord

@@ -30,8 +30,12 @@ char g_host[64] = "?";
 // Not initial-exec TLS, which would save the __tls_get_addr calls: Python (ctypes) loads
 // libaccord with dlopen after numpy and OpenBLAS have used up glibc's static TLS reserve, and
 // the load then fails ("cannot allocate memory in static TLS block"; example_python_ctypes).
-thread_local int t_rank = -1;
-thread_local int t_nranks = 0;
+// One variable, so that RankScope looks it up once per call.
+struct RankTag {
+  int rank = -1;
+  int nranks = 0;
+};
+thread_local RankTag t_rank_tag;
 
 bool parse_level(const std::string& s, LogLevel* out) {
   static const struct {
@@ -132,7 +136,8 @@ void log_message(LogLevel level, LogCat cat, const char* fmt, ...) {
   std::string body = vformat(fmt, ap);
   va_end(ap);
   char tag[48];
-  if (t_rank >= 0) std::snprintf(tag, sizeof tag, " r%d/%d", t_rank, t_nranks);
+  const RankTag& t = t_rank_tag;
+  if (t.rank >= 0) std::snprintf(tag, sizeof tag, " r%d/%d", t.rank, t.nranks);
   else tag[0] = '\0';
   std::lock_guard<std::mutex> lock(g_mutex);
   std::fprintf(g_out, "[%s:%d%s] %s %s %s\n", g_host, static_cast<int>(getpid()), tag,
@@ -145,14 +150,19 @@ void log_reconfigure() {
   configure_locked();
 }
 
-RankScope::RankScope(int rank, int nranks) : saved_rank_(t_rank), saved_nranks_(t_nranks) {
-  t_rank = rank;
-  t_nranks = nranks;
+RankScope::RankScope(int rank, int nranks) {
+  RankTag* t = &t_rank_tag;
+  tag_ = t;
+  saved_rank_ = t->rank;
+  saved_nranks_ = t->nranks;
+  t->rank = rank;
+  t->nranks = nranks;
 }
 
 RankScope::~RankScope() {
-  t_rank = saved_rank_;
-  t_nranks = saved_nranks_;
+  RankTag* t = static_cast<RankTag*>(tag_);
+  t->rank = saved_rank_;
+  t->nranks = saved_nranks_;
 }
 
 }  // namespace accord

@@ -43,6 +43,7 @@ class RankScope {
   RankScope& operator=(const RankScope&) = delete;
 
  private:
+  void* tag_;  // this thread's rank tag, looked up once (a scope never changes threads)
   int saved_rank_, saved_nranks_;
 };
 

@@ -9,17 +9,51 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 
 namespace accord {
 
-WaitPolicy make_wait_policy(int64_t spin_us_setting, int local_ranks) {
-  cpu_set_t set;
-  int cores = 1;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+int job_cpus(const std::vector<std::string>& masks) {
+  std::vector<uint64_t> all;
+  for (const std::string& m : masks) {
+    size_t word = 0;
+    for (const char* p = m.c_str(); *p != '\0'; ++word) {
+      char* end = nullptr;
+      const uint64_t bits = std::strtoull(p, &end, 16);
+      if (end == p) break;
+      if (all.size() <= word) all.resize(word + 1, 0);
+      all[word] |= bits;
+      p = *end == ',' ? end + 1 : end;
+    }
+  }
+  int n = 0;
+  for (uint64_t w : all) n += __builtin_popcountll(w);
   long online = sysconf(_SC_NPROCESSORS_ONLN);
-  if (online > 0 && online < cores) cores = static_cast<int>(online);
+  if (n == 0) n = online > 0 ? static_cast<int>(online) : 1;
+  return n;
+}
+
+std::string cpu_mask() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return "";
+  std::string out;
+  for (int base = 0; base < CPU_SETSIZE; base += 64) {
+    uint64_t w = 0;
+    for (int b = 0; b < 64; ++b)
+      if (CPU_ISSET(base + b, &set)) w |= uint64_t{1} << b;
+    char buf[24];
+    std::snprintf(buf, sizeof buf, "%s%llx", base == 0 ? "" : ",", static_cast<unsigned long long>(w));
+    out += buf;
+  }
+  // Drop the empty high words.
+  while (out.size() > 2 && out.compare(out.size() - 2, 2, ",0") == 0) out.resize(out.size() - 2);
+  return out;
+}
+
+WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed) {
   WaitPolicy p;
-  bool oversubscribed = local_ranks > cores;
   if (spin_us_setting >= 0) {
     p.spin_ns = spin_us_setting * 1000;
     p.yields = oversubscribed ? 32 : 0;

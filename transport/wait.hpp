@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/clock.hpp"
 #include "core/status.hpp"
@@ -26,8 +27,17 @@ struct WaitPolicy {
   int yields = 0;            // sched_yield() calls before sleeping
 };
 
-// Picks the policy from ACCORD_SPIN_US and whether local ranks outnumber cores.
-WaitPolicy make_wait_policy(int64_t spin_us_setting, int local_ranks);
+// Picks the policy from ACCORD_SPIN_US and whether the local ranks outnumber the CPUs they
+// may run on (job_cpus).
+WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed);
+
+// Note [Oversubscribed]: this thread's CPU affinity as comma-separated 64-bit hex words, CPU
+// 0 first. Ranks exchange it at init; the CPUs of a host's ranks are the union of their masks.
+// One rank's own mask says nothing: mpirun -np 2 binds each rank to one core (mask of 1 CPU)
+// on 2 cores, which is not oversubscribed, while 4 ranks bound 2 to a core are.
+std::string cpu_mask();
+// The number of CPUs in the union of `masks` (all CPUs online if none could be read).
+int job_cpus(const std::vector<std::string>& masks);
 
 // What a wait needs to fail well.
 struct WaitContext {

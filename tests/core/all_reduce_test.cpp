@@ -156,6 +156,56 @@ TEST(AllReduce, BitwiseIdenticalOnEveryRankAndRunWithInexactFloats) {
   unsetenv("ACCORD_ALGO");
 }
 
+// Note [Board]: a direct all-reduce of at most 52 bytes among ranks of one host runs on the
+// board, a larger one through the FIFOs; both must give the bits of the left fold in rank
+// order, (x0 op x1) op x2 ..., then / nranks for avg, on inexact floats, in place or not.
+std::string fold_check(accord_comm_t comm, int rank, int nranks, size_t count, accord_red_op_t op, bool in_place) {
+  auto input = [count](int r) {
+    std::vector<float> v(count);
+    uint32_t x = 777u + static_cast<uint32_t>(r) * 104729u;
+    for (float& f : v) {
+      x = x * 1664525u + 1013904223u;
+      f = static_cast<float>(x >> 8) / 16777216.0f + 0.25f;
+    }
+    return v;
+  };
+  std::vector<float> want = input(0);
+  for (int r = 1; r < nranks; ++r) {
+    std::vector<float> x = input(r);
+    for (size_t i = 0; i < count; ++i) want[i] = op == ACCORD_PROD ? want[i] * x[i] : want[i] + x[i];
+  }
+  if (op == ACCORD_AVG)
+    for (float& w : want) w /= static_cast<float>(nranks);
+  std::vector<float> send = input(rank), out(count + 4, -3.0f);
+  float* recv = in_place ? send.data() : out.data();
+  if (accord_all_reduce(send.data(), recv, count, ACCORD_FLOAT32, op, comm, nullptr) != ACCORD_SUCCESS)
+    return accord_last_error(comm);
+  if (std::memcmp(recv, want.data(), count * sizeof(float)) != 0)
+    return "count " + std::to_string(count) + ": not the bits of the rank-order fold";
+  if (!in_place && out[count] != -3.0f) return "wrote past the end";
+  return "";
+}
+
+TEST(AllReduce, DirectOnTheBoardAndThroughFifosGivesTheRankOrderFold) {
+  ScopedEnv a("ACCORD_ALGO", "direct");
+  auto body = [](accord_comm_t comm, int rank, int nranks) -> std::string {
+    for (size_t count : {1, 2, 12, 13, 14, 100})  // 13 floats = 52 bytes, the board's largest
+      for (accord_red_op_t op : {ACCORD_SUM, ACCORD_PROD, ACCORD_AVG})
+        for (bool in_place : {false, true}) {
+          // Twice: the board's two lines alternate between calls.
+          for (int again = 0; again < 2; ++again) {
+            std::string e = fold_check(comm, rank, nranks, count, op, in_place);
+            if (!e.empty()) return e;
+          }
+        }
+    return "";
+  };
+  for (int n : {2, 3, 5}) {
+    for (const auto& f : run_threads(n, body)) ADD_FAILURE() << "threads n=" << n << ": " << f;
+  }
+  for (const auto& f : run_processes(3, body)) ADD_FAILURE() << "processes: " << f;
+}
+
 // 256 MiB (32 MiB under ThreadSanitizer, where it would take minutes).
 TEST(AllReduce, TwoHundredFiftySixMiBOfFloat32InProcesses) {
   auto failures = run_processes(2, [](accord_comm_t comm, int rank, int nranks) {

@@ -20,25 +20,6 @@ namespace {
 
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_, old_.c_str(), 1);
-    else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
-
 TEST(ApiErrors, BadArgumentsAreStatusesAndTheCommunicatorStaysUsable) {
   auto failures = run_threads(2, [](accord_comm_t comm, int rank, int nranks) -> std::string {
     float buf[8] = {1, 1, 1, 1, 1, 1, 1, 1};
@@ -245,6 +226,38 @@ TEST(ApiErrors, DifferentDtypeOrOpOfTheSameSizeIsAMismatchNotAWrongSuccess) {
       });
       for (const auto& f : failures) ADD_FAILURE() << algo << " variant " << variant << ": " << f;
     }
+  }
+}
+
+// Note [Board]: every rank posts before it reads, so on the board a different call is seen
+// by every rank at once, as ACCORD_ERR_MISMATCH (the tag differs), not as a timeout. A rank
+// whose call is too big for the board, while the others use it, waits on another channel:
+// that is a timeout, never a wrong result.
+TEST(ApiErrors, DifferentCallsOnTheBoardAreAMismatchEverywhere) {
+  ScopedEnv t("ACCORD_TIMEOUT_MS", "500");
+  ScopedEnv a("ACCORD_ALGO", "direct");
+  struct Variant {
+    size_t count1;            // rank 1's count; the others use 3
+    accord_datatype_t dtype1;  // rank 1's dtype; the others use int32
+    bool mismatch;            // else: a timeout (rank 1 is not on the board)
+  } variants[] = {{2, ACCORD_INT32, true}, {3, ACCORD_FLOAT32, true}, {14, ACCORD_INT32, false}};
+  for (const Variant& v : variants) {
+    auto failures = run_threads(3, [&v](accord_comm_t comm, int rank, int) -> std::string {
+      const size_t count = rank == 1 ? v.count1 : 3;
+      const accord_datatype_t dt = rank == 1 ? v.dtype1 : ACCORD_INT32;
+      std::vector<int32_t> in(count, 1), out(count + 8, -7);
+      accord_status_t s = accord_all_reduce(in.data(), out.data(), count, dt, ACCORD_SUM, comm, nullptr);
+      for (size_t i = count; i < out.size(); ++i)
+        if (out[i] != -7) return "wrote past the end of recvbuf";
+      const std::string msg = accord_last_error(comm);
+      if (v.mismatch && s != ACCORD_ERR_MISMATCH)
+        return std::string("expected a mismatch, got ") + accord_status_string(s) + ": " + msg;
+      if (v.mismatch && !contains(msg, "is making a different call")) return "unclear message: " + msg;
+      if (!v.mismatch && s != ACCORD_ERR_TIMEOUT && s != ACCORD_ERR_MISMATCH && s != ACCORD_ERR_REMOTE)
+        return std::string("expected a failure, got ") + accord_status_string(s) + ": " + msg;
+      return "";
+    });
+    for (const auto& f : failures) ADD_FAILURE() << "rank 1 count " << v.count1 << ": " << f;
   }
 }
 

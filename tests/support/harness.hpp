@@ -4,6 +4,7 @@
 
 #include <accord/accord.h>
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -43,5 +44,27 @@ size_t count_mismatches(const void* got, const void* want, size_t count, accord_
 
 const char* dtype_name(accord_datatype_t d);
 const char* op_name(accord_red_op_t op);
+
+// Sets an environment variable for one scope, then restores it (or unsets it).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, old_.c_str(), 1);
+    else unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
 
 }  // namespace accord::testing

@@ -101,9 +101,10 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
   t->dev_ctrl_send_.assign(static_cast<size_t>(nranks), nullptr);
   const size_t fifo_bytes = options.shape.total_bytes();
   const size_t ctrl_bytes = options.shape.header_bytes();
-  // Segment: one 4 KiB header page (the owner's death note), a FIFO per rank, then a device
+  // Segment: one 4 KiB header page (the owner's death note and board), a FIFO per rank, then a device
   // FIFO control area per rank.
   constexpr size_t kHeaderBytes = 4096;
+  static_assert(kBoardOffset >= sizeof(std::atomic<int32_t>) && kBoardOffset + kBoardBytes <= kHeaderBytes);
   const size_t ctrl_at = kHeaderBytes + fifo_bytes * static_cast<size_t>(nranks);
   const size_t seg_bytes = ctrl_at + ctrl_bytes * static_cast<size_t>(nranks);
 
@@ -117,6 +118,8 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
   t->notes_.assign(static_cast<size_t>(nranks), nullptr);
   t->notes_[static_cast<size_t>(rank)] = static_cast<std::atomic<int32_t>*>(my_addr);
   t->notes_[static_cast<size_t>(rank)]->store(-1);
+  std::vector<uint8_t*> boards(static_cast<size_t>(nranks), nullptr);
+  boards[static_cast<size_t>(rank)] = static_cast<uint8_t*>(my_addr) + kBoardOffset;
   std::vector<std::string> known = {mine};
   // On any failure below, remove every name we know: the creators may be gone.
   auto fail = [&](Status s) {
@@ -148,6 +151,7 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
     if (!s.ok()) return fail(std::move(s.prefix(format("rank %d, peer %d: ", rank, peer))));
     t->mappings_.push_back({addr, seg_bytes});
     t->notes_[static_cast<size_t>(peer)] = static_cast<std::atomic<int32_t>*>(addr);
+    boards[static_cast<size_t>(peer)] = static_cast<uint8_t*>(addr) + kBoardOffset;
     uint8_t* peer_fifo = static_cast<uint8_t*>(addr) + kHeaderBytes + fifo_bytes * static_cast<size_t>(rank);
     uint8_t* my_fifo = static_cast<uint8_t*>(my_addr) + kHeaderBytes + fifo_bytes * static_cast<size_t>(peer);
     t->senders_[static_cast<size_t>(peer)] =
@@ -168,6 +172,8 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
     if (!s.ok()) return fail(std::move(s));
   }
   shm_unlink(mine.c_str());
+  if (static_cast<int>(local_ranks.size()) <= kBoardMaxRanks)
+    t->board_ = std::make_unique<Board>(boards, rank, &t->options_.policy);
   LOG_INFO(kShm, "rank %d: shared memory ready with %zu local peers (%zu slots x %zu KiB per peer)", rank,
            local_ranks.size() - 1, options.shape.nslots, options.shape.slot_bytes >> 10);
   *out = std::move(t);

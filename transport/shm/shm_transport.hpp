@@ -7,6 +7,7 @@
 // if a rank is later killed. If a rank dies during the few milliseconds between create and
 // unlink, the next Accord process on the host removes segments whose creator pid is gone.
 //
+// The first page of the segment holds the owner's death note and its board (Note [Board]).
 // After the FIFOs, the segment holds one device-FIFO control area per rank (FifoShape::
 // header_bytes(), zero-filled): the device path builds its p2p/ipc FIFOs on them (Note [Device
 // FIFOs], fifo.hpp), so host calls and device calls of one communicator never share a FIFO.
@@ -21,6 +22,7 @@
 #include "core/clock.hpp"
 #include "core/status.hpp"
 #include "transport/bootstrap/store.hpp"
+#include "transport/shm/board.hpp"
 #include "transport/shm/fifo.hpp"
 
 namespace accord {
@@ -58,6 +60,10 @@ class ShmTransport {
   const std::atomic<int32_t>* const* death_notes() const { return notes_.data(); }
   void leave_death_note(int rank, int32_t blamed) { notes_[static_cast<size_t>(rank)]->store(blamed); }
 
+  // Note [Board] (board.hpp): the local ranks' boards, in the segments' header pages; null
+  // when there are more local ranks than a board's sleep table holds.
+  Board* board() const { return board_.get(); }
+
  private:
   ShmTransport() = default;
   ShmOptions options_;
@@ -66,6 +72,7 @@ class ShmTransport {
   std::vector<std::unique_ptr<SendChannel>> senders_;
   std::vector<std::unique_ptr<RecvChannel>> receivers_;
   std::vector<void*> dev_ctrl_recv_, dev_ctrl_send_;
+  std::unique_ptr<Board> board_;
 };
 
 // Removes /dev/shm/accord-<pid>-* segments of this user whose creating process is gone.
