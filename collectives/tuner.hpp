@@ -95,7 +95,8 @@ class Tuner {
  private:
   double model_us(const TuneCandidate& c, size_t bytes, int nranks, bool oversubscribed, size_t max_chunk) const;
   bool measured_us(const TuneCandidate& c, size_t bytes, int nranks, size_t max_chunk, double* us) const;
-  // Sorts candidates by time, gives near-ties to the simplest, and says why.
+  // Sorts candidates by time, gives a near-tie between chunk sizes to the default one, and
+  // says why.
   TuneChoice pick(std::vector<std::pair<double, TuneCandidate>> scored, size_t max_chunk, const std::string& model) const;
 
   TuneConstants k_;
