@@ -1,0 +1,315 @@
+// Every all-reduce candidate, and the tuner, timed side by side in one job.
+//
+// Note [Interleaved calibration]: with 4 ranks on 2 cores, how the scheduler places the
+// processes is decided at launch and changes an algorithm's time by 2-3x from one launch to
+// the next (bench/README.md), so candidates timed in separate launches cannot be compared
+// within 10%. This program creates one communicator per candidate in the same job (ACCORD_ALGO
+// and ACCORD_CHUNK_BYTES set at each init; the tuner's with neither, and ACCORD_TUNE_FILE if
+// given) and times them in turn at each size, round after round through all sizes (the order
+// rotated each round, in place and out of place alternating), so every candidate sees the
+// same placement and load; the table has each candidate's median. bench/calibrate.sh runs it.
+//
+// Even so, one algorithm can run at two speeds on two communicators of the same job: with 2
+// ranks at 4-16 MiB, ring took 2.5 ms on one and 3.8 ms on another, several rounds running, in
+// the calibration's long jobs (not in short ones). A pick that was fast on the calibration's
+// communicator may then be slow on the user's. calibrate.sh therefore lists every candidate
+// twice, and --out writes the slower of its two medians: a candidate that may be slow is not
+// picked over one that is reliably as fast.
+//
+//   mpirun -np 4 build/bench/all_reduce_algos -b 8 -e 256M -f 4 --rounds 5 --out accord.tune
+//
+// Public API only. Under mpirun or any launcher accord_comm_init_from_env understands.
+#include <accord/accord.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/sizes.hpp"
+
+namespace {
+
+constexpr size_t kDefaultChunk = 256 << 10;
+
+struct Candidate {
+  std::string name;   // "ring", "ring/64K", "tuner"
+  std::string algo;   // ACCORD_ALGO; empty: the tuner
+  size_t chunk = 0;   // ACCORD_CHUNK_BYTES; 0: the default
+  accord_comm_t comm = nullptr;
+};
+
+struct Options {
+  size_t min_bytes = 8, max_bytes = 256 << 20;
+  double factor = 4;
+  std::vector<size_t> sizes;  // --sizes: these instead of -b/-e/-f
+  int rounds = 5;
+  bool check = true;
+  std::string candidates = "ring,ring/64K,tree,tree/64K,direct,rd";
+  bool tuner = true;
+  std::string tune_file;  // for the tuner's communicator
+  std::string out;        // tune file to write (rank 0)
+};
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: all_reduce_algos [-b MIN] [-e MAX] [-f FACTOR | --sizes 8,16,64K,...] [--rounds R] [-c 0|1]\n"
+               "       [--candidates ring,ring/64K,tree,tree/64K,direct,rd] [--no-tuner]\n"
+               "       [--tune-file FILE] [--out FILE]\n"
+               "Times each candidate (ALGO or ALGO/CHUNK) and the tuner in one job, interleaved;\n"
+               "prints median us per size, float32 sum; --out writes the candidates' medians as a\n"
+               "tune file (ACCORD_TUNE_FILE). Run under mpirun or with RANK/WORLD_SIZE/MASTER_*.\n");
+}
+
+bool parse(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&](const char** v) {
+      if (i + 1 >= argc) return false;
+      *v = argv[++i];
+      return true;
+    };
+    const char* v = nullptr;
+    if (a == "-b" && next(&v)) {
+      if (!accord::bench::parse_size(v, &o->min_bytes)) return false;
+    } else if (a == "-e" && next(&v)) {
+      if (!accord::bench::parse_size(v, &o->max_bytes)) return false;
+    } else if (a == "-f" && next(&v)) {
+      o->factor = std::atof(v);
+      if (o->factor <= 1) return false;
+    } else if (a == "--sizes" && next(&v)) {
+      std::string list = v;
+      for (size_t start = 0; start < list.size();) {
+        size_t comma = list.find(',', start);
+        if (comma == std::string::npos) comma = list.size();
+        size_t b = 0;
+        if (!accord::bench::parse_size(list.substr(start, comma - start).c_str(), &b) || b < 4) return false;
+        o->sizes.push_back(b);
+        start = comma + 1;
+      }
+    } else if (a == "--rounds" && next(&v)) {
+      o->rounds = std::atoi(v);
+      if (o->rounds < 1) return false;
+    } else if (a == "-c" && next(&v)) {
+      o->check = std::atoi(v) != 0;
+    } else if (a == "--candidates" && next(&v)) {
+      o->candidates = v;
+    } else if (a == "--no-tuner") {
+      o->tuner = false;
+    } else if (a == "--tune-file" && next(&v)) {
+      o->tune_file = v;
+    } else if (a == "--out" && next(&v)) {
+      o->out = v;
+    } else {
+      return false;
+    }
+  }
+  if (o->sizes.empty())
+    for (size_t b = o->min_bytes; b >= 4 && b <= o->max_bytes;
+         b = std::max(b + 4, static_cast<size_t>(static_cast<double>(b) * o->factor)))
+      o->sizes.push_back(b);
+  return !o->sizes.empty();
+}
+
+bool parse_candidates(const std::string& list, std::vector<Candidate>* out) {
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    std::string item = list.substr(start, comma - start);
+    start = comma + 1;
+    if (item.empty()) continue;
+    Candidate c;
+    c.name = item;
+    const size_t slash = item.find('/');
+    c.algo = item.substr(0, slash);
+    if (slash != std::string::npos && !accord::bench::parse_size(item.c_str() + slash + 1, &c.chunk)) return false;
+    out->push_back(c);
+  }
+  return !out->empty();
+}
+
+// Sets (or, with an empty value, unsets) an environment variable for one communicator's init.
+void set_env(const char* name, const std::string& value) {
+  if (value.empty()) unsetenv(name);
+  else setenv(name, value.c_str(), 1);
+}
+
+struct Job {
+  accord_comm_t world = nullptr;  // first communicator: the launcher's; ids and timings travel on it
+  int rank = 0, n = 1;
+
+  bool fail(const char* what, accord_comm_t comm) {
+    std::fprintf(stderr, "rank %d: %s failed: %s\n", rank, what, accord_last_error(comm));
+    return false;
+  }
+
+  // A communicator over the same ranks, with `c`'s settings at init.
+  bool make(Candidate* c, const std::string& tune_file) {
+    accord_unique_id_t id;
+    if (rank == 0 && accord_get_unique_id(&id) != ACCORD_SUCCESS) return fail("accord_get_unique_id", nullptr);
+    if (accord_broadcast(&id, &id, sizeof id, ACCORD_UINT8, 0, world, nullptr) != ACCORD_SUCCESS)
+      return fail("broadcast of a unique id", world);
+    set_env("ACCORD_ALGO", c->algo);
+    set_env("ACCORD_CHUNK_BYTES", c->chunk ? std::to_string(c->chunk) : "");
+    set_env("ACCORD_TUNE_FILE", c->algo.empty() ? tune_file : "");
+    accord_status_t s = accord_comm_init_rank(&c->comm, n, id, rank);
+    unsetenv("ACCORD_ALGO");
+    unsetenv("ACCORD_CHUNK_BYTES");
+    unsetenv("ACCORD_TUNE_FILE");
+    return s == ACCORD_SUCCESS || fail(("init of the " + c->name + " communicator").c_str(), nullptr);
+  }
+
+  // Mean seconds per call on the slowest rank; negative on error.
+  double time(accord_comm_t comm, const float* send, float* recv, size_t count, int warmup, int iters) {
+    for (int i = 0; i < warmup; ++i)
+      if (accord_all_reduce(send, recv, count, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr) != ACCORD_SUCCESS)
+        return fail("all_reduce", comm), -1;
+    if (accord_barrier(comm, nullptr) != ACCORD_SUCCESS) return fail("barrier", comm), -1;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i)
+      if (accord_all_reduce(send, recv, count, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr) != ACCORD_SUCCESS)
+        return fail("all_reduce", comm), -1;
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+    double slowest = secs;
+    if (accord_all_reduce(&secs, &slowest, 1, ACCORD_FLOAT64, ACCORD_MAX, world, nullptr) != ACCORD_SUCCESS)
+      return fail("all_reduce of the timings", world), -1;
+    return slowest;
+  }
+
+  // One call with small integers (exact in any order); the number of wrong elements, all ranks.
+  long validate(accord_comm_t comm, size_t count) {
+    std::vector<float> in(count), out(count + 1, -1.0f);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((static_cast<size_t>(rank) + i) % 7);
+    if (accord_all_reduce(in.data(), out.data(), count, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr) != ACCORD_SUCCESS)
+      return fail("all_reduce", comm), -1;
+    uint64_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) {
+      float want = 0;
+      for (int r = 0; r < n; ++r) want += static_cast<float>((static_cast<size_t>(r) + i) % 7);
+      wrong += out[i] != want;
+    }
+    wrong += out[count] != -1.0f;
+    uint64_t total = 0;
+    if (accord_all_reduce(&wrong, &total, 1, ACCORD_UINT64, ACCORD_SUM, world, nullptr) != ACCORD_SUCCESS)
+      return fail("all_reduce of the check", world), -1;
+    return static_cast<long>(total);
+  }
+};
+
+int run(const Options& o) {
+  Job job;
+  // The job's own calls (ids, timings, checks) are tiny: direct, forced, so that with
+  // ACCORD_LOG=tune:info only the tuner's communicator logs choices that are not forced.
+  setenv("ACCORD_ALGO", "direct", 1);
+  const accord_status_t init = accord_comm_init_from_env(&job.world);
+  unsetenv("ACCORD_ALGO");
+  if (init != ACCORD_SUCCESS) {
+    std::fprintf(stderr, "init failed: %s\n", accord_last_error(nullptr));
+    return 2;
+  }
+  accord_comm_rank(job.world, &job.rank);
+  accord_comm_count(job.world, &job.n);
+  std::vector<Candidate> cands;
+  if (!parse_candidates(o.candidates, &cands)) {
+    std::fprintf(stderr, "--candidates '%s': expected ALGO or ALGO/CHUNK, comma-separated\n", o.candidates.c_str());
+    return 2;
+  }
+  if (o.tuner) cands.push_back(Candidate{"tuner", "", 0, nullptr});
+  for (Candidate& c : cands)
+    if (!job.make(&c, o.tune_file)) return 2;
+  const bool print = job.rank == 0;
+  if (print) {
+    std::printf("# all_reduce_algos: %d ranks, float32 sum, median us of %d interleaved rounds (in and out of place)\n",
+                job.n, o.rounds);
+    std::printf("# %10s", "bytes");
+    for (const Candidate& c : cands) std::printf(" %12s", c.name.c_str());
+    std::printf("\n");
+  }
+  std::FILE* out = nullptr;
+  if (print && !o.out.empty()) {
+    out = std::fopen(o.out.c_str(), "w");
+    if (out == nullptr) {
+      std::fprintf(stderr, "cannot write %s\n", o.out.c_str());
+      return 2;
+    }
+    std::fprintf(out, "accord-tune 1\n# written by bench/all_reduce_algos: median of %d interleaved rounds\n"
+                 "# all_reduce NRANKS ALGO CHUNK_BYTES BYTES TIME_US\n", o.rounds);
+  }
+  long wrong_total = 0;
+  const size_t max_count = *std::max_element(o.sizes.begin(), o.sizes.end()) / 4;
+  std::vector<float> in(max_count + 16, 1.0f), outbuf(max_count + 16);
+  for (const size_t bytes : o.sizes)
+    for (size_t k = 0; o.check && k < cands.size(); ++k) {
+      long w = job.validate(cands[k].comm, bytes / 4);
+      if (w < 0) return 2;
+      if (w > 0 && print) std::printf("# %s: %ld wrong values at %zu bytes\n", cands[k].name.c_str(), w, bytes);
+      wrong_total += w;
+    }
+  // samples[size][candidate]. Every round goes through every size, so a slow spell of the
+  // machine spoils one round of a few sizes (dropped by the median), not every round of them.
+  std::vector<std::vector<std::vector<double>>> samples(o.sizes.size(), std::vector<std::vector<double>>(cands.size()));
+  for (int r = 0; r < o.rounds; ++r) {
+    if (print) std::fprintf(stderr, "# round %d of %d\n", r + 1, o.rounds);
+    const bool in_place = r % 2 == 1;
+    for (size_t z = 0; z < o.sizes.size(); ++z) {
+      const size_t count = o.sizes[z] / 4;
+      // Milliseconds of calls per measurement even for the smallest sizes (20000 calls of 8 B
+      // take 3 ms on 2 ranks), so that a burst of other work is a small part of one.
+      const int iters = static_cast<int>(std::clamp<size_t>((256 << 20) / std::max<size_t>(o.sizes[z], 1), 5, 20000));
+      const int warmup = std::max(2, iters / 10);
+      for (size_t j = 0; j < cands.size(); ++j) {
+        const size_t k = (j + static_cast<size_t>(r)) % cands.size();
+        float* recv = in_place ? in.data() : outbuf.data();
+        double t = job.time(cands[k].comm, in.data(), recv, count, warmup, iters);
+        if (t < 0) return 2;
+        samples[z][k].push_back(t * 1e6);
+      }
+    }
+  }
+  for (size_t z = 0; print && z < o.sizes.size(); ++z) {
+    std::printf("  %10zu", o.sizes[z]);
+    std::vector<double> med(cands.size());
+    for (size_t k = 0; k < cands.size(); ++k) {
+      std::vector<double>& v = samples[z][k];
+      std::sort(v.begin(), v.end());
+      med[k] = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+      std::printf(" %12.2f", med[k]);
+    }
+    std::printf("\n");
+    // A candidate listed twice ran on two communicators: the tune file gets the slower median
+    // (Note [Interleaved calibration]). No chunk given: the default, the 256 KiB slot.
+    for (size_t k = 0; out != nullptr && k < cands.size(); ++k) {
+      const Candidate& c = cands[k];
+      bool first = true;
+      double worst = med[k];
+      for (size_t j = 0; j < cands.size(); ++j)
+        if (cands[j].name == c.name) {
+          first = first && j >= k;
+          worst = std::max(worst, med[j]);
+        }
+      if (first && !c.algo.empty())
+        std::fprintf(out, "all_reduce %d %s %zu %zu %.3f\n", job.n, c.algo.c_str(), c.chunk ? c.chunk : kDefaultChunk,
+                     o.sizes[z], worst);
+    }
+  }
+  if (out != nullptr) std::fclose(out);
+  if (print) std::printf("# wrong values: %ld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
+  for (Candidate& c : cands) accord_comm_destroy(c.comm);
+  accord_comm_destroy(job.world);
+  return wrong_total == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!parse(argc, argv, &o)) {
+    usage();
+    return 2;
+  }
+  return run(o);
+}
