@@ -124,10 +124,15 @@ Status wait_for(Ready ready, std::atomic<uint32_t>* word, std::atomic<uint32_t>*
   }
 }
 
-// Called by the side that changed `word`.
-inline void wake_if_sleeping(std::atomic<uint32_t>* word, std::atomic<uint32_t>* sleeping) {
+// Called by the side that changed `word`. `sleeping` may be a table of `nflags` flags, one per
+// waiter (the board's readers): one fence, then loads of cached lines while nobody sleeps.
+inline void wake_if_sleeping(std::atomic<uint32_t>* word, std::atomic<uint32_t>* sleeping, int nflags = 1) {
   full_fence();
-  if (sleeping->load(std::memory_order_relaxed) != 0) futex_wake_all(word);
+  for (int i = 0; i < nflags; ++i)
+    if (sleeping[i].load(std::memory_order_relaxed) != 0) {
+      futex_wake_all(word);
+      return;
+    }
 }
 
 }  // namespace accord

@@ -21,15 +21,7 @@ void Board::post(uint32_t seq, const void* data, size_t bytes, uint32_t tag) {
 }
 
 void Board::wake_readers(uint32_t seq) {
-  // wake_if_sleeping for a table of flags: one fence, then one cached line of loads while
-  // nobody sleeps.
-  full_fence();
-  std::atomic<uint32_t>* flags = sleep_flags(self_);
-  for (int r = 0; r < nranks_; ++r)
-    if (flags[r].load(std::memory_order_relaxed) != 0) {
-      futex_wake_all(const_cast<std::atomic<uint32_t>*>(&line(self_, seq)->seq));
-      return;
-    }
+  wake_if_sleeping(const_cast<std::atomic<uint32_t>*>(&line(self_, seq)->seq), sleep_flags(self_), nranks_);
 }
 
 Status Board::wait(const BoardLine* line, int peer, uint32_t seq, const WaitContext& ctx) {
