@@ -203,6 +203,12 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
     return s;
   }
   links_.death_notes = shm_->death_notes();
+  board_ctx_.abort_flag = &abort_;
+  board_ctx_.self_rank = rank_;
+  board_ctx_.pidfds = links_.pidfd.data();
+  board_ctx_.nranks = nranks_;
+  board_ctx_.death_notes = links_.death_notes;
+  board_ctx_.operation = collective_name(Collective::kAllReduce);
   for (int r : local_ranks_) {
     if (r == rank_) continue;
     links_.send[static_cast<size_t>(r)] = shm_->sender(r);
@@ -577,14 +583,7 @@ Status Communicator::plan_call(const CollArgs& a, bool on_device, CallPlan* plan
   // Note [Board]: decided from the call and the communicator alone, so every rank agrees.
   plan->board = a.coll == Collective::kAllReduce && req.algo == Algo::kDirect && !on_device &&
                 bytes <= kBoardPayloadBytes && remote_ranks_.empty() && shm_ != nullptr && shm_->board() != nullptr;
-  if (plan->board) {
-    board_ctx_.abort_flag = &abort_;
-    board_ctx_.self_rank = rank_;
-    board_ctx_.pidfds = links_.pidfd.data();
-    board_ctx_.nranks = nranks_;
-    board_ctx_.death_notes = links_.death_notes;
-    board_ctx_.operation = name;
-  } else {
+  if (!plan->board) {
     plan->schedule = schedule_for(req, mapped);
     if (plan->schedule == nullptr)
       return error(ACCORD_ERR_INTERNAL, "rank %d: %s: no schedule for algorithm %s", rank_, name, algo_name(req.algo));
@@ -654,10 +653,8 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
   x.wait.operation = name;
   x.wait.seq = ++seq_;
   x.tag = plan.tag;
-  if (fault_.at("coll", rank_) && static_cast<long>(seq_) == fault_.seq) {
-    x.fault = &fault_;
-    x.fault_step = fault_.step;
-  }
+  x.fault = armed_fault();
+  x.fault_step = fault_.step;
   return finish_call(execute(*schedule, x, links(on_device)));
 }
 
@@ -672,11 +669,13 @@ Status Communicator::run_on_board(const CollArgs& a, const CallPlan& plan) {
   c.tag = plan.tag;
   c.seq = ++board_seq_;
   board_ctx_.seq = ++seq_;
-  if (fault_.at("coll", rank_) && static_cast<long>(seq_) == fault_.seq) {
-    c.fault = &fault_;
-    c.fault_step = fault_.step;
-  }
+  c.fault = armed_fault();
+  c.fault_step = fault_.step;
   return finish_call(execute_on_board(*shm_->board(), c, &board_ctx_, settings_.timeout_ms));
+}
+
+const FaultPlan* Communicator::armed_fault() const {
+  return fault_.at("coll", rank_) && static_cast<long>(seq_) == fault_.seq ? &fault_ : nullptr;
 }
 
 Status Communicator::finish_call(Status s) {

@@ -143,6 +143,8 @@ class Communicator {
   };
   Status plan_call(const CollArgs& a, bool on_device, CallPlan* plan);
   Status run_on_board(const CollArgs& a, const CallPlan& plan);
+  // ACCORD_FAULT's plan if it strikes the collective numbered seq_, else nullptr.
+  const FaultPlan* armed_fault() const;
   // A failure inside a collective breaks the communicator: kept, logged, returned.
   Status finish_call(Status s);
 
@@ -170,7 +172,7 @@ class Communicator {
   std::atomic<accord_status_t> sticky_code_{ACCORD_SUCCESS};
   uint64_t seq_ = 0;
   uint32_t board_seq_ = 0;  // board calls made (Note [Board])
-  WaitContext board_ctx_;   // their wait context, but for seq, deadline and peer
+  WaitContext board_ctx_;   // their wait context (set with the transports), but for seq, deadline and peer
   std::vector<uint8_t> scratch_;
   size_t chunk_bytes_ = 0;
   size_t nt_threshold_ = 0;
