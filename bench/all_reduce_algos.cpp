@@ -284,16 +284,13 @@ int run(const Options& o) {
     // (Note [Interleaved calibration]). No chunk given: the default, the 256 KiB slot.
     for (size_t k = 0; out != nullptr && k < cands.size(); ++k) {
       const Candidate& c = cands[k];
-      bool first = true;
+      auto same = [&c](const Candidate& other) { return other.name == c.name; };
+      if (c.algo.empty() || std::any_of(cands.begin(), cands.begin() + static_cast<long>(k), same)) continue;
       double worst = med[k];
-      for (size_t j = 0; j < cands.size(); ++j)
-        if (cands[j].name == c.name) {
-          first = first && j >= k;
-          worst = std::max(worst, med[j]);
-        }
-      if (first && !c.algo.empty())
-        std::fprintf(out, "all_reduce %d %s %zu %zu %.3f\n", job.n, c.algo.c_str(), c.chunk ? c.chunk : kDefaultChunk,
-                     o.sizes[z], worst);
+      for (size_t j = k + 1; j < cands.size(); ++j)
+        if (same(cands[j])) worst = std::max(worst, med[j]);
+      std::fprintf(out, "all_reduce %d %s %zu %zu %.3f\n", job.n, c.algo.c_str(), c.chunk ? c.chunk : kDefaultChunk,
+                   o.sizes[z], worst);
     }
   }
   if (out != nullptr) std::fclose(out);
