@@ -11,13 +11,13 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/log.hpp"
 #include "transport/shm/shm_transport.hpp"
+#include "transport/socket.hpp"
 
 namespace accord {
 namespace {
@@ -74,9 +74,17 @@ std::vector<int> run_env_ranks(const std::vector<Env>& envs, std::vector<std::st
   return codes;
 }
 
+// A port no one listens on or connects from: the kernel's pick for a listener on port 0,
+// closed again. A random port (as before) could be one another test's connection holds, and
+// then rank 0 cannot listen ("another process holds the port").
 std::string free_port() {
-  std::random_device rd;
-  return std::to_string(20000 + rd() % 30000);
+  SockAddr addr;
+  Fd fd;
+  if (!parse_address("127.0.0.1", 0, &addr).ok() || !tcp_listen(&addr, 1, &fd).ok()) {
+    ADD_FAILURE() << "no free port on 127.0.0.1";
+    return "0";
+  }
+  return std::to_string(addr.port());
 }
 
 TEST(Launch, TorchrunStyleEnvironmentWithSecretNeverLogged) {
