@@ -130,13 +130,13 @@ void reduce(accord_datatype_t dtype, accord_red_op_t op, const ReduceArgs& args)
   if (fn != nullptr) fn(args);
 }
 
-void copy(void* dst, const void* src, size_t bytes, bool streaming) {
-  selected().copy(dst, src, bytes, streaming);
+void copy(void* dst, const void* src, size_t bytes, bool streaming, const void* prefetch, size_t prefetch_bytes) {
+  selected().copy(dst, src, bytes, streaming, prefetch, prefetch_bytes);
 }
 
 bool copy(void* dst, const void* src, size_t bytes, bool streaming, Isa isa) {
   if (!isa_available(isa)) return false;
-  built_kernels(isa)->copy(dst, src, bytes, streaming);
+  built_kernels(isa)->copy(dst, src, bytes, streaming, nullptr, 0);
   return true;
 }
 

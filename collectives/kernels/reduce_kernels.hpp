@@ -36,6 +36,10 @@ struct ReduceArgs {
   size_t count = 0;         // elements
   int divisor = 0;          // > 1: divide the result by this (avg post-op); 0 or 1: none
   bool dst0_streaming = false;  // write dst0 with non-temporal stores (large outputs)
+  // With dst0_streaming: bytes the caller reads next, pulled into the cache while this call
+  // streams (Note [Prefetch while streaming], reduce_isa.cpp). A hint: no effect on results.
+  const void* prefetch = nullptr;
+  size_t prefetch_bytes = 0;
 };
 
 // Resolved once per (dtype, op) and ISA; calling it does no dispatch.
@@ -47,8 +51,10 @@ ReduceFn get_reduce_fn(accord_datatype_t dtype, accord_red_op_t op);
 // Convenience: one-off call (dispatches every time).
 void reduce(accord_datatype_t dtype, accord_red_op_t op, const ReduceArgs& args);
 
-// memcpy, with non-temporal stores when streaming is true (and the size makes it worthwhile).
-void copy(void* dst, const void* src, size_t bytes, bool streaming);
+// memcpy, with non-temporal stores when streaming is true (and the size makes it worthwhile);
+// a streaming copy prefetches `prefetch` as ReduceArgs::prefetch says.
+void copy(void* dst, const void* src, size_t bytes, bool streaming, const void* prefetch = nullptr,
+          size_t prefetch_bytes = 0);
 
 // Name of the ISA variant chosen at run time ("avx512", "avx2", "sse2"), for logs and benchmarks.
 const char* isa_name();

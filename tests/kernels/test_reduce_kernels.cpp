@@ -265,5 +265,44 @@ TEST(ReduceCopy, MatchesMemcpyEveryVariantAndAlignment) {
   EXPECT_EQ(x, y);
 }
 
+// Note [Prefetch while streaming]: the hint only reads ahead. Shorter, longer or no prefetch
+// region, the results are those of the call without it and the region is left as it was.
+TEST(ReducePrefetch, HintChangesNoResultAndNoByte) {
+  for (const Isa isa : available_isas()) {
+    for (const accord_datatype_t d : {ACCORD_FLOAT32, ACCORD_FLOAT16, ACCORD_INT64}) {
+      const size_t s = dtype_bytes(d);
+      for (const size_t n : {size_t{0}, size_t{1}, size_t{33}, size_t{5000}, size_t{1} << 16}) {
+        for (const size_t pf_bytes : {size_t{0}, n * s / 2 + 1, n * s * 2 + 64}) {
+          SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(d) + " n=" + std::to_string(n) +
+                       " prefetch " + std::to_string(pf_bytes));
+          Guarded A(n * s, 16), B(n * s, 16), plain(n * s, 16), hinted(n * s, 16), P(pf_bytes, 5);
+          fill_random(d, A.data(), n, n + 1);
+          fill_random(d, B.data(), n, n + 2);
+          fill_random(ACCORD_UINT8, P.data(), pf_bytes, n + 3);
+          const std::vector<uint8_t> p0(P.data(), P.data() + pf_bytes);
+          for (const bool with_b : {true, false}) {
+            ReduceArgs args;
+            args.a = A.data();
+            args.b = with_b ? B.data() : nullptr;
+            args.count = n;
+            args.dst0_streaming = true;
+            args.dst0 = plain.data();
+            get_reduce_fn(d, ACCORD_SUM, isa)(args);
+            args.dst0 = hinted.data();
+            args.prefetch = P.data();
+            args.prefetch_bytes = pf_bytes;
+            get_reduce_fn(d, ACCORD_SUM, isa)(args);
+            EXPECT_EQ(memcmp(plain.data(), hinted.data(), n * s), 0) << (with_b ? "a + b" : "copy of a");
+          }
+          copy(hinted.data(), B.data(), n * s, true, P.data(), pf_bytes);
+          EXPECT_EQ(memcmp(hinted.data(), B.data(), n * s), 0) << "copy";
+          EXPECT_TRUE(std::equal(p0.begin(), p0.end(), P.data())) << "the prefetched bytes changed";
+          EXPECT_TRUE(plain.guards_intact() && hinted.guards_intact() && P.guards_intact());
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace accord::kernels
