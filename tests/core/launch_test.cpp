@@ -154,6 +154,7 @@ TEST(Launch, BadEnvironmentsSayWhatIsWrong) {
        "resolve"},
       {{{"ACCORD_TIMEOUT_MS", "soon"}}, "ACCORD_TIMEOUT_MS"},
       {{{"ACCORD_ALGO", "magic"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}, "ACCORD_ALGO"},
+      {{{"ACCORD_SHM_SLOT_BYTES", "128M"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}, "ACCORD_SHM_SLOT_BYTES=134217728 is too large"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> errors;

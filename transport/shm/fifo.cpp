@@ -26,7 +26,9 @@ size_t FifoShape::header_bytes() const {
   return (h + 4095) & ~size_t{4095};
 }
 
-size_t FifoShape::data_bytes() const { return nslots * ((slot_bytes + 4095) & ~size_t{4095}); }
+size_t FifoShape::slot_stride() const { return (slot_bytes + 64 + 4095) & ~size_t{4095}; }
+
+size_t FifoShape::data_bytes() const { return nslots * slot_stride(); }
 
 size_t FifoShape::total_bytes() const { return header_bytes() + data_bytes(); }
 
@@ -38,10 +40,10 @@ FifoView::FifoView(void* base, FifoShape s, const WaitPolicy* p, uint8_t* d)
       policy(p) {}
 
 uint8_t* FifoView::slot_data(uint32_t index) const {
-  return data + index * ((shape.slot_bytes + 4095) & ~size_t{4095});
+  return data + index * shape.slot_stride();
 }
 
-Status FifoSender::acquire(size_t bytes, void** slot, const WaitContext& ctx) {
+Status FifoSender::acquire_like(size_t bytes, const void* like, void** slot, const WaitContext& ctx) {
   const uint32_t nslots = static_cast<uint32_t>(f_.shape.nslots);
   if (sent_ - cached_head_ >= nslots) {
     cached_head_ = f_.ctrl->head.load(std::memory_order_acquire);
@@ -55,20 +57,34 @@ Status FifoSender::acquire(size_t bytes, void** slot, const WaitContext& ctx) {
   }
   uint32_t index = sent_ % nslots;
   ACCORD_TSAN_ACQUIRE(f_.slot_data(index));
-  *slot = bytes <= kInlineBytes ? static_cast<void*>(f_.headers[index].inline_data)
-                                : static_cast<void*>(f_.slot_data(index));
+  // Note [Slot alignment]: like's offset in its line, for host FIFOs and payloads in slot data.
+  offset_ = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(like) & offset_mask_);
+  if (bytes <= kInlineBytes) {
+    offset_ = 0;
+    *slot = f_.headers[index].inline_data;
+    return Status::success();
+  }
+  *slot = f_.slot_data(index) + offset_;
   return Status::success();
 }
 
 void FifoSender::post(size_t bytes, uint32_t tag) {
   SlotHeader& h = f_.headers[sent_ % f_.shape.nslots];
-  h.bytes = static_cast<uint32_t>(bytes);
+  h.size = static_cast<uint32_t>(bytes) | offset_ << kOffsetShift;
   h.tag = tag;
   ACCORD_TSAN_RELEASE(f_.slot_data(sent_ % f_.shape.nslots));
   ++sent_;
   h.seq.store(sent_, std::memory_order_release);
   wake_if_sleeping(&h.seq, &f_.ctrl->recv_sleeping);
 }
+
+// Note [Slot alignment]: the payload at an offset, out of line. As `slot + offset` the
+// payload's address depended on the header word the receiver has just loaded, and a 64-byte
+// all-reduce took 0.20 us instead of 0.19 with offset 0 (its loads wait for the word); with a
+// branch the common case's address is known beforehand.
+namespace {
+[[gnu::noinline]] const uint8_t* offset_payload(const uint8_t* slot, uint32_t offset) { return slot + offset; }
+}  // namespace
 
 Status FifoReceiver::wait(const void** data, size_t* bytes, uint32_t* tag, const WaitContext& ctx) {
   uint32_t index = received_ % static_cast<uint32_t>(f_.shape.nslots);
@@ -79,10 +95,16 @@ Status FifoReceiver::wait(const void** data, size_t* bytes, uint32_t* tag, const
     ACCORD_TRY(wait_for(ready, &h.seq, &f_.ctrl->recv_sleeping, *f_.policy, ctx, "the next message"));
   }
   ACCORD_TSAN_ACQUIRE(f_.slot_data(index));
-  *bytes = h.bytes;
+  const uint32_t size = h.size;
+  *bytes = size & ((1u << kOffsetShift) - 1);
   *tag = h.tag;
-  *data = h.bytes <= kInlineBytes ? static_cast<const void*>(h.inline_data)
-                                  : static_cast<const void*>(f_.slot_data(index));
+  if (*bytes <= kInlineBytes) {
+    *data = h.inline_data;
+  } else if ((size >> kOffsetShift) == 0) [[likely]] {
+    *data = f_.slot_data(index);
+  } else {
+    *data = offset_payload(f_.slot_data(index), size >> kOffsetShift);
+  }
   return Status::success();
 }
 
