@@ -1,6 +1,8 @@
 // Schedule interpreter (see executor.hpp).
 #include "collectives/executor.hpp"
 
+#include <algorithm>
+
 namespace accord {
 namespace {
 
@@ -36,10 +38,12 @@ class Runner {
   Runner(const ExecArgs& args, const PeerLinks& links) : a_(args), links_(links), ctx_(call_context(args, links)) {}
 
   Status run(const Schedule& schedule) {
-    long index = 0;
-    for (const Step& s : schedule.steps) {
-      if (a_.fault != nullptr && index++ == a_.fault_step) trigger_fault(*a_.fault);
-      ACCORD_TRY(step(s));
+    const std::vector<Step>& steps = schedule.steps;
+    steps_ = &steps;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (a_.fault != nullptr && static_cast<long>(i) == a_.fault_step) trigger_fault(*a_.fault);
+      current_ = i;
+      ACCORD_TRY(step(steps[i]));
     }
     return Status::success();
   }
@@ -61,7 +65,8 @@ class Runner {
   }
   Status copy(void* d, const void* s, size_t bytes, bool streaming) {
     if (a_.mover == nullptr) {
-      kernels::copy(d, s, bytes, streaming);
+      const Ahead next = streaming ? ahead() : Ahead{};
+      kernels::copy(d, s, bytes, streaming, next.at, next.bytes);
       return Status::success();
     }
     return a_.mover->copy(d, s, bytes);
@@ -72,6 +77,34 @@ class Runner {
       return Status::success();
     }
     return a_.mover->reduce(k);
+  }
+  // Note [Prefetch while streaming] (kernels/reduce_isa.cpp): a copy or reduction that streams
+  // its output pulls in the user-buffer bytes that a later step reads: the first such step
+  // after this one that no earlier streaming call has claimed, within a few steps (with 2
+  // ranks, ring's fused reduction claims the next send and its all-gather copy the next
+  // fused reduction).
+  struct Ahead {
+    const void* at = nullptr;
+    size_t bytes = 0;
+  };
+  Ahead ahead() {
+    constexpr size_t kLookahead = 4;
+    const std::vector<Step>& steps = *steps_;
+    const size_t end = std::min(steps.size(), current_ + 1 + kLookahead);
+    for (size_t j = std::max(claimed_, current_ + 1); j < end; ++j) {
+      const Step& s = steps[j];
+      // kRecv and kRecvCopySend read a message; the other kinds read src(s).
+      if (s.kind == StepKind::kRecv || s.kind == StepKind::kRecvCopySend || s.bytes == 0) continue;
+      claimed_ = j + 1;
+      return {src(s), s.bytes};
+    }
+    return {};
+  }
+  void prefetch_next(kernels::ReduceArgs* k) {
+    if (!k->dst0_streaming) return;
+    const Ahead next = ahead();
+    k->prefetch = next.at;
+    k->prefetch_bytes = next.bytes;
   }
   size_t count(const Step& s) const { return s.bytes / a_.elem_bytes; }
   int divisor(const Step& s) const { return s.postop ? a_.divisor : 0; }
@@ -84,8 +117,11 @@ class Runner {
     return check_message(a_.wait, a_.tag, peer, tag, want, got);
   }
 
-  Status acquire(int peer, size_t bytes, void** slot) {
-    return links_.send[static_cast<size_t>(peer)]->acquire(bytes, slot, ctx(peer));
+  // `like`: the user-buffer piece the message carries. Only calls that stream pass it on (Note
+  // [Slot alignment]): elsewhere it costs a line more per message and the kernels do not align.
+  Status acquire(int peer, size_t bytes, const void* like, void** slot) {
+    return links_.send[static_cast<size_t>(peer)]->acquire_like(bytes, a_.streaming ? like : nullptr, slot,
+                                                                ctx(peer));
   }
 
   Status step(const Step& s) {
@@ -95,7 +131,7 @@ class Runner {
     k.count = count(s);
     switch (s.kind) {
       case StepKind::kSend:
-        ACCORD_TRY(acquire(s.send_peer, s.bytes, &slot));
+        ACCORD_TRY(acquire(s.send_peer, s.bytes, src(s), &slot));
         ACCORD_TRY(copy(slot, src(s), s.bytes, false));
         links_.send[static_cast<size_t>(s.send_peer)]->post(s.bytes, a_.tag);
         return Status::success();
@@ -114,6 +150,7 @@ class Runner {
         k.a = s.message_right ? static_cast<const void*>(src(s)) : msg;
         k.b = s.message_right ? msg : static_cast<const void*>(src(s));
         k.divisor = divisor(s);
+        prefetch_next(&k);
         ACCORD_TRY(reduce(k));
         links_.recv[static_cast<size_t>(s.recv_peer)]->release();
         return Status::success();
@@ -121,7 +158,7 @@ class Runner {
       case StepKind::kRecvReduceCopySend:
       case StepKind::kRecvCopySend: {
         ACCORD_TRY(receive(s.recv_peer, s.bytes, &msg));
-        ACCORD_TRY(acquire(s.send_peer, s.bytes, &slot));
+        ACCORD_TRY(acquire(s.send_peer, s.bytes, s.kind == StepKind::kRecvReduceSend ? src(s) : dst(s), &slot));
         if (s.kind == StepKind::kRecvReduceSend) {
           k.dst0 = slot;
         } else {
@@ -136,6 +173,7 @@ class Runner {
           ACCORD_TRY(copy(k.dst0, msg, s.bytes, a_.streaming));
           ACCORD_TRY(copy(slot, msg, s.bytes, false));
         } else {
+          prefetch_next(&k);
           ACCORD_TRY(reduce(k));
         }
         links_.send[static_cast<size_t>(s.send_peer)]->post(s.bytes, a_.tag);
@@ -175,7 +213,9 @@ class Runner {
     k.a = x;
     k.b = y;
     k.dst0 = n == 2 ? static_cast<void*>(dst(s)) : a_.scratch;
+    k.dst0_streaming = n == 2 && a_.streaming;
     k.divisor = n == 2 ? divisor(s) : 0;
+    prefetch_next(&k);
     ACCORD_TRY(reduce(k));
     done_with(0);
     done_with(1);
@@ -185,7 +225,9 @@ class Runner {
       k.a = a_.scratch;
       k.b = y;
       k.dst0 = last ? static_cast<void*>(dst(s)) : a_.scratch;
+      k.dst0_streaming = last && a_.streaming;
       k.divisor = last ? divisor(s) : 0;
+      prefetch_next(&k);
       ACCORD_TRY(reduce(k));
       done_with(r);
     }
@@ -195,6 +237,10 @@ class Runner {
   const ExecArgs& a_;
   const PeerLinks& links_;
   WaitContext ctx_;
+  // Note [Prefetch while streaming]: the schedule, the step running, the steps claimed.
+  const std::vector<Step>* steps_ = nullptr;
+  size_t current_ = 0;
+  size_t claimed_ = 0;
 };
 
 }  // namespace
