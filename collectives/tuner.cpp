@@ -16,6 +16,16 @@ constexpr const char* kHeader = "accord-tune 1";
 // Near-ties: 2%, below the noise of medians of interleaved rounds (bench/calibrate.sh checks
 // picks against a 10% bound; a 5% margin left half of it to noise, and missed at 7%).
 constexpr double kTieMargin = 0.02;
+// Note [Near ties between algorithms]: two algorithms whose measured times are within
+// kAlgoTieMargin are within the calibration's noise: the same candidate's median moved by up
+// to 5% (at worst 13%) between two jobs of bench/calibrate.sh, 4 ranks bound two to a core.
+// There the built-in model breaks the tie, if it has a clear view (one predicted at least
+// kModelClearRatio faster): with 4 ranks at 256 B rd measured 2.93 us against direct's 2.99
+// in the calibration and 3.37 against 2.95 in the check (1.14x); the model, counting
+// oversubscribed hops, puts direct's one exchange at half rd's two rounds. Where the model is
+// nearly indifferent (ring and tree at 8 B on 2 ranks) the faster measurement still wins.
+constexpr double kAlgoTieMargin = 0.05;
+constexpr double kModelClearRatio = 1.25;
 
 bool parse_algo_name(const std::string& s, Algo* out) {
   if (s == "ring") return *out = Algo::kRing, true;
@@ -168,16 +178,48 @@ double Tuner::predict(const TuneCandidate& c, size_t bytes, int nranks, bool ove
   return model_us(c, bytes, nranks, oversubscribed, max_chunk);
 }
 
+// Note [Near ties between algorithms]: the model's clear favourite among the measured near-ties
+// of the fastest, if it is not the fastest itself; *why says so.
+std::optional<TuneCandidate> Tuner::algo_tie_favourite(const std::vector<std::pair<double, TuneCandidate>>& v, size_t bytes,
+                                               int nranks, bool oversubscribed, size_t max_chunk,
+                                               std::string* why) const {
+  if (v.empty()) return std::nullopt;
+  const auto fastest = std::min_element(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  const double fastest_model = model_us(fastest->second, bytes, nranks, oversubscribed, max_chunk);
+  auto favourite = fastest;
+  double favourite_model = fastest_model;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it->second.algo == fastest->second.algo || it->first > fastest->first * (1 + kAlgoTieMargin)) continue;
+    const double m = model_us(it->second, bytes, nranks, oversubscribed, max_chunk);
+    if (m * kModelClearRatio <= fastest_model && m < favourite_model) {
+      favourite = it;
+      favourite_model = m;
+    }
+  }
+  if (favourite == fastest) return std::nullopt;
+  *why = format("; %s measured within %.0f%% of %s (%.2f us against %.2f), a near-tie the built-in model breaks "
+                "(%.1f us against %.1f)",
+                candidate_name(favourite->second).c_str(), kAlgoTieMargin * 100,
+                candidate_name(fastest->second).c_str(), favourite->first, fastest->first, favourite_model,
+                fastest_model);
+  return favourite->second;
+}
+
 TuneChoice Tuner::pick(std::vector<std::pair<double, TuneCandidate>> scored, size_t max_chunk,
-                       const std::string& model) const {
+                       const std::string& model, const std::optional<TuneCandidate>& prefer) const {
   TuneChoice best;
   std::stable_sort(scored.begin(), scored.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Note [Near ties between algorithms]: the preferred candidate goes first.
+  const auto preferred = std::find_if(scored.begin(), scored.end(), [&](const auto& s) {
+    return prefer && s.second.algo == prefer->algo && s.second.chunk_bytes == prefer->chunk_bytes;
+  });
+  if (preferred != scored.end()) std::rotate(scored.begin(), preferred, preferred + 1);
   // A near-tie (within kTieMargin) between chunk sizes of the fastest algorithm goes to the
   // default chunk: at small sizes ring and ring/64K are the same schedule, and noise must not
-  // flip between them. Between algorithms the faster wins: on the 2-core VM ring and direct
-  // measured within 2% at 16 and 64 MiB with 2 ranks, and ring then ran 1.3-1.4x slower on
-  // another communicator of the same job (bench/README.md), so "simplest" was no safer.
+  // flip between them. Between algorithms the faster wins unless the built-in model clearly
+  // prefers a near-tie (Note [Near ties between algorithms], `prefer`); a plain "prefer ring"
+  // rule picked ring where it then ran 1.3-1.4x slower on another communicator of the job.
   auto default_chunk = [&](const TuneCandidate& c) { return c.chunk_bytes == 0 || c.chunk_bytes >= max_chunk; };
   size_t chosen = 0;
   for (size_t i = 1; i < scored.size(); ++i)
@@ -277,7 +319,11 @@ TuneChoice Tuner::choose_all_reduce(size_t bytes, int nranks, bool oversubscribe
   if (!measured) cands = {{Algo::kRing, 0}, {Algo::kTree, 0}, {Algo::kDirect, 0}, {Algo::kRecursiveDoubling, 0}};
   std::vector<std::pair<double, TuneCandidate>> scored;
   for (const TuneCandidate& c : cands) scored.emplace_back(predict(c, bytes, nranks, oversubscribed, max_chunk), c);
-  best = pick(std::move(scored), max_chunk, measured ? source_ : "built-in model");
+  std::string tie;
+  std::optional<TuneCandidate> prefer;
+  if (measured) prefer = algo_tie_favourite(scored, bytes, nranks, oversubscribed, max_chunk, &tie);
+  best = pick(std::move(scored), max_chunk, measured ? source_ : "built-in model", prefer);
+  best.why += tie;
   if (!measured && !points_.empty())
     best.why += format("; %s has no measurements for %d ranks", source_.c_str(), nranks);
   return best;

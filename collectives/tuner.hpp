@@ -9,7 +9,9 @@
 // times in a tune file (ACCORD_TUNE_FILE); between two measured sizes the model is the line
 // through them (its own alpha and beta for that size range), below the smallest it is the
 // smallest's time, above the largest it continues the last segment. A file covers the rank
-// counts it was measured with; other rank counts use the built-in model.
+// counts it was measured with; other rank counts use the built-in model. Measured times within
+// 5% of each other are a near-tie, which the built-in model breaks when it clearly prefers one
+// (Note [Near ties between algorithms], tuner.cpp).
 //
 // Across hosts (Note [Tuner across hosts], tuner.cpp) a second model weighs the flat ring,
 // recursive doubling, the one-shot direct exchange and the hierarchical algorithm by their
@@ -21,6 +23,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -95,9 +98,12 @@ class Tuner {
  private:
   double model_us(const TuneCandidate& c, size_t bytes, int nranks, bool oversubscribed, size_t max_chunk) const;
   bool measured_us(const TuneCandidate& c, size_t bytes, int nranks, size_t max_chunk, double* us) const;
-  // Sorts candidates by time, gives a near-tie between chunk sizes to the default one, and
-  // says why.
-  TuneChoice pick(std::vector<std::pair<double, TuneCandidate>> scored, size_t max_chunk, const std::string& model) const;
+  // Sorts candidates by time (`prefer` first, if it is one of them), gives a near-tie between
+  // chunk sizes to the default one, and says why.
+  TuneChoice pick(std::vector<std::pair<double, TuneCandidate>> scored, size_t max_chunk, const std::string& model,
+                  const std::optional<TuneCandidate>& prefer = std::nullopt) const;
+  std::optional<TuneCandidate> algo_tie_favourite(const std::vector<std::pair<double, TuneCandidate>>& scored, size_t bytes,
+                                          int nranks, bool oversubscribed, size_t max_chunk, std::string* why) const;
 
   TuneConstants k_;
   std::vector<Point> points_;  // sorted by (nranks, algo, chunk, bytes)
