@@ -6,8 +6,16 @@
 // within 10%. This program creates one communicator per candidate in the same job (ACCORD_ALGO
 // and ACCORD_CHUNK_BYTES set at each init; the tuner's with neither, and ACCORD_TUNE_FILE if
 // given) and times them in turn at each size, round after round through all sizes (the order
-// rotated each round, in place and out of place alternating), so every candidate sees the
-// same placement and load; the table has each candidate's median. bench/calibrate.sh runs it.
+// rotated each round), so every candidate sees the same placement and load; the table has
+// each candidate's median. bench/calibrate.sh runs it.
+//
+// Each sample is the mean of an out-of-place and an in-place time (half the calls each).
+// Rounds used to alternate between the two; in place does not stream (Note [Streaming in
+// place]) and runs faster at large sizes, so the median of 5 rounds (3 of one kind, 2 of the
+// other) fell on the edge between two clusters, and with 4 ranks on 2 cores the same
+// algorithm's medians on two communicators differed by 13% and 25% (4 MiB) in one run. With
+// mixed samples, in three runs of the same 4 sizes x 8 communicators, one pair differed by 20%
+// (64 KiB) and every other by at most 5.3%.
 //
 // Even so, one algorithm can run at two speeds on two communicators of the same job: with 2
 // ranks at 4-16 MiB, ring took 2.5 ms on one and 3.8 ms on another, several rounds running, in
@@ -254,18 +262,23 @@ int run(const Options& o) {
   std::vector<std::vector<std::vector<double>>> samples(o.sizes.size(), std::vector<std::vector<double>>(cands.size()));
   for (int r = 0; r < o.rounds; ++r) {
     if (print) std::fprintf(stderr, "# round %d of %d\n", r + 1, o.rounds);
-    const bool in_place = r % 2 == 1;
     for (size_t z = 0; z < o.sizes.size(); ++z) {
       const size_t count = o.sizes[z] / 4;
       // Milliseconds of calls per measurement even for the smallest sizes (20000 calls of 8 B
       // take 3 ms on 2 ranks), so that a burst of other work is a small part of one.
-      const int iters = static_cast<int>(std::clamp<size_t>((256 << 20) / std::max<size_t>(o.sizes[z], 1), 5, 20000));
+      const int iters = static_cast<int>(std::clamp<size_t>((128 << 20) / std::max<size_t>(o.sizes[z], 1), 3, 10000));
       const int warmup = std::max(2, iters / 10);
       for (size_t j = 0; j < cands.size(); ++j) {
         const size_t k = (j + static_cast<size_t>(r)) % cands.size();
-        float* recv = in_place ? in.data() : outbuf.data();
-        double t = job.time(cands[k].comm, in.data(), recv, count, warmup, iters);
-        if (t < 0) return 2;
+        // Out of place and in place, half the calls each: one sample is their mean, so every
+        // sample mixes the two alike (in place does not stream and is faster at large sizes;
+        // alternate rounds of one and the other made the median an edge between two clusters).
+        double t = 0;
+        for (const bool in_place : {r % 2 == 1, r % 2 == 0}) {
+          const double one = job.time(cands[k].comm, in.data(), in_place ? in.data() : outbuf.data(), count, warmup, iters);
+          if (one < 0) return 2;
+          t += one / 2;
+        }
         samples[z][k].push_back(t * 1e6);
       }
     }

@@ -12,17 +12,25 @@
 #    the pick, and the pick's time over the fastest, both from this second job. Exit status 1
 #    if any pick is more than 10% slower than the fastest.
 #
-# Usage: bench/calibrate.sh [BUILD_DIR] [--ranks "2 4"] [--rounds N] [--out FILE] [--no-check]
-# Then: ACCORD_TUNE_FILE=FILE mpirun ... your program
+# Ranks are bound to cores (--bind-to core:overload-allowed --map-by core: with 4 ranks on 2
+# cores, two to a core), so both jobs see the same placement. Unbound, the scheduler placed the
+# 4 processes differently from job to job: in two jobs (8 B-256 KiB, 7 rounds) rd at 8 B took
+# 3.6 us in one and 5.5-6.2 in the other, ring at 16 KiB 16-17 and 14-15. Bound, the same two
+# jobs agreed within 5% for most candidates and sizes, 13% at worst (rd, 16 KiB). --no-bind
+# leaves placement to mpirun.
+#
+# Usage: bench/calibrate.sh [BUILD_DIR] [--ranks "2 4"] [--rounds N] [--out FILE] [--no-check] [--no-bind]
+# Then: ACCORD_TUNE_FILE=FILE mpirun --bind-to core ... your program
 set -euo pipefail
-build=build; ranks="2 4"; rounds=5; out=accord.tune; check=1
+build=build; ranks="2 4"; rounds=5; out=accord.tune; check=1; bind=1
 while [ $# -gt 0 ]; do
   case $1 in
     --ranks) ranks=$2; shift ;;
     --rounds|--reps) rounds=$2; shift ;;
     --out) out=$2; shift ;;
     --no-check) check=0 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --no-bind) bind=0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     -*) echo "calibrate.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) build=$1 ;;
   esac
@@ -33,6 +41,7 @@ prog="$build/bench/all_reduce_algos"
 command -v mpirun >/dev/null || { echo "calibrate.sh: needs mpirun (apt-get install openmpi-bin)" >&2; exit 2; }
 flags=(--oversubscribe)
 [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
+[ "$bind" = 1 ] && flags+=(--bind-to core:overload-allowed --map-by core)
 # Real-time priority keeps other work on a small machine from distorting the runs (root only).
 rt=(); [ "$(id -u)" = 0 ] && command -v chrt >/dev/null && rt=(chrt -r 10)
 candidates=ring,ring/64K,tree,tree/64K,direct,rd
