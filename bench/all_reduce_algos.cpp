@@ -266,7 +266,8 @@ int run(const Options& o) {
       const size_t count = o.sizes[z] / 4;
       // Milliseconds of calls per measurement even for the smallest sizes (20000 calls of 8 B
       // take 3 ms on 2 ranks), so that a burst of other work is a small part of one.
-      const int iters = static_cast<int>(std::clamp<size_t>((128 << 20) / std::max<size_t>(o.sizes[z], 1), 3, 10000));
+      const int iters = static_cast<int>(
+          std::clamp<size_t>((128 << 20) / std::max<size_t>(o.sizes[z], 1), 3, 10000));
       const int warmup = std::max(2, iters / 10);
       for (size_t j = 0; j < cands.size(); ++j) {
         const size_t k = (j + static_cast<size_t>(r)) % cands.size();
@@ -275,7 +276,8 @@ int run(const Options& o) {
         // alternate rounds of one and the other made the median an edge between two clusters).
         double t = 0;
         for (const bool in_place : {r % 2 == 1, r % 2 == 0}) {
-          const double one = job.time(cands[k].comm, in.data(), in_place ? in.data() : outbuf.data(), count, warmup, iters);
+          const double one = job.time(cands[k].comm, in.data(),
+                                      in_place ? in.data() : outbuf.data(), count, warmup, iters);
           if (one < 0) return 2;
           t += one / 2;
         }

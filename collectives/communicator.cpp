@@ -133,7 +133,8 @@ Status Communicator::init(const InitSpec& spec) {
   shape.slot_bytes = settings_.shm_slot_bytes > 0 ? static_cast<size_t>(settings_.shm_slot_bytes) : kDefaultSlotBytes;
   shape.slot_bytes = std::max<size_t>(64, shape.slot_bytes & ~size_t{63});
   if (shape.slot_bytes > kMaxSlotBytes)
-    return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_SHM_SLOT_BYTES=%zu is too large; use at most %zu (64 MiB - 64)",
+    return error(ACCORD_ERR_INVALID_ARGUMENT,
+                 "ACCORD_SHM_SLOT_BYTES=%zu is too large; use at most %zu (64 MiB - 64)",
                  shape.slot_bytes, kMaxSlotBytes);
   shape.nslots = settings_.shm_nslots > 0 ? static_cast<size_t>(settings_.shm_nslots) : kDefaultSlots;
   if (shape.nslots < 4)

@@ -120,8 +120,8 @@ class Runner {
   // `like`: the user-buffer piece the message carries. Only calls that stream pass it on (Note
   // [Slot alignment]): elsewhere it costs a line more per message and the kernels do not align.
   Status acquire(int peer, size_t bytes, const void* like, void** slot) {
-    return links_.send[static_cast<size_t>(peer)]->acquire_like(bytes, a_.streaming ? like : nullptr, slot,
-                                                                ctx(peer));
+    return links_.send[static_cast<size_t>(peer)]->acquire_like(
+        bytes, a_.streaming ? like : nullptr, slot, ctx(peer));
   }
 
   Status step(const Step& s) {
@@ -158,7 +158,8 @@ class Runner {
       case StepKind::kRecvReduceCopySend:
       case StepKind::kRecvCopySend: {
         ACCORD_TRY(receive(s.recv_peer, s.bytes, &msg));
-        ACCORD_TRY(acquire(s.send_peer, s.bytes, s.kind == StepKind::kRecvReduceSend ? src(s) : dst(s), &slot));
+        ACCORD_TRY(acquire(s.send_peer, s.bytes,
+                           s.kind == StepKind::kRecvReduceSend ? src(s) : dst(s), &slot));
         if (s.kind == StepKind::kRecvReduceSend) {
           k.dst0 = slot;
         } else {

@@ -180,16 +180,19 @@ double Tuner::predict(const TuneCandidate& c, size_t bytes, int nranks, bool ove
 
 // Note [Near ties between algorithms]: the model's clear favourite among the measured near-ties
 // of the fastest, if it is not the fastest itself; *why says so.
-std::optional<TuneCandidate> Tuner::algo_tie_favourite(const std::vector<std::pair<double, TuneCandidate>>& v, size_t bytes,
-                                               int nranks, bool oversubscribed, size_t max_chunk,
-                                               std::string* why) const {
+std::optional<TuneCandidate> Tuner::algo_tie_favourite(
+    const std::vector<std::pair<double, TuneCandidate>>& v, size_t bytes, int nranks,
+    bool oversubscribed, size_t max_chunk, std::string* why) const {
   if (v.empty()) return std::nullopt;
-  const auto fastest = std::min_element(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  const auto fastest = std::min_element(
+      v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   const double fastest_model = model_us(fastest->second, bytes, nranks, oversubscribed, max_chunk);
   auto favourite = fastest;
   double favourite_model = fastest_model;
   for (auto it = v.begin(); it != v.end(); ++it) {
-    if (it->second.algo == fastest->second.algo || it->first > fastest->first * (1 + kAlgoTieMargin)) continue;
+    if (it->second.algo == fastest->second.algo ||
+        it->first > fastest->first * (1 + kAlgoTieMargin))
+      continue;
     const double m = model_us(it->second, bytes, nranks, oversubscribed, max_chunk);
     if (m * kModelClearRatio <= fastest_model && m < favourite_model) {
       favourite = it;
@@ -197,11 +200,12 @@ std::optional<TuneCandidate> Tuner::algo_tie_favourite(const std::vector<std::pa
     }
   }
   if (favourite == fastest) return std::nullopt;
-  *why = format("; %s measured within %.0f%% of %s (%.2f us against %.2f), a near-tie the built-in model breaks "
-                "(%.1f us against %.1f)",
-                candidate_name(favourite->second).c_str(), kAlgoTieMargin * 100,
-                candidate_name(fastest->second).c_str(), favourite->first, fastest->first, favourite_model,
-                fastest_model);
+  *why = format(
+      "; %s measured within %.0f%% of %s (%.2f us against %.2f), a near-tie the built-in model "
+      "breaks (%.1f us against %.1f)",
+      candidate_name(favourite->second).c_str(), kAlgoTieMargin * 100,
+      candidate_name(fastest->second).c_str(), favourite->first, fastest->first, favourite_model,
+      fastest_model);
   return favourite->second;
 }
 

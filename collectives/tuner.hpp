@@ -100,10 +100,12 @@ class Tuner {
   bool measured_us(const TuneCandidate& c, size_t bytes, int nranks, size_t max_chunk, double* us) const;
   // Sorts candidates by time (`prefer` first, if it is one of them), gives a near-tie between
   // chunk sizes to the default one, and says why.
-  TuneChoice pick(std::vector<std::pair<double, TuneCandidate>> scored, size_t max_chunk, const std::string& model,
+  TuneChoice pick(std::vector<std::pair<double, TuneCandidate>> scored, size_t max_chunk,
+                  const std::string& model,
                   const std::optional<TuneCandidate>& prefer = std::nullopt) const;
-  std::optional<TuneCandidate> algo_tie_favourite(const std::vector<std::pair<double, TuneCandidate>>& scored, size_t bytes,
-                                          int nranks, bool oversubscribed, size_t max_chunk, std::string* why) const;
+  std::optional<TuneCandidate> algo_tie_favourite(
+      const std::vector<std::pair<double, TuneCandidate>>& scored, size_t bytes, int nranks,
+      bool oversubscribed, size_t max_chunk, std::string* why) const;
 
   TuneConstants k_;
   std::vector<Point> points_;  // sorted by (nranks, algo, chunk, bytes)

@@ -25,12 +25,15 @@ class SendChannel {
  public:
   virtual ~SendChannel() = default;
   // Waits for a free slot able to hold `bytes` (<= max_bytes()).
-  Status acquire(size_t bytes, void** slot, const WaitContext& ctx) { return acquire_like(bytes, nullptr, slot, ctx); }
+  Status acquire(size_t bytes, void** slot, const WaitContext& ctx) {
+    return acquire_like(bytes, nullptr, slot, ctx);
+  }
   // The same, for a message that carries the bytes at `like` (a piece of a user buffer): the
   // slot may start at like's offset within a 64-byte line, so that the receiver, whose buffers
   // are usually aligned as the sender's, reads and writes with the same alignment (Note [Slot
   // alignment], transport/shm/fifo.hpp). A hint: null, or a transport without it, is fine.
-  virtual Status acquire_like(size_t bytes, const void* like, void** slot, const WaitContext& ctx) = 0;
+  virtual Status acquire_like(size_t bytes, const void* like, void** slot,
+                              const WaitContext& ctx) = 0;
   // Publishes the slot last acquired, holding `bytes`, stamped with `tag`.
   virtual void post(size_t bytes, uint32_t tag) = 0;
   virtual size_t max_bytes() const = 0;

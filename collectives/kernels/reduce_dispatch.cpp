@@ -130,7 +130,8 @@ void reduce(accord_datatype_t dtype, accord_red_op_t op, const ReduceArgs& args)
   if (fn != nullptr) fn(args);
 }
 
-void copy(void* dst, const void* src, size_t bytes, bool streaming, const void* prefetch, size_t prefetch_bytes) {
+void copy(void* dst, const void* src, size_t bytes, bool streaming, const void* prefetch,
+          size_t prefetch_bytes) {
   selected().copy(dst, src, bytes, streaming, prefetch, prefetch_bytes);
 }
 

@@ -388,7 +388,8 @@ void stream_copy(uint8_t* dst, const uint8_t* src, size_t bytes, Prefetcher& pf)
   src += head;
   bytes -= head;
   using V = Vec<long long>;
-  for (size_t done = 0; bytes >= kVecBytes; bytes -= kVecBytes, dst += kVecBytes, src += kVecBytes, done += kVecBytes) {
+  for (size_t done = 0; bytes >= kVecBytes;
+       bytes -= kVecBytes, dst += kVecBytes, src += kVecBytes, done += kVecBytes) {
     if ((done & 63) == 0) pf.next_line();
     const V v = loadu<V>(src);
 #if defined(__AVX512F__) && defined(__AVX512BW__)

@@ -9,8 +9,8 @@
 
 namespace accord::kernels {
 
-using CopyFn = void (*)(void* dst, const void* src, size_t bytes, bool streaming, const void* prefetch,
-                       size_t prefetch_bytes);
+using CopyFn = void (*)(void* dst, const void* src, size_t bytes, bool streaming,
+                        const void* prefetch, size_t prefetch_bytes);
 
 struct IsaKernels {
   const char* name;

@@ -1,13 +1,13 @@
 // The shared-memory slot FIFO (transport/shm/fifo.hpp) on its own, sender and receiver in one
 // thread over a zero-filled buffer: where a message's payload sits in its slot (Note [Slot
 // alignment]) and that every byte arrives.
+#include "transport/shm/fifo.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
 #include <vector>
-
-#include "transport/shm/fifo.hpp"
 
 namespace accord {
 namespace {
@@ -30,7 +30,8 @@ struct Fifo {
   const uint8_t* send(size_t n, const void* like, uint8_t seed, uint32_t tag = 7) {
     void* slot = nullptr;
     EXPECT_TRUE(sender.acquire_like(n, like, &slot, ctx).ok());
-    for (size_t i = 0; i < n; ++i) static_cast<uint8_t*>(slot)[i] = static_cast<uint8_t>(seed + i * 31);
+    for (size_t i = 0; i < n; ++i)
+      static_cast<uint8_t*>(slot)[i] = static_cast<uint8_t>(seed + i * 31);
     sender.post(n, tag);
     return static_cast<const uint8_t*>(slot);
   }
@@ -94,7 +95,8 @@ TEST(Fifo, FullSlotsAtTheLastOffsetDoNotOverlap) {
   for (const size_t slot_bytes : {size_t{64}, size_t{4096}, size_t{4096 * 3 - 64}}) {
     Fifo f(FifoShape{4, slot_bytes});
     alignas(64) static uint8_t user[128];
-    for (uint8_t k = 0; k < 4; ++k) f.send(slot_bytes, user + (k % 2 == 0 ? 63 : 0), static_cast<uint8_t>(k * 50));
+    for (uint8_t k = 0; k < 4; ++k)
+      f.send(slot_bytes, user + (k % 2 == 0 ? 63 : 0), static_cast<uint8_t>(k * 50));
     for (uint8_t k = 0; k < 4; ++k) f.receive(slot_bytes, static_cast<uint8_t>(k * 50));
   }
 }

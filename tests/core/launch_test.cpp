@@ -149,12 +149,17 @@ TEST(Launch, BadEnvironmentsSayWhatIsWrong) {
       {{{"RANK", "x"}, {"WORLD_SIZE", "2"}}, "not a number"},
       {{{"RANK", "5"}, {"WORLD_SIZE", "2"}}, "out of range"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}}, "MASTER_PORT"},
-      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "99999"}}, "port"},
-      {{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "no-such-host.invalid"}, {"MASTER_PORT", "1234"}},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "99999"}},
+       "port"},
+      {{{"RANK", "1"},
+        {"WORLD_SIZE", "2"},
+        {"MASTER_ADDR", "no-such-host.invalid"},
+        {"MASTER_PORT", "1234"}},
        "resolve"},
       {{{"ACCORD_TIMEOUT_MS", "soon"}}, "ACCORD_TIMEOUT_MS"},
       {{{"ACCORD_ALGO", "magic"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}, "ACCORD_ALGO"},
-      {{{"ACCORD_SHM_SLOT_BYTES", "128M"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}, "ACCORD_SHM_SLOT_BYTES=134217728 is too large"},
+      {{{"ACCORD_SHM_SLOT_BYTES", "128M"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}},
+       "ACCORD_SHM_SLOT_BYTES=134217728 is too large"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> errors;

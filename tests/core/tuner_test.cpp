@@ -97,13 +97,16 @@ TEST(Tuner, NearTiesBetweenAlgorithmsGoToTheModelsClearFavourite) {
   // Note [Near ties between algorithms], from a calibration with 4 ranks on 2 cores: at 256 B
   // rd measured 2% faster than direct, within the noise; the model (oversubscribed hops) puts
   // direct's one exchange at half rd's two rounds, so direct is picked, and the log says why.
-  const char* near = "accord-tune 1\nall_reduce 4 direct 262144 256 2.988\nall_reduce 4 rd 262144 256 2.927\n";
+  const char* near =
+      "accord-tune 1\nall_reduce 4 direct 262144 256 2.988\nall_reduce 4 rd 262144 256 2.927\n";
   TuneChoice c = parsed(near).choose_all_reduce(256, 4, true, kSlot);
   EXPECT_EQ(c.pick.algo, Algo::kDirect);
   EXPECT_DOUBLE_EQ(c.predicted_us, 2.988) << "its own measured time";
   EXPECT_NE(c.why.find("near-tie"), std::string::npos) << c.why;
   // 8% apart is a measured difference: the faster stays.
-  c = parsed("accord-tune 1\nall_reduce 4 direct 262144 4096 4.374\nall_reduce 4 rd 262144 4096 4.053\n")
+  c = parsed(
+          "accord-tune 1\nall_reduce 4 direct 262144 4096 4.374\nall_reduce 4 rd 262144 4096 "
+          "4.053\n")
           .choose_all_reduce(4096, 4, true, kSlot);
   EXPECT_EQ(c.pick.algo, Algo::kRecursiveDoubling);
   EXPECT_EQ(c.why.find("near-tie"), std::string::npos) << c.why;

@@ -273,8 +273,8 @@ TEST(ReducePrefetch, HintChangesNoResultAndNoByte) {
       const size_t s = dtype_bytes(d);
       for (const size_t n : {size_t{0}, size_t{1}, size_t{33}, size_t{5000}, size_t{1} << 16}) {
         for (const size_t pf_bytes : {size_t{0}, n * s / 2 + 1, n * s * 2 + 64}) {
-          SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(d) + " n=" + std::to_string(n) +
-                       " prefetch " + std::to_string(pf_bytes));
+          SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(d) +
+                       " n=" + std::to_string(n) + " prefetch " + std::to_string(pf_bytes));
           Guarded A(n * s, 16), B(n * s, 16), plain(n * s, 16), hinted(n * s, 16), P(pf_bytes, 5);
           fill_random(d, A.data(), n, n + 1);
           fill_random(d, B.data(), n, n + 2);
@@ -292,7 +292,8 @@ TEST(ReducePrefetch, HintChangesNoResultAndNoByte) {
             args.prefetch = P.data();
             args.prefetch_bytes = pf_bytes;
             get_reduce_fn(d, ACCORD_SUM, isa)(args);
-            EXPECT_EQ(memcmp(plain.data(), hinted.data(), n * s), 0) << (with_b ? "a + b" : "copy of a");
+            EXPECT_EQ(memcmp(plain.data(), hinted.data(), n * s), 0)
+                << (with_b ? "a + b" : "copy of a");
           }
           copy(hinted.data(), B.data(), n * s, true, P.data(), pf_bytes);
           EXPECT_EQ(memcmp(hinted.data(), B.data(), n * s), 0) << "copy";

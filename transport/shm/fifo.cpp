@@ -39,11 +39,10 @@ FifoView::FifoView(void* base, FifoShape s, const WaitPolicy* p, uint8_t* d)
       shape(s),
       policy(p) {}
 
-uint8_t* FifoView::slot_data(uint32_t index) const {
-  return data + index * shape.slot_stride();
-}
+uint8_t* FifoView::slot_data(uint32_t index) const { return data + index * shape.slot_stride(); }
 
-Status FifoSender::acquire_like(size_t bytes, const void* like, void** slot, const WaitContext& ctx) {
+Status FifoSender::acquire_like(size_t bytes, const void* like, void** slot,
+                                const WaitContext& ctx) {
   const uint32_t nslots = static_cast<uint32_t>(f_.shape.nslots);
   if (sent_ - cached_head_ >= nslots) {
     cached_head_ = f_.ctrl->head.load(std::memory_order_acquire);
@@ -83,7 +82,9 @@ void FifoSender::post(size_t bytes, uint32_t tag) {
 // all-reduce took 0.20 us instead of 0.19 with offset 0 (its loads wait for the word); with a
 // branch the common case's address is known beforehand.
 namespace {
-[[gnu::noinline]] const uint8_t* offset_payload(const uint8_t* slot, uint32_t offset) { return slot + offset; }
+[[gnu::noinline]] const uint8_t* offset_payload(const uint8_t* slot, uint32_t offset) {
+  return slot + offset;
+}
 }  // namespace
 
 Status FifoReceiver::wait(const void** data, size_t* bytes, uint32_t* tag, const WaitContext& ctx) {

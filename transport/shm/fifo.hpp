@@ -40,7 +40,8 @@ constexpr size_t kInlineBytes = 52;
 // lines (0.18 -> 0.22 us for 64 B, 2 ranks), and the non-streaming kernels do not align, so
 // 4-64 KiB messages lost 5-8% with it. Device FIFOs keep offset 0.
 constexpr unsigned kOffsetShift = 26;
-constexpr size_t kMaxSlotBytes = (size_t{1} << kOffsetShift) - 64;  // what SlotHeader::size can hold
+constexpr size_t kMaxSlotBytes =
+    (size_t{1} << kOffsetShift) - 64;  // what SlotHeader::size can hold
 
 struct alignas(64) SlotHeader {
   std::atomic<uint32_t> seq;

@@ -50,7 +50,8 @@ void ProgressBell::drain() {
 class TcpSender final : public SendChannel {
  public:
   explicit TcpSender(TcpPeer* p) : p_(p) {}
-  Status acquire_like(size_t bytes, const void* /*like*/, void** slot, const WaitContext& ctx) override {
+  Status acquire_like(size_t bytes, const void* /*like*/, void** slot,
+                      const WaitContext& ctx) override {
     const uint32_t nslots = static_cast<uint32_t>(p_->shape_.nslots);
     if (bytes > p_->shape_.slot_bytes)
       return error(ACCORD_ERR_INTERNAL, "rank %d: a %zu-byte message to rank %d exceeds the TCP slot of %zu bytes",
