@@ -36,9 +36,9 @@ constexpr size_t kInlineBytes = 52;
 // offset (both with the prefetch of Note [Prefetch while streaming]). So a host FIFO's sender
 // may put the payload at the offset of the user-buffer piece it carries
 // (SendChannel::acquire_like), records it in the header, and each slot has 64 bytes to spare.
-// The executor asks for it only in calls that stream: a 64-byte message at offset 16 spans two
-// lines (0.18 -> 0.22 us for 64 B, 2 ranks), and the non-streaming kernels do not align, so
-// 4-64 KiB messages lost 5-8% with it. Device FIFOs keep offset 0.
+// The executor asks for it only in calls that stream: elsewhere a message at offset 16 spans
+// one line more, and the non-streaming kernels do not align, so 4-64 KiB messages lost 5-8%
+// with it (2 ranks). Device FIFOs keep offset 0.
 constexpr unsigned kOffsetShift = 26;
 constexpr size_t kMaxSlotBytes =
     (size_t{1} << kOffsetShift) - 64;  // what SlotHeader::size can hold
