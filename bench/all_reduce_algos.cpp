@@ -17,12 +17,29 @@
 // mixed samples, in three runs of the same 4 sizes x 8 communicators, one pair differed by 20%
 // (64 KiB) and every other by at most 5.3%.
 //
-// Even so, one algorithm can run at two speeds on two communicators of the same job: with 2
-// ranks at 4-16 MiB, ring took 2.5 ms on one and 3.8 ms on another, several rounds running, in
-// the calibration's long jobs (not in short ones). A pick that was fast on the calibration's
-// communicator may then be slow on the user's. calibrate.sh therefore lists every candidate
-// twice, and --out writes the slower of its two medians: a candidate that may be slow is not
-// picked over one that is reliably as fast.
+// Even so, one algorithm ran at two speeds on two communicators of the same job: with 2 ranks
+// at 4-16 MiB, ring took 2.5 ms on one and 3.8 ms on another, several rounds running, in the
+// calibration's long jobs; with 4 ranks at 16 KiB, rd 7.4-7.8 us on one and 10.5-10.8 on
+// another. The 4-rank case was calibrate.sh running the ranks at real-time priority, which the
+// kernel stops for 50 ms of every second once they keep the cores busy (Note [No real-time
+// priority], calibrate.sh); the 2-rank one, seen under the same priority, was probably the
+// same (not measured again). The machine's slow state (below) does it too. calibrate.sh still
+// lists every candidate twice, and --out writes the slower of its two medians: a candidate that
+// may be slow is not picked over one that is reliably as fast.
+//
+// Note [Machine state probe]: this VM has two states that last from seconds to minutes. In the
+// slow one a cache line takes 4-5x as long to go from one core to the other and back (a
+// two-thread ping-pong, bench/core_pingpong: 120-130 ns per round trip, then 520-590 ns), so
+// every small and mid-size all-reduce slows down, unequally: with 4 ranks at 16 KiB, rd took
+// 7.5 us in the fast state and 14.4 in the slow one, direct 9 and 22. A sample taken in the
+// slow state is then not comparable with one taken in the fast state, and the median of a few
+// rounds moves with how many of them the state spoiled. So before the first sample and after
+// every sample, ranks 0 and 1 time 1000 8-byte all-reduces on a communicator of their own (the
+// probe); a sample whose probe before or after it took more than twice the best probe so far
+// is taken again once the probe is fast again (waiting up to --state-wait seconds, polling
+// every 50 ms). The medians use only samples whose probes were within twice the job's best;
+// the header says how many were retaken and how long the job waited. --state-wait 0 turns the
+// probe off.
 //
 //   mpirun -np 4 build/bench/all_reduce_algos -b 8 -e 256M -f 4 --rounds 5 --out accord.tune
 //
@@ -35,6 +52,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/sizes.hpp"
@@ -60,16 +78,23 @@ struct Options {
   bool tuner = true;
   std::string tune_file;  // for the tuner's communicator
   std::string out;        // tune file to write (rank 0)
+  bool samples = false;   // --samples: every round's sample too, in round order
+  double state_wait = 120;  // --state-wait: seconds to wait for the fast state; 0: no probe
 };
 
 void usage() {
-  std::fprintf(stderr,
-               "usage: all_reduce_algos [-b MIN] [-e MAX] [-f FACTOR | --sizes 8,16,64K,...] [--rounds R] [-c 0|1]\n"
-               "       [--candidates ring,ring/64K,tree,tree/64K,direct,rd] [--no-tuner]\n"
-               "       [--tune-file FILE] [--out FILE]\n"
-               "Times each candidate (ALGO or ALGO/CHUNK) and the tuner in one job, interleaved;\n"
-               "prints median us per size, float32 sum; --out writes the candidates' medians as a\n"
-               "tune file (ACCORD_TUNE_FILE). Run under mpirun or with RANK/WORLD_SIZE/MASTER_*.\n");
+  std::fprintf(
+      stderr,
+      "usage: all_reduce_algos [-b MIN] [-e MAX] [-f FACTOR | --sizes 8,16,64K,...] [--rounds R] "
+      "[-c 0|1]\n"
+      "       [--candidates ring,ring/64K,tree,tree/64K,direct,rd] [--no-tuner]\n"
+      "       [--tune-file FILE] [--out FILE] [--samples] [--state-wait SECONDS]\n"
+      "Times each candidate (ALGO or ALGO/CHUNK) and the tuner in one job, interleaved;\n"
+      "prints median us per size, float32 sum; --out writes the candidates' medians as a\n"
+      "tune file (ACCORD_TUNE_FILE); --samples prints every sample. Samples taken while\n"
+      "the machine is in a slow state (8-byte probe between ranks 0 and 1 over twice its\n"
+      "best) are taken again, waiting up to --state-wait seconds (default 120; 0: no probe).\n"
+      "Run under mpirun or with RANK/WORLD_SIZE/MASTER_*.\n");
 }
 
 bool parse(int argc, char** argv, Options* o) {
@@ -111,6 +136,11 @@ bool parse(int argc, char** argv, Options* o) {
       o->tune_file = v;
     } else if (a == "--out" && next(&v)) {
       o->out = v;
+    } else if (a == "--samples") {
+      o->samples = true;
+    } else if (a == "--state-wait" && next(&v)) {
+      o->state_wait = std::atof(v);
+      if (!(o->state_wait >= 0)) return false;
     } else {
       return false;
     }
@@ -188,6 +218,79 @@ struct Job {
     return slowest;
   }
 
+  // Note [Machine state probe]. The probe's communicator: world ranks 0 and 1, direct.
+  accord_comm_t pair = nullptr;
+  double best_probe = 0;  // fastest probe so far, us; 0: none yet
+  int probes_done = 0;
+
+  bool make_pair() {
+    accord_unique_id_t id;
+    if (rank == 0 && accord_get_unique_id(&id) != ACCORD_SUCCESS)
+      return fail("accord_get_unique_id", nullptr);
+    if (accord_broadcast(&id, &id, sizeof id, ACCORD_UINT8, 0, world, nullptr) != ACCORD_SUCCESS)
+      return fail("broadcast of a unique id", world);
+    if (rank > 1) return true;
+    setenv("ACCORD_ALGO", "direct", 1);
+    const accord_status_t s = accord_comm_init_rank(&pair, 2, id, rank);
+    unsetenv("ACCORD_ALGO");
+    return s == ACCORD_SUCCESS || fail("init of the probe's communicator (ranks 0 and 1)", nullptr);
+  }
+
+  // Mean us of an 8-byte all-reduce between ranks 0 and 1, the same on every rank; negative on
+  // error. Ranks 2 and up wait in the all-reduce that shares the result, which also makes
+  // *shared (if given) the largest of every rank's value, so decisions made on it agree.
+  double probe(double* shared = nullptr) {
+    double us = 0;
+    if (pair != nullptr) {
+      double v = 1, r = 0;
+      for (int i = 0; i < 100; ++i)
+        if (accord_all_reduce(&v, &r, 1, ACCORD_FLOAT64, ACCORD_SUM, pair, nullptr) !=
+            ACCORD_SUCCESS)
+          return fail("all_reduce of the probe", pair), -1;
+      constexpr int kCalls = 1000;
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kCalls; ++i)
+        if (accord_all_reduce(&v, &r, 1, ACCORD_FLOAT64, ACCORD_SUM, pair, nullptr) !=
+            ACCORD_SUCCESS)
+          return fail("all_reduce of the probe", pair), -1;
+      us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+          kCalls;
+    }
+    double mine[2] = {us, shared != nullptr ? *shared : 0}, all[2] = {0, 0};
+    if (accord_all_reduce(mine, all, 2, ACCORD_FLOAT64, ACCORD_MAX, world, nullptr) !=
+        ACCORD_SUCCESS)
+      return fail("all_reduce of the probe's time", world), -1;
+    if (shared != nullptr) *shared = all[1];
+    // For tests: ALL_REDUCE_ALGOS_SLOW_PROBES=I,J,... reports probes I, J, ... (0: the first) as
+    // 10 times slower, a slow state on demand (tests/bench/algos_probe.sh).
+    if (const char* fake = std::getenv("ALL_REDUCE_ALGOS_SLOW_PROBES")) {
+      const std::string list = std::string(",") + fake + ",";
+      if (list.find("," + std::to_string(probes_done) + ",") != std::string::npos) all[0] *= 10;
+    }
+    ++probes_done;
+    if (best_probe == 0 || all[0] < best_probe) best_probe = all[0];
+    return all[0];
+  }
+
+  bool slow(double probe_us) const { return probe_us > 2 * best_probe; }
+
+  // Probes every 50 ms until the probe is fast or `seconds` have passed; the last probe, or
+  // negative on error. Every rank sees the same probes and the same time spent (the longest),
+  // so all leave the loop together.
+  double wait_for_fast_state(double seconds, double* waited) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double p = probe(&spent);  // spent: the longest of any rank's
+      if (p < 0 || !slow(p) || spent >= seconds) {
+        *waited += spent;
+        return p;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
   // One call with small integers (exact in any order); the number of wrong elements, all ranks.
   long validate(accord_comm_t comm, size_t count) {
     std::vector<float> in(count), out(count + 1, -1.0f);
@@ -259,7 +362,15 @@ int run(const Options& o) {
     }
   // samples[size][candidate]. Every round goes through every size, so a slow spell of the
   // machine spoils one round of a few sizes (dropped by the median), not every round of them.
+  // probes[size][candidate]: the slower of the probes before and after each sample.
   std::vector<std::vector<std::vector<double>>> samples(o.sizes.size(), std::vector<std::vector<double>>(cands.size()));
+  auto probes = samples;
+  const bool probing = o.state_wait > 0 && job.n > 1;
+  if (probing && !job.make_pair()) return 2;
+  double last_probe = probing ? job.probe() : 0, waited = 0;
+  int retaken = 0, gave_ups = 0;
+  bool gave_up = false;  // waited --state-wait seconds in vain; no waiting until a fast probe
+  if (last_probe < 0) return 2;
   for (int r = 0; r < o.rounds; ++r) {
     if (print) std::fprintf(stderr, "# round %d of %d\n", r + 1, o.rounds);
     for (size_t z = 0; z < o.sizes.size(); ++z) {
@@ -271,20 +382,66 @@ int run(const Options& o) {
       const int warmup = std::max(2, iters / 10);
       for (size_t j = 0; j < cands.size(); ++j) {
         const size_t k = (j + static_cast<size_t>(r)) % cands.size();
-        // Out of place and in place, half the calls each: one sample is their mean, so every
-        // sample mixes the two alike (in place does not stream and is faster at large sizes;
-        // alternate rounds of one and the other made the median an edge between two clusters).
-        double t = 0;
-        for (const bool in_place : {r % 2 == 1, r % 2 == 0}) {
-          const double one = job.time(cands[k].comm, in.data(),
-                                      in_place ? in.data() : outbuf.data(), count, warmup, iters);
-          if (one < 0) return 2;
-          t += one / 2;
+        for (int attempt = 0;; ++attempt) {
+          const double before = last_probe;
+          // Out of place and in place, half the calls each: one sample is their mean, so every
+          // sample mixes the two alike (in place does not stream and is faster at large sizes;
+          // alternate rounds of one and the other made the median an edge between two clusters).
+          double t = 0;
+          for (const bool in_place : {r % 2 == 1, r % 2 == 0}) {
+            const double one = job.time(cands[k].comm, in.data(),
+                                        in_place ? in.data() : outbuf.data(), count, warmup, iters);
+            if (one < 0) return 2;
+            t += one / 2;
+          }
+          if (probing && (last_probe = job.probe()) < 0) return 2;
+          const double state = std::max(before, last_probe);
+          // A sample in the slow state is taken again when the fast one is back (Note
+          // [Machine state probe]). If it does not come back in time, the sample stays, and
+          // the job goes on without waiting until a probe is fast again.
+          if (probing && job.slow(state) && attempt < 3 && !gave_up) {
+            ++retaken;
+            if ((last_probe = job.wait_for_fast_state(o.state_wait, &waited)) < 0) return 2;
+            if (!job.slow(last_probe)) continue;
+            gave_up = true;
+            if (print && gave_ups++ == 0)
+              std::fprintf(stderr,
+                           "# the machine stayed in a slow state for %.1f s (probe %.3f us, best "
+                           "%.3f): going "
+                           "on without waiting until it is fast again; samples taken meanwhile are "
+                           "left out of the "
+                           "medians where others are fast\n",
+                           o.state_wait, last_probe, job.best_probe);
+          }
+          if (gave_up && !job.slow(last_probe)) gave_up = false;
+          samples[z][k].push_back(t * 1e6);
+          probes[z][k].push_back(state);
+          break;
         }
-        samples[z][k].push_back(t * 1e6);
       }
     }
   }
+  const auto in_order = samples;  // for --samples, before the medians sort and filter them
+  // The medians keep the samples whose probes were within twice the job's best probe, or all
+  // of them if none was.
+  int slow_kept = 0;
+  for (size_t z = 0; probing && z < o.sizes.size(); ++z)
+    for (size_t k = 0; k < cands.size(); ++k) {
+      std::vector<double> fast;
+      for (size_t i = 0; i < samples[z][k].size(); ++i)
+        if (!job.slow(probes[z][k][i])) fast.push_back(samples[z][k][i]);
+      if (fast.empty()) continue;
+      slow_kept += static_cast<int>(samples[z][k].size() - fast.size());
+      samples[z][k] = fast;
+    }
+  if (print && probing)
+    std::printf(
+        "# probe (8-byte all-reduce, ranks 0 and 1): best %.3f us; %d samples retaken in a slow "
+        "state "
+        "(probe over %.3f us), %.1f s waited for the fast state (gave up %d times), %d slow "
+        "samples left "
+        "out of medians\n",
+        job.best_probe, retaken, 2 * job.best_probe, waited, gave_ups, slow_kept);
   for (size_t z = 0; print && z < o.sizes.size(); ++z) {
     std::printf("  %10zu", o.sizes[z]);
     std::vector<double> med(cands.size());
@@ -295,6 +452,12 @@ int run(const Options& o) {
       std::printf(" %12.2f", med[k]);
     }
     std::printf("\n");
+    for (size_t k = 0; o.samples && k < cands.size(); ++k) {
+      std::printf("# %10zu %12s:", o.sizes[z], cands[k].name.c_str());
+      for (size_t i = 0; i < in_order[z][k].size(); ++i)
+        std::printf(probing ? " %.2f@%.3f" : " %.2f", in_order[z][k][i], probes[z][k][i]);
+      std::printf("\n");
+    }
     // A candidate listed twice ran on two communicators: the tune file gets the slower median
     // (Note [Interleaved calibration]). No chunk given: the default, the 256 KiB slot.
     for (size_t k = 0; out != nullptr && k < cands.size(); ++k) {
@@ -311,6 +474,7 @@ int run(const Options& o) {
   if (out != nullptr) std::fclose(out);
   if (print) std::printf("# wrong values: %ld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
   for (Candidate& c : cands) accord_comm_destroy(c.comm);
+  if (job.pair != nullptr) accord_comm_destroy(job.pair);
   accord_comm_destroy(job.world);
   return wrong_total == 0 ? 0 : 1;
 }
