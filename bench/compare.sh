@@ -15,9 +15,11 @@ while [ $# -gt 0 ]; do
 done
 flags=(--oversubscribe)
 [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
-# Real-time round-robin priority keeps other work on this 2-core machine from distorting the
-# comparison (root only; both libraries run under the same priority in the same job).
-rt=(); [ "$(id -u)" = 0 ] && command -v chrt >/dev/null && rt=(chrt -r 10)
+# A high nice priority keeps other work on this 2-core machine from distorting the comparison
+# (root only; both libraries run under it in the same job). Not chrt -r: real-time tasks are
+# stopped 50 ms of every second once they keep the cores busy (Note [No real-time priority],
+# bench/calibrate.sh).
+rt=(); [ "$(id -u)" = 0 ] && rt=(nice -n -10)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for np in "${nps[@]}"; do
   for r in $(seq "$reps"); do
