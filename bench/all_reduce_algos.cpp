@@ -20,12 +20,12 @@
 // Even so, one algorithm ran at two speeds on two communicators of the same job: with 2 ranks
 // at 4-16 MiB, ring took 2.5 ms on one and 3.8 ms on another, several rounds running, in the
 // calibration's long jobs; with 4 ranks at 16 KiB, rd 7.4-7.8 us on one and 10.5-10.8 on
-// another. The 4-rank case was calibrate.sh running the ranks at real-time priority, which the
-// kernel stops for 50 ms of every second once they keep the cores busy (Note [No real-time
-// priority], calibrate.sh); the 2-rank one, seen under the same priority, was probably the
-// same (not measured again). The machine's slow state (below) does it too. calibrate.sh still
-// lists every candidate twice, and --out writes the slower of its two medians: a candidate that
-// may be slow is not picked over one that is reliably as fast.
+// another (in three jobs). The 4-rank case was calibrate.sh running the ranks at real-time
+// priority, which the kernel stops for 50 ms of every second once they keep the cores busy
+// (Note [No real-time priority], calibrate.sh); the 2-rank one, seen under the same priority,
+// was probably the same (not measured again). The machine's slow state (below) does it too.
+// calibrate.sh still lists every candidate twice, and --out writes the slower of its two
+// medians: a candidate that may be slow is not picked over one that is reliably as fast.
 //
 // Note [Machine state probe]: this VM has two states that last from seconds to minutes. In the
 // slow one a cache line takes 4-5x as long to go from one core to the other and back (a
@@ -85,8 +85,8 @@ struct Options {
 void usage() {
   std::fprintf(
       stderr,
-      "usage: all_reduce_algos [-b MIN] [-e MAX] [-f FACTOR | --sizes 8,16,64K,...] [--rounds R] "
-      "[-c 0|1]\n"
+      "usage: all_reduce_algos [-b MIN] [-e MAX] [-f FACTOR | --sizes 8,16,64K,...]\n"
+      "       [--rounds R] [-c 0|1]\n"
       "       [--candidates ring,ring/64K,tree,tree/64K,direct,rd] [--no-tuner]\n"
       "       [--tune-file FILE] [--out FILE] [--samples] [--state-wait SECONDS]\n"
       "Times each candidate (ALGO or ALGO/CHUNK) and the tuner in one job, interleaved;\n"
@@ -406,11 +406,9 @@ int run(const Options& o) {
             gave_up = true;
             if (print && gave_ups++ == 0)
               std::fprintf(stderr,
-                           "# the machine stayed in a slow state for %.1f s (probe %.3f us, best "
-                           "%.3f): going "
-                           "on without waiting until it is fast again; samples taken meanwhile are "
-                           "left out of the "
-                           "medians where others are fast\n",
+                           "# the machine stayed in a slow state for %.1f s (probe %.3f us, "
+                           "best %.3f): going on without waiting until it is fast again; samples "
+                           "taken meanwhile are left out of the medians where others are fast\n",
                            o.state_wait, last_probe, job.best_probe);
           }
           if (gave_up && !job.slow(last_probe)) gave_up = false;
@@ -437,10 +435,8 @@ int run(const Options& o) {
   if (print && probing)
     std::printf(
         "# probe (8-byte all-reduce, ranks 0 and 1): best %.3f us; %d samples retaken in a slow "
-        "state "
-        "(probe over %.3f us), %.1f s waited for the fast state (gave up %d times), %d slow "
-        "samples left "
-        "out of medians\n",
+        "state (probe over %.3f us), %.1f s waited for the fast state (gave up %d times), %d slow "
+        "samples left out of medians\n",
         job.best_probe, retaken, 2 * job.best_probe, waited, gave_ups, slow_kept);
   for (size_t z = 0; print && z < o.sizes.size(); ++z) {
     std::printf("  %10zu", o.sizes[z]);
