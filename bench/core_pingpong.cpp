@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!(seconds > 0) || trips < 1 || cpu_a < 0 || cpu_b < 0 || cpu_a == cpu_b) {
+  if (!(seconds > 0) || trips < 1 || cpu_a < 0 || cpu_b < 0 || cpu_a == cpu_b ||
+      cpu_a >= CPU_SETSIZE || cpu_b >= CPU_SETSIZE) {
     usage();
     return 2;
   }
@@ -84,9 +85,11 @@ int main(int argc, char** argv) {
         cpu_a);
     return 2;
   }
-  std::atomic<bool> echo_pinned{true};
+  // The echo thread inherits this thread's CPU set ({A}): until it has moved to B, the two
+  // would share A and every round trip would wait for a time slice. So no timing before then.
+  std::atomic<int> echo_state{0};  // 0: starting, 1: on B, -1: cannot run on B
   std::thread echo([&] {
-    echo_pinned = pin(cpu_b);
+    echo_state = pin(cpu_b) ? 1 : -1;
     uint64_t last = 0;
     while (!stop.load(std::memory_order_relaxed)) {
       const uint64_t v = ping.value.load(std::memory_order_acquire);
@@ -96,11 +99,13 @@ int main(int argc, char** argv) {
       }
     }
   });
+  while (echo_state.load() == 0) std::this_thread::yield();
   using Clock = std::chrono::steady_clock;
   std::vector<double> samples;
   const auto start = Clock::now();
   uint64_t k = 0;
-  while (echo_pinned && std::chrono::duration<double>(Clock::now() - start).count() < seconds) {
+  while (echo_state.load() == 1 &&
+         std::chrono::duration<double>(Clock::now() - start).count() < seconds) {
     const auto t0 = Clock::now();
     for (long i = 0; i < trips; ++i) {
       ping.value.store(++k, std::memory_order_release);
@@ -115,11 +120,15 @@ int main(int argc, char** argv) {
   }
   stop = true;
   echo.join();
-  if (!echo_pinned) {
+  if (echo_state.load() != 1) {
     std::fprintf(
         stderr,
         "core_pingpong: cannot run on CPU %d (not online, or outside this process's CPU set)\n",
         cpu_b);
+    return 2;
+  }
+  if (samples.empty()) {
+    std::fprintf(stderr, "core_pingpong: no sample in %g s; give more --seconds\n", seconds);
     return 2;
   }
   std::vector<double> sorted = samples;
