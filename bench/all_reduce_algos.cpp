@@ -186,11 +186,18 @@ struct Job {
   }
 
   // A communicator over the same ranks, with `c`'s settings at init.
+  // A new communicator's unique id, made by rank 0 and sent to every rank over `world`.
+  bool new_id(accord_unique_id_t* id) {
+    if (rank == 0 && accord_get_unique_id(id) != ACCORD_SUCCESS)
+      return fail("accord_get_unique_id", nullptr);
+    if (accord_broadcast(id, id, sizeof *id, ACCORD_UINT8, 0, world, nullptr) != ACCORD_SUCCESS)
+      return fail("broadcast of a unique id", world);
+    return true;
+  }
+
   bool make(Candidate* c, const std::string& tune_file) {
     accord_unique_id_t id;
-    if (rank == 0 && accord_get_unique_id(&id) != ACCORD_SUCCESS) return fail("accord_get_unique_id", nullptr);
-    if (accord_broadcast(&id, &id, sizeof id, ACCORD_UINT8, 0, world, nullptr) != ACCORD_SUCCESS)
-      return fail("broadcast of a unique id", world);
+    if (!new_id(&id)) return false;
     set_env("ACCORD_ALGO", c->algo);
     set_env("ACCORD_CHUNK_BYTES", c->chunk ? std::to_string(c->chunk) : "");
     set_env("ACCORD_TUNE_FILE", c->algo.empty() ? tune_file : "");
@@ -201,8 +208,10 @@ struct Job {
     return s == ACCORD_SUCCESS || fail(("init of the " + c->name + " communicator").c_str(), nullptr);
   }
 
-  // Mean seconds per call on the slowest rank; negative on error.
-  double time(accord_comm_t comm, const float* send, float* recv, size_t count, int warmup, int iters) {
+  // Mean seconds per call on this rank, after `warmup` calls and a barrier; negative on error.
+  // Only `comm`'s ranks call it.
+  double local_time(accord_comm_t comm, const float* send, float* recv, size_t count, int warmup,
+                    int iters) {
     for (int i = 0; i < warmup; ++i)
       if (accord_all_reduce(send, recv, count, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr) != ACCORD_SUCCESS)
         return fail("all_reduce", comm), -1;
@@ -211,7 +220,13 @@ struct Job {
     for (int i = 0; i < iters; ++i)
       if (accord_all_reduce(send, recv, count, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr) != ACCORD_SUCCESS)
         return fail("all_reduce", comm), -1;
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+  }
+
+  // Mean seconds per call on the slowest rank; negative on error.
+  double time(accord_comm_t comm, const float* send, float* recv, size_t count, int warmup, int iters) {
+    double secs = local_time(comm, send, recv, count, warmup, iters);
+    if (secs < 0) return -1;
     double slowest = secs;
     if (accord_all_reduce(&secs, &slowest, 1, ACCORD_FLOAT64, ACCORD_MAX, world, nullptr) != ACCORD_SUCCESS)
       return fail("all_reduce of the timings", world), -1;
@@ -225,10 +240,7 @@ struct Job {
 
   bool make_pair() {
     accord_unique_id_t id;
-    if (rank == 0 && accord_get_unique_id(&id) != ACCORD_SUCCESS)
-      return fail("accord_get_unique_id", nullptr);
-    if (accord_broadcast(&id, &id, sizeof id, ACCORD_UINT8, 0, world, nullptr) != ACCORD_SUCCESS)
-      return fail("broadcast of a unique id", world);
+    if (!new_id(&id)) return false;
     if (rank > 1) return true;
     setenv("ACCORD_ALGO", "direct", 1);
     const accord_status_t s = accord_comm_init_rank(&pair, 2, id, rank);
@@ -242,20 +254,10 @@ struct Job {
   double probe(double* shared = nullptr) {
     double us = 0;
     if (pair != nullptr) {
-      double v = 1, r = 0;
-      for (int i = 0; i < 100; ++i)
-        if (accord_all_reduce(&v, &r, 1, ACCORD_FLOAT64, ACCORD_SUM, pair, nullptr) !=
-            ACCORD_SUCCESS)
-          return fail("all_reduce of the probe", pair), -1;
-      constexpr int kCalls = 1000;
-      auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < kCalls; ++i)
-        if (accord_all_reduce(&v, &r, 1, ACCORD_FLOAT64, ACCORD_SUM, pair, nullptr) !=
-            ACCORD_SUCCESS)
-          return fail("all_reduce of the probe", pair), -1;
-      us =
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-          kCalls;
+      float v[2] = {1, 1}, r[2];
+      const double secs = local_time(pair, v, r, 2, 100, 1000);
+      if (secs < 0) return -1;
+      us = secs * 1e6;
     }
     double mine[2] = {us, shared != nullptr ? *shared : 0}, all[2] = {0, 0};
     if (accord_all_reduce(mine, all, 2, ACCORD_FLOAT64, ACCORD_MAX, world, nullptr) !=
