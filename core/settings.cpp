@@ -78,6 +78,8 @@ const std::vector<Entry>& entries() {
       BOOL_ENTRY("ACCORD_P2P_DISABLE", p2p_disable, "0", "never use GPU peer-to-peer; stage through host"),
       BOOL_ENTRY("ACCORD_SIM_THROTTLE", sim_throttle, "0",
                  "simulated GPUs: copies take at least bytes / the topology's link bandwidth"),
+      INT_ENTRY("ACCORD_SIM_STALL_MS", sim_stall_ms, "60000",
+                "simulated GPUs: a call that waits for the device to go idle (cudaFree, lazy loading...) fails after this long"),
       STR_ENTRY("ACCORD_FAULT", fault, "",
                 "testing only: make a rank fail on purpose, POINT:RANK[:how=kill|abort|exit|stop][:seq=N][:step=K]"),
   };

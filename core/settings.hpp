@@ -41,6 +41,7 @@ struct Settings {
   bool p2p_disable = false;          // ACCORD_P2P_DISABLE
   int64_t device = -1;               // ACCORD_DEVICE (-1 = local rank % devices)
   bool sim_throttle = false;         // ACCORD_SIM_THROTTLE
+  int64_t sim_stall_ms = 60000;      // ACCORD_SIM_STALL_MS (Note [Simulated CUDA rules])
   // Testing
   std::string fault;                 // ACCORD_FAULT (core/fault.hpp)
 };

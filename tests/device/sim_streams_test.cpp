@@ -336,6 +336,11 @@ TEST(SimStreams, RegisteredHostMemoryAndFlags) {
   EXPECT_FALSE(rt->free_host_pinned(host.data()).ok());       // not the runtime's to free
   std::vector<float> zeros(64, 0.0f);
   ASSERT_OK(rt->copy(CopyKind::kHostToDevice, 0, dev, zeros.data(), 64 * sizeof(float)));
+  // The reduction kernel's first launch, before the stream is held: with lazy loading, a first
+  // launch waits for the device to go idle (Note [Simulated CUDA rules]).
+  ASSERT_OK(rt->reduce_async(k, ACCORD_FLOAT32, ACCORD_SUM, s));
+  ASSERT_OK(rt->synchronize_stream(s));
+  std::fill(host.begin(), host.end(), 3.0f);
   std::atomic<uint64_t> flag{0};
   ASSERT_OK(rt->stream_wait_flag(s, &flag, 2));
   ASSERT_OK(rt->reduce_async(k, ACCORD_FLOAT32, ACCORD_SUM, s));  // host = dev (zeros), after the flag

@@ -50,7 +50,7 @@ class CudaRuntime final : public DeviceRuntime {
   Status copy_peer_async(int dst_device, void* dst, int src_device, const void* src, size_t bytes,
                          Stream stream) override;
 
-  Status create_stream(int device, Stream* out) override;
+  Status create_stream(int device, Stream* out, bool blocking = false) override;
   Status destroy_stream(Stream stream) override;
   Status synchronize_stream(Stream stream) override;
   Status synchronize_device(int device) override;
@@ -72,6 +72,12 @@ class CudaRuntime final : public DeviceRuntime {
 
   Status reduce_async(const kernels::ReduceArgs& args, accord_datatype_t dtype, accord_red_op_t op,
                       Stream stream) override;
+
+  Status load_kernel(int device, const KernelDesc& kernel) override;
+  Status launch_kernel(const KernelDesc& kernel, const void* params, size_t params_bytes,
+                       Stream stream) override;
+  Status memset_async(void* ptr, int value, size_t bytes, Stream stream) override;
+  Status device_address(void* host, void** out) override;
 
   // The cudaStream_t behind a stream, for code that launches its own kernels; nullptr if unknown.
   void* native_stream(Stream stream) const;

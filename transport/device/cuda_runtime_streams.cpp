@@ -26,13 +26,15 @@ cudaEvent_t native_event(void* e) { return static_cast<cudaEvent_t>(e); }
 
 }  // namespace
 
-Status CudaRuntime::create_stream(int device, Stream* out) {
+Status CudaRuntime::create_stream(int device, Stream* out, bool blocking) {
   CudaDeviceGuard device_guard;
   ACCORD_TRY(use_device(device, "create_stream", &device_guard));
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: create_stream: null output", device);
   cudaStream_t s;
-  // Non-blocking: our streams never wait for the legacy default stream (Note [Device runtime rules]).
-  ACCORD_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), device, "create_stream");
+  // Non-blocking: our streams never wait for the legacy default stream (Note [Device runtime
+  // rules]); users' streams (accord_stream_create) are made as cudaStreamCreate makes them.
+  ACCORD_CUDA_CHECK(cudaStreamCreateWithFlags(&s, blocking ? cudaStreamDefault : cudaStreamNonBlocking), device,
+                    "create_stream");
   std::lock_guard<std::mutex> lock(mu_);
   out->id = next_id_++;
   streams_[out->id] = Handle{s, device, true};
@@ -375,5 +377,58 @@ Status CudaRuntime::wrap_user_stream(int device, void* user_stream, Stream* out)
 }
 
 void* CudaRuntime::user_stream(Stream stream) const { return native_stream(stream); }
+
+// ---- Accord's kernels (Note [One protocol, two executors], collectives/device/dev_call.hpp) ----
+
+Status CudaRuntime::load_kernel(int device, const KernelDesc& kernel) {
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(device, "load_kernel", &device_guard));
+  if (kernel.cuda_func == nullptr)
+    return error(ACCORD_ERR_UNSUPPORTED, "device %d: load_kernel(%s): this build has no CUDA code for it",
+                 device, kernel.name);
+  // Loads the function's module now: with lazy loading, a first launch behind a stream that
+  // waits for a peer would wait for the device to go idle, which it never does.
+  cudaFuncAttributes attr;
+  ACCORD_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel.cuda_func), device, "load_kernel (cudaFuncGetAttributes)");
+  if (static_cast<unsigned>(attr.maxThreadsPerBlock) < kernel.threads)
+    return error(ACCORD_ERR_CUDA, "device %d: kernel %s runs at most %d threads per block here, %u wanted", device,
+                 kernel.name, attr.maxThreadsPerBlock, kernel.threads);
+  return Status();
+}
+
+Status CudaRuntime::launch_kernel(const KernelDesc& kernel, const void* params, size_t params_bytes,
+                                  Stream stream) {
+  Handle s;
+  ACCORD_TRY(find(streams_, stream.id, "stream", "launch_kernel", &s));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(s.device, "launch_kernel", &device_guard));
+  if (kernel.cuda_func == nullptr || params == nullptr || params_bytes == 0)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: launch_kernel(%s): no CUDA code or no parameters",
+                 s.device, kernel.name);
+  // The kernel takes one argument, a struct of params_bytes: args[0] points at its bytes.
+  void* args[] = {const_cast<void*>(params)};
+  ACCORD_CUDA_CHECK(cudaLaunchKernel(kernel.cuda_func, dim3(1), dim3(kernel.threads), args, 0,
+                                     static_cast<cudaStream_t>(s.native)),
+                    s.device, "launch_kernel");
+  return Status();
+}
+
+Status CudaRuntime::memset_async(void* ptr, int value, size_t bytes, Stream stream) {
+  Handle s;
+  ACCORD_TRY(find(streams_, stream.id, "stream", "memset_async", &s));
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(s.device, "memset_async", &device_guard));
+  if (bytes == 0) return Status();
+  ACCORD_CUDA_CHECK(cudaMemsetAsync(ptr, value, bytes, static_cast<cudaStream_t>(s.native)), s.device,
+                    "memset_async");
+  return Status();
+}
+
+Status CudaRuntime::device_address(void* host, void** out) {
+  if (host == nullptr || out == nullptr)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device_address(%p): null pointer or output", host);
+  ACCORD_CUDA_CHECK(cudaHostGetDevicePointer(out, host, 0), -1, "device_address (cudaHostGetDevicePointer)");
+  return Status();
+}
 
 }  // namespace accord

@@ -62,6 +62,7 @@ Status make_device_runtime(const Settings& settings, std::unique_ptr<DeviceRunti
     std::unique_ptr<SimulatedRuntime> sim;
     SimOptions options;
     options.throttle = settings.sim_throttle;
+    options.stall_ms = settings.sim_stall_ms;
     ACCORD_TRY(SimulatedRuntime::from_file(settings.sim_topo, options, &sim));
     LOG_INFO(kGpu, "device runtime: %s (ACCORD_SIM_TOPO)", sim->description().c_str());
     *out = std::move(sim);

@@ -92,6 +92,16 @@ inline constexpr char kPeerAccessNotEnabledText[] =
     "cudaErrorPeerAccessNotEnabled: peer access has not been enabled";
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+
+// One of Accord's own kernels (Note [One protocol, two executors], collectives/device/
+// dev_call.hpp): the CUDA function and the same code for a host thread, which the simulation
+// runs on the stream's thread. The runtime launches it; it does not know what it does.
+struct KernelDesc {
+  const char* name = "";
+  const void* cuda_func = nullptr;                  // __global__ function; null without CUDA
+  void (*host_func)(const void* params) = nullptr;  // the simulation's body
+  unsigned threads = 256;                           // per block; one block
+};
 const char* copy_kind_name(CopyKind kind);  // "copy_h2d", ...
 
 class DeviceRuntime {
@@ -153,7 +163,9 @@ class DeviceRuntime {
                                  size_t bytes, Stream stream) = 0;
 
   // ---- streams and events ----
-  virtual Status create_stream(int device, Stream* out) = 0;
+  // `blocking`: synchronizes with the legacy default stream, as cudaStreamCreate's streams do
+  // (users' streams); Accord's own streams are non-blocking.
+  virtual Status create_stream(int device, Stream* out, bool blocking = false) = 0;
   // Waits for the stream's work, then destroys it.
   virtual Status destroy_stream(Stream stream) = 0;
   // Waits for all work enqueued so far; returns the first error any of it hit.
@@ -201,6 +213,21 @@ class DeviceRuntime {
   // same process is an error, as in CUDA: use the pointer.
   virtual Status ipc_open_handle(int device, const IpcHandle& handle, void** out) = 0;
   virtual Status ipc_close_handle(void* ptr) = 0;
+
+  // ---- Accord's kernels ----
+  // Loads the kernel's code on the device now (CUDA: cudaFuncGetAttributes), so that its first
+  // launch never waits for the device: with lazy loading (CUDA's default), the first launch of a
+  // kernel waits until the device is idle, which a stream held by a collective never is.
+  virtual Status load_kernel(int device, const KernelDesc& kernel) = 0;
+  // One block of kernel.threads threads on `stream`, with `params` (copied at once) as its only
+  // argument. Returns at once.
+  virtual Status launch_kernel(const KernelDesc& kernel, const void* params, size_t params_bytes,
+                               Stream stream) = 0;
+  // bytes of device (or pinned) memory set to `value`, on `stream`.
+  virtual Status memset_async(void* ptr, int value, size_t bytes, Stream stream) = 0;
+  // The address by which device code reaches registered or pinned host memory (CUDA:
+  // cudaHostGetDevicePointer; the simulation: the same pointer).
+  virtual Status device_address(void* host, void** out) = 0;
 
   // ---- reductions ----
   // dst0 (and dst1) = a op b (or a when b is null), divided by divisor when > 1, on `stream`,

@@ -85,6 +85,7 @@ Status SimulatedRuntime::alloc_device(int device, size_t bytes, void** out) {
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: alloc_device: null output pointer", device);
   *out = nullptr;
   if (bytes == 0) return Status();
+  ACCORD_TRY(wait_idle(device, false, "alloc_device", "cudaMalloc may synchronize the device"));
   return memory_.alloc_device(device, bytes, out);
 }
 
@@ -95,13 +96,14 @@ Status SimulatedRuntime::free_device(void* ptr) {
   if (!ptr) return Status();
   sim::Allocation a;
   if (memory_.find(ptr, 0, &a) && a.kind == MemoryKind::kDevice && !a.imported)
-    drain_streams_of(a.device);
+    ACCORD_TRY(wait_idle(a.device, false, "free_device", "cudaFree synchronizes the device"));
   else
-    drain_all_streams();
+    ACCORD_TRY(wait_idle(-1, false, "free_device", "cudaFree synchronizes"));
   return memory_.free(ptr, MemoryKind::kDevice, "free_device");
 }
 
 Status SimulatedRuntime::alloc_host_pinned(size_t bytes, void** out) {
+  ACCORD_TRY(not_in_host_func("alloc_host_pinned"));
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "alloc_host_pinned: null output pointer");
   *out = nullptr;
   if (bytes == 0) return Status();
@@ -110,7 +112,7 @@ Status SimulatedRuntime::alloc_host_pinned(size_t bytes, void** out) {
 
 Status SimulatedRuntime::free_host_pinned(void* ptr) {
   if (!ptr) return Status();
-  drain_all_streams();
+  ACCORD_TRY(wait_idle(-1, false, "free_host_pinned", "cudaFreeHost synchronizes"));
   return memory_.free(ptr, MemoryKind::kHostPinned, "free_host_pinned");
 }
 
@@ -301,12 +303,16 @@ std::chrono::steady_clock::time_point SimulatedRuntime::reserve_link(int from, i
 Status SimulatedRuntime::copy(CopyKind kind, int device, void* dst, const void* src, size_t bytes) {
   CopyPlan plan;
   ACCORD_TRY(plan_copy(kind, device, dst, src, bytes, &plan));
+  ACCORD_TRY(wait_idle(device, true, copy_kind_name(kind),
+                       "a synchronous copy runs on the legacy default stream, which waits for every "
+                       "blocking stream"));
   run_copy(plan);
   return Status();
 }
 
 Status SimulatedRuntime::copy_async(CopyKind kind, void* dst, const void* src, size_t bytes, Stream stream) {
   std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(not_in_host_func(copy_kind_name(kind)));
   ACCORD_TRY(find_stream(stream, copy_kind_name(kind), &s));
   CopyPlan plan;
   ACCORD_TRY(plan_copy(kind, s->device(), dst, src, bytes, &plan));
@@ -336,6 +342,7 @@ Status SimulatedRuntime::copy_async(CopyKind kind, void* dst, const void* src, s
 
 Status SimulatedRuntime::copy_peer(int dst_device, void* dst, int src_device, const void* src, size_t bytes) {
   CopyPlan plan;
+  ACCORD_TRY(not_in_host_func("copy_peer"));
   ACCORD_TRY(check_device(src_device, "copy_peer"));
   ACCORD_TRY(plan_peer(src_device, dst_device, dst, src_device, src, bytes, "copy_peer", &plan));
   run_copy(plan);
@@ -345,6 +352,7 @@ Status SimulatedRuntime::copy_peer(int dst_device, void* dst, int src_device, co
 Status SimulatedRuntime::copy_peer_async(int dst_device, void* dst, int src_device, const void* src, size_t bytes,
                                          Stream stream) {
   std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(not_in_host_func("copy_peer_async"));
   ACCORD_TRY(find_stream(stream, "copy_peer_async", &s));
   if (s->device() != src_device && s->device() != dst_device)
     return error(ACCORD_ERR_INVALID_ARGUMENT, "copy_peer_async(device %d -> device %d): stream %llu is on device %d; "
@@ -364,6 +372,7 @@ Status SimulatedRuntime::copy_peer_async(int dst_device, void* dst, int src_devi
 Status SimulatedRuntime::reduce_async(const kernels::ReduceArgs& args, accord_datatype_t dtype, accord_red_op_t op,
                                       Stream stream) {
   std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(not_in_host_func("reduce_async"));
   ACCORD_TRY(find_stream(stream, "reduce_async", &s));
   const int device = s->device();
   kernels::ReduceFn fn = kernels::get_reduce_fn(dtype, op);
@@ -385,6 +394,9 @@ Status SimulatedRuntime::reduce_async(const kernels::ReduceArgs& args, accord_da
       if (dst && in && dst != in && overlap(dst, in, bytes))
         return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: reduce_async: output %p partly overlaps input %p "
                      "(%zu bytes); outputs may only alias an input exactly", device, dst, in, bytes);
+  // One kernel per dtype x op, each loaded on its first launch (Note [Simulated CUDA rules]).
+  ACCORD_TRY(first_launch(device, format("reduce<%d,%d>", static_cast<int>(dtype), static_cast<int>(op)),
+                          "reduce_async"));
   s->enqueue([fn, args] {
     fn(args);
     return Status();

@@ -4,10 +4,28 @@
 // queues with a thread each (sim_stream.hpp), reductions run the host kernels on the stream.
 // The rules both runtimes enforce are Note [Device runtime rules] (device_runtime.hpp); the
 // simulation checks them more strictly than a driver can (every pointer of every call).
+//
+// Note [Simulated CUDA rules]: a simulator kinder than CUDA passes what hangs on a GPU (the
+// first device path did: every collective hung on an H100). So the simulation also enforces the
+// rules of CUDA that such designs break, each tested in tests/device/sim_rules_test.cpp:
+//  - Lazy loading (CUDA's default): the first launch of a kernel on a device waits until every
+//    stream of that device is idle. load_kernel() loads it ahead (as cudaFuncGetAttributes).
+//  - Implicit synchronization: alloc_device and free_device (cudaMalloc, cudaFree) and
+//    destroy_event wait for every stream of their device; register_host, unregister_host,
+//    free_host_pinned and ipc_close_handle wait for every stream of every device.
+//  - The legacy default stream: a synchronous copy (cudaMemcpy) runs on it, so it waits for
+//    every blocking stream of its device (streams made with blocking = true, as
+//    cudaStreamCreate makes them; users' streams).
+//  - No runtime call from a host function (cudaLaunchHostFunc): the call fails with
+//    cudaErrorNotPermitted's text.
+// Where CUDA would wait for ever, the simulation waits SimOptions::stall_ms
+// (ACCORD_SIM_STALL_MS) and then fails the call, naming the rule and the busy stream, so that a
+// test fails instead of hanging.
 #pragma once
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,7 +46,13 @@ struct SimOptions {
   bool throttle = false;
   // Why there are no devices, for the runtime made from an empty System ("CUDA: no driver").
   std::string no_devices_reason;
+  // Note [Simulated CUDA rules]: how long a call that waits for the device to go idle waits
+  // before it fails instead of hanging.
+  int64_t stall_ms = 60000;
 };
+
+// Runs a host function as launch_host_func does, flagged so that runtime calls from it fail.
+void run_host_func_flagged(DeviceRuntime::HostFn fn, void* arg);
 
 class SimulatedRuntime final : public DeviceRuntime {
  public:
@@ -64,7 +88,7 @@ class SimulatedRuntime final : public DeviceRuntime {
   Status copy_peer_async(int dst_device, void* dst, int src_device, const void* src, size_t bytes,
                          Stream stream) override;
 
-  Status create_stream(int device, Stream* out) override;
+  Status create_stream(int device, Stream* out, bool blocking = false) override;
   Status destroy_stream(Stream stream) override;
   Status synchronize_stream(Stream stream) override;
   Status synchronize_device(int device) override;
@@ -86,7 +110,21 @@ class SimulatedRuntime final : public DeviceRuntime {
   Status reduce_async(const kernels::ReduceArgs& args, accord_datatype_t dtype, accord_red_op_t op,
                       Stream stream) override;
 
+  Status load_kernel(int device, const KernelDesc& kernel) override;
+  Status launch_kernel(const KernelDesc& kernel, const void* params, size_t params_bytes,
+                       Stream stream) override;
+  Status memset_async(void* ptr, int value, size_t bytes, Stream stream) override;
+  Status device_address(void* host, void** out) override;
+
  private:
+  // Note [Simulated CUDA rules]: waits until every stream of `device` (every device: -1; only
+  // the blocking ones: blocking_only) is idle, or fails after stall_ms naming `op` and `rule`.
+  Status wait_idle(int device, bool blocking_only, const char* op, const char* rule);
+  // Fails when called from a host function (launch_host_func).
+  static Status not_in_host_func(const char* op);
+  // Lazy loading: the first launch of `name` on `device` waits for the device to go idle.
+  Status first_launch(int device, const std::string& name, const char* op);
+
   // A planned copy: checked when enqueued, run (and throttled) on the stream or at once.
   struct CopyPlan {
     void* dst;
@@ -113,9 +151,6 @@ class SimulatedRuntime final : public DeviceRuntime {
   std::chrono::steady_clock::time_point reserve_link(int from, int to, size_t bytes);
   Status find_stream(Stream s, const char* op, std::shared_ptr<sim::SimStream>* out) const;
   Status find_event(Event e, const char* op, std::shared_ptr<sim::SimEvent>* out) const;
-  // Waits for every stream (before memory goes away).
-  void drain_all_streams();
-  void drain_streams_of(int device);
 
   topo::System system_;
   SimOptions options_;
@@ -126,6 +161,7 @@ class SimulatedRuntime final : public DeviceRuntime {
   std::map<uint64_t, std::shared_ptr<sim::SimStream>> streams_;
   std::map<uint64_t, std::shared_ptr<sim::SimEvent>> events_;
   uint64_t next_id_ = 1;
+  std::set<std::pair<int, std::string>> loaded_;  // kernels loaded per device (lazy loading)
 
   std::mutex link_mu_;  // throttle: when each directed link (from, to) is next free
   std::map<std::pair<int, int>, std::chrono::steady_clock::time_point> link_free_at_;

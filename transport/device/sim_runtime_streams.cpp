@@ -29,38 +29,20 @@ Status SimulatedRuntime::find_event(Event e, const char* op, std::shared_ptr<sim
   return Status();
 }
 
-void SimulatedRuntime::drain_all_streams() {
-  std::vector<std::shared_ptr<sim::SimStream>> all;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, s] : streams_) all.push_back(s);
-  }
-  // Errors stay with their streams and are reported by their own synchronize.
-  for (auto& s : all) (void)s->synchronize();
-}
-
-void SimulatedRuntime::drain_streams_of(int device) {
-  std::vector<std::shared_ptr<sim::SimStream>> mine;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, s] : streams_)
-      if (s->device() == device) mine.push_back(s);
-  }
-  for (auto& s : mine) (void)s->synchronize();
-}
-
-Status SimulatedRuntime::create_stream(int device, Stream* out) {
+Status SimulatedRuntime::create_stream(int device, Stream* out, bool blocking) {
+  ACCORD_TRY(not_in_host_func("create_stream"));
   ACCORD_TRY(check_device(device, "create_stream"));
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: create_stream: null output", device);
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_id_++;
-  streams_[id] = std::make_shared<sim::SimStream>(id, device);
+  streams_[id] = std::make_shared<sim::SimStream>(id, device, blocking);
   out->id = id;
   return Status();
 }
 
 Status SimulatedRuntime::destroy_stream(Stream stream) {
   std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(not_in_host_func("destroy_stream"));
   ACCORD_TRY(find_stream(stream, "destroy_stream", &s));
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -75,6 +57,7 @@ Status SimulatedRuntime::destroy_stream(Stream stream) {
 
 Status SimulatedRuntime::synchronize_stream(Stream stream) {
   std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(not_in_host_func("synchronize_stream"));
   ACCORD_TRY(find_stream(stream, "synchronize_stream", &s));
   Status st = s->synchronize();
   if (!st.ok()) return st.prefix(format("stream %llu (device %d): ", (unsigned long long)stream.id, s->device()));
@@ -82,6 +65,7 @@ Status SimulatedRuntime::synchronize_stream(Stream stream) {
 }
 
 Status SimulatedRuntime::synchronize_device(int device) {
+  ACCORD_TRY(not_in_host_func("synchronize_device"));
   ACCORD_TRY(check_device(device, "synchronize_device"));
   std::vector<std::shared_ptr<sim::SimStream>> mine;
   {
@@ -99,6 +83,7 @@ Status SimulatedRuntime::synchronize_device(int device) {
 }
 
 Status SimulatedRuntime::create_event(int device, Event* out) {
+  ACCORD_TRY(not_in_host_func("create_event"));
   ACCORD_TRY(check_device(device, "create_event"));
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: create_event: null output", device);
   std::lock_guard<std::mutex> lock(mu_);
@@ -111,6 +96,9 @@ Status SimulatedRuntime::create_event(int device, Event* out) {
 Status SimulatedRuntime::destroy_event(Event event) {
   std::shared_ptr<sim::SimEvent> e;
   ACCORD_TRY(find_event(event, "destroy_event", &e));
+  ACCORD_TRY(wait_idle(e->device(), false, "destroy_event",
+                       "event destruction takes a driver lock that waits for the device (cudaEventDestroy "
+                       "hung this way behind a held stream on an H100)"));
   // Queued records and waits hold their own reference; the event lives until they ran.
   std::lock_guard<std::mutex> lock(mu_);
   events_.erase(event.id);
@@ -120,6 +108,7 @@ Status SimulatedRuntime::destroy_event(Event event) {
 Status SimulatedRuntime::record_event(Event event, Stream stream) {
   std::shared_ptr<sim::SimEvent> e;
   std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(not_in_host_func("record_event"));
   ACCORD_TRY(find_event(event, "record_event", &e));
   ACCORD_TRY(find_stream(stream, "record_event", &s));
   if (e->device() != s->device())
@@ -139,6 +128,7 @@ Status SimulatedRuntime::record_event(Event event, Stream stream) {
 Status SimulatedRuntime::stream_wait_event(Stream stream, Event event) {
   std::shared_ptr<sim::SimEvent> e;
   std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(not_in_host_func("stream_wait_event"));
   ACCORD_TRY(find_stream(stream, "stream_wait_event", &s));
   ACCORD_TRY(find_event(event, "stream_wait_event", &e));
   const uint64_t seq = e->latest();
@@ -152,6 +142,7 @@ Status SimulatedRuntime::stream_wait_event(Stream stream, Event event) {
 
 Status SimulatedRuntime::synchronize_event(Event event) {
   std::shared_ptr<sim::SimEvent> e;
+  ACCORD_TRY(not_in_host_func("synchronize_event"));
   ACCORD_TRY(find_event(event, "synchronize_event", &e));
   e->wait_for(e->latest());
   return Status();
@@ -167,10 +158,11 @@ Status SimulatedRuntime::query_event(Event event, bool* done) {
 
 Status SimulatedRuntime::launch_host_func(Stream stream, HostFn fn, void* arg) {
   std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(not_in_host_func("launch_host_func"));
   ACCORD_TRY(find_stream(stream, "launch_host_func", &s));
   if (!fn) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: launch_host_func: null function", s->device());
   s->enqueue([fn, arg] {
-    fn(arg);
+    run_host_func_flagged(fn, arg);
     return Status();
   });
   return Status();
@@ -211,7 +203,7 @@ Status SimulatedRuntime::ipc_open_handle(int device, const IpcHandle& h, void** 
 
 Status SimulatedRuntime::ipc_close_handle(void* ptr) {
   if (!ptr) return error(ACCORD_ERR_INVALID_ARGUMENT, "ipc_close_handle: null pointer");
-  drain_all_streams();
+  ACCORD_TRY(wait_idle(-1, false, "ipc_close_handle", "cudaIpcCloseMemHandle synchronizes"));
   return memory_.close_imported(ptr);
 }
 
@@ -221,10 +213,14 @@ namespace accord {
 
 // ---- registered host memory, flags, the caller's streams ----
 
-Status SimulatedRuntime::register_host(void* ptr, size_t bytes) { return memory_.register_pinned(ptr, bytes); }
+Status SimulatedRuntime::register_host(void* ptr, size_t bytes) {
+  ACCORD_TRY(wait_idle(-1, false, "register_host", "cudaHostRegister synchronizes"));
+  return memory_.register_pinned(ptr, bytes);
+}
 
 Status SimulatedRuntime::unregister_host(void* ptr) {
-  drain_all_streams();  // as cudaHostUnregister: queued work never touches memory given back
+  // As cudaHostUnregister: queued work never touches memory given back.
+  ACCORD_TRY(wait_idle(-1, false, "unregister_host", "cudaHostUnregister synchronizes"));
   return memory_.unregister_pinned(ptr);
 }
 

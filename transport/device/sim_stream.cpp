@@ -2,6 +2,7 @@
 #include "transport/device/sim_stream.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 namespace accord::sim {
 
@@ -33,7 +34,7 @@ void SimEvent::wait_for(uint64_t seq) const {
   cv_.wait(lock, [&] { return completed_ >= seq; });
 }
 
-SimStream::SimStream(uint64_t id, int device) : id_(id), device_(device) {
+SimStream::SimStream(uint64_t id, int device, bool blocking) : id_(id), device_(device), blocking_(blocking) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -60,6 +61,14 @@ Status SimStream::synchronize() {
   const uint64_t target = enqueued_;
   done_cv_.wait(lock, [&] { return finished_ >= target; });
   return error_;
+}
+
+bool SimStream::synchronize_for(int64_t ms, Status* out) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t target = enqueued_;
+  if (!done_cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return finished_ >= target; })) return false;
+  *out = error_;
+  return true;
 }
 
 void SimStream::run() {

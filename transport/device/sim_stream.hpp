@@ -46,7 +46,10 @@ class SimStream {
  public:
   using Work = std::function<Status()>;
 
-  SimStream(uint64_t id, int device);
+  // `blocking`: a stream made as cudaStreamCreate makes one, which synchronizes with the
+  // legacy default stream (Note [Simulated CUDA rules], sim_runtime.hpp); the library's own
+  // streams are non-blocking.
+  SimStream(uint64_t id, int device, bool blocking = false);
   // Runs what is queued, then stops the thread.
   ~SimStream();
   SimStream(const SimStream&) = delete;
@@ -54,6 +57,7 @@ class SimStream {
 
   uint64_t id() const { return id_; }
   int device() const { return device_; }
+  bool blocking() const { return blocking_; }
 
   // `always`: run even on a broken stream (event records, so waiters elsewhere never hang).
   void enqueue(Work work, bool always = false);
@@ -61,12 +65,15 @@ class SimStream {
   // After an error the stream skips its remaining work (it is broken, as a CUDA stream after a
   // fault) and every synchronize returns that error.
   Status synchronize();
+  // As synchronize, for at most `ms`: false if the work enqueued so far has not finished by then.
+  bool synchronize_for(int64_t ms, Status* out);
 
  private:
   void run();
 
   const uint64_t id_;
   const int device_;
+  const bool blocking_;
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
