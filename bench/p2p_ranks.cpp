@@ -49,7 +49,7 @@ uint8_t pattern(int rank, size_t i) { return static_cast<uint8_t>((i * 31 + stat
 class RankBench {
  public:
   RankBench(const Options& o, accord_comm_t comm, int rank, int n, int64_t timeout_ms)
-      : o_(o), comm_(comm), rank_(rank), n_(n), timeout_ms_(timeout_ms), links_(comm->impl->links(false)) {}
+      : o_(o), comm_(comm), rank_(rank), n_(n), timeout_ms_(timeout_ms), links_(comm->impl->links()) {}
 
   int run();
 

@@ -4,6 +4,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -153,6 +155,11 @@ Status Communicator::init(const InitSpec& spec) {
   hosts_ = {host_identity(settings_)};
   host_of_ = {0};
   if (nranks_ == 1) return setup_device(spec.device);
+  {
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (driver != nullptr) dlclose(driver);
+    may_use_gpu_ = spec.device >= 0 || settings_.device >= 0 || !settings_.sim_topo.empty() || driver != nullptr;
+  }
 
   const Deadline deadline = Deadline::after_ms(settings_.init_timeout_ms);
   std::unique_ptr<StoreClient> store;
@@ -167,6 +174,14 @@ Status Communicator::init(const InitSpec& spec) {
     if (s.ok()) compute_ring();
   }
   if (s.ok()) s = connect_device_fifos(store.get(), deadline);
+  // Note [Device init barrier]: no rank may launch a collective kernel while another rank of
+  // the job is still in its device setup: a kernel of this process would spin on a peer whose
+  // thread waits in cudaHostRegister or cudaMalloc for the device to go idle (the simulation
+  // enforces that rule: Note [Simulated CUDA rules]). So every rank passes this round last.
+  if (s.ok() && std::any_of(device_of_.begin(), device_of_.end(), [](int d) { return d >= 0; })) {
+    std::vector<std::string> unused;
+    s = store->all_gather("gpu_ready", rank_, nranks_, "1", &unused, deadline);
+  }
   if (s.ok() && device_ >= 0)
     for (int peer : local_ranks_)
       if (peer != rank_ && device_of_[static_cast<size_t>(peer)] >= 0)
@@ -185,7 +200,9 @@ Status Communicator::init(const InitSpec& spec) {
 }
 
 Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
-  const std::string me = host_identity(settings_) + "\n" + std::to_string(getpid()) + "\n" + cpu_mask();
+  // The pid line carries " g" when this rank may run on a GPU (Note [Device FIFOs]).
+  const std::string me = host_identity(settings_) + "\n" + std::to_string(getpid()) + (may_use_gpu_ ? " g" : "") +
+                         "\n" + cpu_mask();
   std::vector<std::string> infos;
   ACCORD_TRY(store->all_gather("info", rank_, nranks_, me, &infos, deadline));
   std::vector<long> job_pids;
@@ -196,6 +213,14 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
                  "host in this build; unset it", rank_);
   ShmOptions options;
   options.shape = shape_;
+  // Note [Device FIFOs]: when a rank of this host may run on a GPU, every segment of the host
+  // reserves whole FIFOs for host-staged device calls (host and device calls never share a
+  // FIFO); all ranks decide it alike, so that they agree on the segments' layout.
+  for (int r : local_ranks_) {
+    const std::string& info = infos[static_cast<size_t>(r)];
+    const size_t nl = info.find('\n'), nl2 = info.find('\n', nl + 1);
+    if (info.substr(nl + 1, nl2 - nl - 1).find(" g") != std::string::npos) options.device_fifos = true;
+  }
   options.policy = make_wait_policy(settings_.spin_us, oversubscribed_);
   policy_ = options.policy;
   auto after_publish = [this] {
@@ -636,21 +661,7 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
   // there cost more (256 MiB, 2 ranks: 8.8 GB/s with ordinary stores, 5.8 with streaming).
   x.streaming = plan.out_bytes >= nt_threshold_ && a.send != a.recv;
   const Schedule* schedule = plan.schedule;
-  if (on_device) {
-    x.mover = mover_.get();
-    mover_->set_call(static_cast<accord_datatype_t>(a.dtype), static_cast<accord_red_op_t>(a.op));
-    x.streaming = false;
-    if (dev_scratch_bytes_ < schedule->scratch_bytes) {
-      // Freeing waits for every stream (as cudaFree), the caller's held ones too: the old
-      // buffer is kept until the communicator goes.
-      void* bigger = nullptr;
-      ACCORD_TRY(rt_->alloc_device(device_, schedule->scratch_bytes, &bigger));
-      if (dev_scratch_ != nullptr) old_scratch_.push_back(dev_scratch_);
-      dev_scratch_ = bigger;
-      dev_scratch_bytes_ = schedule->scratch_bytes;
-    }
-    x.scratch = dev_scratch_;
-  } else if (schedule != nullptr) {
+  if (schedule != nullptr) {
     if (scratch_.size() < schedule->scratch_bytes) scratch_.resize(schedule->scratch_bytes);
     x.scratch = scratch_.data();
   }
@@ -662,7 +673,7 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
   x.tag = plan.tag;
   x.fault = armed_fault();
   x.fault_step = fault_.step;
-  return finish_call(execute(*schedule, x, links(on_device)));
+  return finish_call(execute(*schedule, x, links_));
 }
 
 Status Communicator::run_on_board(const CollArgs& a, const CallPlan& plan) {

@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "collectives/device/dev_call.hpp"
 #include "collectives/executor.hpp"
 #include "collectives/schedule.hpp"
 #include "collectives/tuner.hpp"
@@ -75,19 +76,17 @@ class Communicator {
     if (rt_ == nullptr && probe_rt_ == nullptr) return Status::success();
     return classify_buffers(args, on_device);
   }
-  // NCCL semantics: checks the call, makes the caller's stream wait for the collective and
-  // hands it to the device worker; returns once enqueued (Note [Stream gate]).
+  // NCCL semantics: checks the call and launches it as one kernel on the caller's stream;
+  // returns once enqueued (Note [Kernels on the caller's stream], device_path.cpp).
   Status enqueue_device(const CollArgs& args, void* user_stream);
+  // The device transport to `peer`: "p2p", "ipc", "host-staged", or null (none).
+  const char* device_channel(int peer) const;
 
   // "pair A-B: TRANSPORT (reason)" for every pair of ranks (same on every rank).
   std::string plan() const;
 
-  // The channel to every peer: those of host buffers, or (device) those of device buffers
-  // (device FIFOs for the GPU pairs that peer, Note [Device FIFOs]). bench/p2p_bandwidth
-  // times each pair through them. Null entries: no channel (this rank, or no such peer).
-  const PeerLinks& links(bool device = false) const {
-    return device && !dev_links_.send.empty() ? dev_links_ : links_;
-  }
+  // The host channel to every peer (null entries: this rank, or no such peer).
+  const PeerLinks& links() const { return links_; }
 
   // Argument checks alone (for calls queued in a group).
   Status validate(const CollArgs& args) const;
@@ -100,10 +99,16 @@ class Communicator {
   // Abort: wakes every wait of this communicator with ACCORD_ERR_ABORTED. Safe from any thread.
   void abort() { abort_.store(true, std::memory_order_release); }
 
-  // The error that broke the communicator (ACCORD_SUCCESS if none). Any thread.
-  accord_status_t sticky_error() const { return sticky_code_.load(std::memory_order_acquire); }
+  // The error that broke the communicator (ACCORD_SUCCESS if none). Any thread. A failure a
+  // kernel recorded (Note [Device watchdog]) counts as soon as its stream has passed it.
+  accord_status_t sticky_error() {
+    const accord_status_t code = sticky_code_.load(std::memory_order_acquire);
+    if (code != ACCORD_SUCCESS || ctl_host_ == nullptr) return code;
+    adopt_kernel_error();
+    return sticky_code_.load(std::memory_order_acquire);
+  }
   // Its message (written once, before sticky_error turns non-zero). Any thread.
-  Status sticky_status() const {
+  Status sticky_status() {
     return sticky_error() == ACCORD_SUCCESS ? Status::success() : sticky_;
   }
 
@@ -122,6 +127,16 @@ class Communicator {
   DeviceRoute device_route(int a, int b, std::string* why) const;
   std::string device_pair(int a, int b) const;
   Status connect_device_fifos(StoreClient* store, Deadline deadline);
+  Status upload_peers(const std::vector<dev::DevPeer>& peers);
+  Status reserve_steps(size_t bytes, uint64_t seq, size_t* offset);
+  void start_watchdog();
+  void stop_watchdog();
+  void watchdog_loop();
+  // Note [Device watchdog]: the failure a kernel recorded in DevCtl, as a Status (success:
+  // none); and the first failure of the device path made the communicator's error.
+  Status kernel_error();
+  void adopt_kernel_error();
+  void set_sticky(const Status& s);
   Status connect_transports(StoreClient* store, Deadline deadline);
   void group_by_host(const std::vector<std::string>& infos, std::vector<long>* local_pids);
   Status connect_remote(StoreClient* store, Deadline deadline);
@@ -158,7 +173,6 @@ class Communicator {
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<TcpTransport> tcp_;  // ranks on other hosts (remote_ranks_); null if none
   PeerLinks links_;
-  PeerLinks dev_links_;  // links_ with the device FIFOs in place of the shm pairs that peer; empty: none
   std::vector<int> local_ranks_;   // on this host, including this rank: shared memory
   std::vector<int> remote_ranks_;  // on other hosts: TCP
   std::vector<std::string> hosts_;  // host identity of every rank (from init)
@@ -170,6 +184,7 @@ class Communicator {
   std::atomic<bool> abort_{false};
   Status sticky_;  // first failure inside a collective
   std::atomic<accord_status_t> sticky_code_{ACCORD_SUCCESS};
+  std::mutex sticky_mu_;  // the device path's writers of sticky_ (watchdog, adopt_kernel_error)
   uint64_t seq_ = 0;
   uint32_t board_seq_ = 0;  // board calls made (Note [Board])
   WaitContext board_ctx_;   // their wait context (set with the transports), but for seq, deadline and peer
@@ -191,28 +206,53 @@ class Communicator {
   std::map<std::pair<int, int>, int> logged_choices_;  // (collective, log2 size) -> algo and chunk, for info logs
   Tuner tuner_;
   std::unordered_map<size_t, std::pair<Algo, size_t>> tune_cache_;  // all-reduce bytes -> algorithm, chunk
-  bool oversubscribed_ = false;  // more ranks on this host than CPUs to run them (the tuner's model)
+  bool oversubscribed_ = false;
+  bool may_use_gpu_ = false;  // init: this rank may get a GPU (reserve device FIFOs in its segment)  // more ranks on this host than CPUs to run them (the tuner's model)
   // Device path: the process's runtime, this rank's GPU (-1: host only), every rank's GPU.
   DeviceRuntime* rt_ = nullptr;
   DeviceRuntime* probe_rt_ = nullptr;  // host-only communicator, CUDA present: refuses device buffers
   int device_ = -1;
   std::vector<int> device_of_;
   std::vector<int> ring_, pos_of_;  // Note [Ring order]: position -> rank, rank -> position; empty: rank order
-  Stream stream_;                                 // internal: every kernel of a collective
-  std::unique_ptr<DataMover> mover_;
-  void* dev_scratch_ = nullptr;
-  size_t dev_scratch_bytes_ = 0;
-  std::vector<void*> old_scratch_;
-  std::vector<void*> registered_;                 // host memory given to register_host
-  // Note [Device FIFOs]: the p2p/ipc channels of dev_links_, this rank's receive slots (GPU
-  // memory) and the peers' slots it opened from IPC handles.
-  std::vector<std::unique_ptr<SendChannel>> dev_senders_;
-  std::vector<std::unique_ptr<RecvChannel>> dev_receivers_;
+  Stream stream_;            // the communicator's own (non-blocking) stream: init-time copies
+  void* dev_scratch_ = nullptr;  // kReduceAll with 3+ ranks: one slot's bytes
+  std::vector<void*> registered_;  // host memory given to register_host
+  // Note [Device FIFOs]: the route to each peer (DeviceRoute, -1: none), this rank's FIFOs in
+  // GPU memory, the peers' it opened from IPC handles, the DevPeer table and the counts.
+  std::vector<int> dev_route_of_;
   std::vector<void*> dev_fifo_mem_;
   std::vector<void*> ipc_opened_;
-  std::map<void*, Stream> user_streams_;          // the caller's streams, wrapped once
-  std::atomic<uint64_t>* done_ = nullptr;         // collectives finished (outlives this: streams read it; DeviceRuntime::new_flag)
-  uint64_t issued_ = 0;                           // collectives enqueued
+  void* peers_dev_ = nullptr;
+  void* counts_dev_ = nullptr;
+  // Note [Kernels on the caller's stream]: the kernels' control block (pinned; host and device
+  // addresses), the step ring (Note [Step ring]), calls launched, the stream of the last one
+  // and the event that orders a switch of streams (Note [Kernel order]).
+  void* ctl_host_ = nullptr;
+  void* ctl_dev_ = nullptr;
+  void* ring_host_ = nullptr;
+  void* ring_dev_ = nullptr;
+  size_t ring_pos_ = 0;
+  struct RingRecord {
+    uint64_t seq;
+    size_t start;
+  };
+  std::deque<RingRecord> ring_records_;
+  uint64_t dev_seq_ = 0;
+  Stream last_stream_;
+  Event order_event_;
+  std::map<void*, Stream> user_streams_;  // the caller's streams, wrapped once
+  // Note [Device watchdog]: the calls in flight (seq, name, bytes), guarded by watch_mu_.
+  struct InFlight {
+    uint64_t seq = 0;
+    const char* name = "";
+    size_t bytes = 0;
+  };
+  std::thread watchdog_;
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  std::deque<InFlight> inflight_;
+  std::deque<InFlight> recent_;  // the last 64 calls launched, to name a failed one
+  bool watch_stop_ = false;
   // Group worker (accord_group_end) and device worker.
   std::thread worker_;
   std::mutex worker_mutex_;

@@ -1,30 +1,34 @@
-// The device path of a communicator: which GPU it runs on, the memory space of each call,
-// the per-pair device transport, and NCCL-style asynchronous collectives on the caller's stream.
+// The device path of a communicator: which GPU it runs on, the memory space of each call, the
+// per-pair device transport, and NCCL-style asynchronous collectives on the caller's stream.
 //
-// Note [Stream gate]: a collective on device buffers returns once enqueued. The call records
-// an event on the caller's stream (its inputs are ready when the event completes), makes the
-// caller's stream wait until this communicator's `done` counter reaches the call's ticket
-// (DeviceRuntime::stream_wait_flag), and hands the call to the communicator's worker thread.
-// The worker waits for the event, runs the schedule with a DeviceMover (every copy and
-// reduction a kernel on the internal stream, synchronized before the slot is posted or
-// released), and then, whatever happened, stores the ticket: the caller's stream goes on. A
-// failure becomes the communicator's sticky error (accord_comm_get_async_error). The worker
-// never needs a host callback to make progress, so several communicators of one process
-// cannot deadlock on CUDA's single callback thread by waiting for each other.
+// Note [Kernels on the caller's stream]: a collective on device buffers is one kernel launch
+// on the caller's stream (collectives/device/dev_call.hpp, Note [One protocol, two executors]):
+// the call checks its arguments, plans the schedule as the host path does, and launches; it
+// returns at once and waits for nothing on the device. The kernel moves the data through FIFOs
+// in device-visible memory and waits on flags it polls itself, so no host thread takes part in
+// any step, and nothing in this path makes a CUDA call that waits for the device or the
+// context (kernels are loaded when the communicator is created, memory is allocated then too).
+// A watchdog thread per communicator only reads the kernels' control block (DevCtl, pinned):
+// a timeout, a dead peer or accord_comm_abort makes it set DevCtl::abort, the kernel gives up
+// at its next wait, the stream goes on, and accord_comm_get_async_error says what happened.
 //
-// Transports (Communicator::device_route): GPU pairs on one host that can peer use device
-// FIFOs (Note [Device FIFOs]): "p2p" within one process, "ipc" across processes. The others
-// are host-staged: the shared-memory FIFO slots are registered with the device runtime
-// (register_host), and the kernels of both GPUs read and write them in place. Pairs on
-// different hosts use TCP, through the same kind of slots.
+// Transports (Communicator::device_route): ranks on one GPU, or on GPUs that peer, keep their
+// FIFOs in the receiver's GPU memory: "p2p" within one process (a pointer), "ipc" across
+// processes (a CUDA IPC handle through the bootstrap store). The other pairs are host-staged:
+// the FIFO is in the receiver's shared-memory segment, registered with the device runtime and
+// written and read by the kernels directly. Pairs on different hosts have no device path yet.
 #include "accord_config.h"
 
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <mutex>
 
 #include "collectives/communicator.hpp"
+#include "collectives/device/dev_call.hpp"
+#include "collectives/device/dev_kernels.hpp"
 #include "core/crypto.hpp"
 #include "core/log.hpp"
 #include "topology/search.hpp"
@@ -32,38 +36,10 @@
 #include "transport/device/sim_runtime.hpp"
 
 namespace accord {
-namespace {
 
-// Runs copies and reductions as kernels on the communicator's internal stream and waits for
-// each, so that the executor's post/release follows the data.
-class DeviceMover final : public DataMover {
- public:
-  DeviceMover(DeviceRuntime* rt, Stream stream) : rt_(rt), stream_(stream) {}
-  void set_call(accord_datatype_t dtype, accord_red_op_t op) override {
-    dtype_ = dtype;
-    op_ = op;
-  }
-  Status copy(void* dst, const void* src, size_t bytes) override {
-    kernels::ReduceArgs k;
-    k.dst0 = dst;
-    k.a = src;
-    k.count = bytes;
-    ACCORD_TRY(rt_->reduce_async(k, ACCORD_UINT8, ACCORD_SUM, stream_));
-    return rt_->synchronize_stream(stream_);
-  }
-  Status reduce(const kernels::ReduceArgs& args) override {
-    ACCORD_TRY(rt_->reduce_async(args, dtype_, op_, stream_));
-    return rt_->synchronize_stream(stream_);
-  }
-
- private:
-  DeviceRuntime* rt_;
-  Stream stream_;
-  accord_datatype_t dtype_ = ACCORD_UINT8;
-  accord_red_op_t op_ = ACCORD_SUM;
-};
-
-}  // namespace
+// Steps of schedules longer than DevLaunch's inline ones go through this ring of pinned memory
+// (Note [Step ring]).
+constexpr size_t kStepRingBytes = size_t{8} << 20;
 
 Status Communicator::setup_device(int requested) {
   device_of_.assign(static_cast<size_t>(nranks_), -1);
@@ -108,8 +84,18 @@ Status Communicator::setup_device(int requested) {
   ACCORD_TRY(rt_->create_stream(d, &stream_).prefix(format("rank %d: ", rank_)));
   device_ = d;
   device_of_[static_cast<size_t>(rank_)] = d;
-  mover_ = std::make_unique<DeviceMover>(rt_, stream_);
-  done_ = rt_->new_flag();
+  const std::string where = format("rank %d (GPU %d): ", rank_, d);
+  // Note [Kernels on the caller's stream]: loaded now, never lazily behind a held stream.
+  ACCORD_TRY(rt_->load_kernel(d, dev::collective_kernel()).prefix(where));
+  ACCORD_TRY(rt_->alloc_host_pinned(sizeof(dev::DevCtl), &ctl_host_).prefix(where + "kernel control block: "));
+  std::memset(ctl_host_, 0, sizeof(dev::DevCtl));
+  static_cast<dev::DevCtl*>(ctl_host_)->waiting_peer = -1;
+  ACCORD_TRY(rt_->device_address(ctl_host_, &ctl_dev_).prefix(where));
+  ACCORD_TRY(rt_->alloc_host_pinned(kStepRingBytes, &ring_host_).prefix(where + "step ring: "));
+  ACCORD_TRY(rt_->device_address(ring_host_, &ring_dev_).prefix(where));
+  ACCORD_TRY(rt_->create_event(d, &order_event_).prefix(where));
+  if (nranks_ >= 3)
+    ACCORD_TRY(rt_->alloc_device(d, shape_.slot_bytes, &dev_scratch_).prefix(where + "scratch: "));
   ACCORD_TRY(register_slots());
   LOG_INFO(kGpu, "rank %d: GPU %d of %s", rank_, d, rt_->description().c_str());
   return Status::success();
@@ -128,13 +114,36 @@ Status Communicator::register_slots() {
 
 void Communicator::release_device() {
   if (rt_ == nullptr) return;
+  stop_watchdog();
+  auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
+  if (ctl != nullptr && dev_seq_ > 0) {
+    // Kernels still queued or running use this communicator's memory: let them end first. One
+    // that waits for a peer which will never come is told to give up after the timeout.
+    auto done = [&] { return __atomic_load_n(&ctl->done, __ATOMIC_ACQUIRE) >= dev_seq_; };
+    Deadline deadline = Deadline::after_ms(settings_.timeout_ms);
+    for (bool aborted = false; !done();) {
+      if (deadline.expired()) {
+        if (aborted) break;
+        LOG_WARN(kGpu, "rank %d: destroying the communicator while its collective (seq %llu) still runs on "
+                 "GPU %d; telling it to give up", rank_, static_cast<unsigned long long>(dev_seq_), device_);
+        __atomic_store_n(&ctl->abort, 1u, __ATOMIC_RELEASE);
+        aborted = true;
+        deadline = Deadline::after_ms(1000);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
   if (stream_.id != 0) (void)rt_->destroy_stream(stream_);
+  if (order_event_.id != 0) (void)rt_->destroy_event(order_event_);
   (void)rt_->free_device(dev_scratch_);
-  for (void* p : old_scratch_) (void)rt_->free_device(p);
+  (void)rt_->free_device(peers_dev_);
+  (void)rt_->free_device(counts_dev_);
   for (void* p : ipc_opened_) (void)rt_->ipc_close_handle(p);
   for (void* p : dev_fifo_mem_) (void)rt_->free_device(p);
   for (void* p : registered_) (void)rt_->unregister_host(p);
   registered_.clear();
+  (void)rt_->free_host_pinned(ring_host_);
+  // ctl_host_ stays: a kernel queued behind work that never ran would still write it.
 }
 
 // Note [Ring order]: the all-reduce ring and the broadcast/reduce chains of a job on GPUs run
@@ -175,9 +184,16 @@ void Communicator::compute_ring() {
 
 Communicator::DeviceRoute Communicator::device_route(int a, int b, std::string* why) const {
   const int da = device_of_[static_cast<size_t>(a)], db = device_of_[static_cast<size_t>(b)];
-  if (da == db) {
-    *why = format("GPU %d shared by both ranks, staged through shared memory", da);
-    return DeviceRoute::kHostStaged;
+  const long pa = pid_of_[static_cast<size_t>(a)], pb = pid_of_[static_cast<size_t>(b)];
+  if (da == db && !settings_.p2p_disable) {
+    if (pa == pb) {
+      *why = format("GPU %d shared by both ranks: FIFOs in its memory", da);
+      return DeviceRoute::kP2p;
+    }
+    *why = format("GPU %d shared by both ranks, processes %ld and %ld: FIFOs in its memory through IPC "
+                  "handles (their kernels share the GPU by time slices unless MPS runs)",
+                  da, pa, pb);
+    return DeviceRoute::kIpc;
   }
   if (settings_.p2p_disable) {
     *why = format("GPU %d and GPU %d: ACCORD_P2P_DISABLE=1", da, db);
@@ -208,7 +224,6 @@ Communicator::DeviceRoute Communicator::device_route(int a, int b, std::string* 
       return DeviceRoute::kHostStaged;
     }
   }
-  const long pa = pid_of_[static_cast<size_t>(a)], pb = pid_of_[static_cast<size_t>(b)];
   if (pa == pb) {
     *why = format("GPU %d and GPU %d peer%s, one process: kernels write into the receiver's "
                   "GPU memory",
@@ -228,32 +243,65 @@ std::string Communicator::device_pair(int a, int b) const {
   return format("%s (%s)", name, why.c_str());
 }
 
-// Note [Device FIFOs] (transport/shm/fifo.hpp): for every local peer whose GPU peers with
-// ours, this rank allocates the slot data of the FIFO from that peer in its own GPU memory and
-// publishes it (a pointer within one process, an IPC handle across processes); it opens the
-// peer's in turn and builds both channels over the control areas the shared-memory segments
-// reserve. Every rank decides each pair's route from the same inputs (device_route), so both
-// ends of a pair agree without another round. dev_links_ is links_ with these channels in
-// place; host calls keep links_ and the host FIFOs.
+// Note [Device FIFOs] (transport/shm/fifo.hpp): for every local peer with a GPU, the FIFO from
+// that peer to this rank is this rank's: in its GPU memory for p2p and ipc pairs (allocated,
+// zeroed and published as a pointer or an IPC handle), in its shared-memory segment for
+// host-staged ones. It opens each peer's FIFO toward it in turn. Every rank decides each pair's
+// route from the same inputs (device_route), so both ends agree without another round. The
+// result is the DevPeer table the kernels read (dev_call.hpp), copied to GPU memory once.
 Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline) {
-  if (device_ < 0 || shm_ == nullptr) return Status::success();
+  if (device_ < 0) return Status::success();
+  dev_route_of_.assign(static_cast<size_t>(nranks_), -1);
+  std::vector<dev::DevPeer> peers(static_cast<size_t>(nranks_));
+  // This rank's own counts (DevFifo::count): two per peer, zero.
+  ACCORD_TRY(rt_->alloc_device(device_, sizeof(uint32_t) * 2 * static_cast<size_t>(nranks_), &counts_dev_));
+  ACCORD_TRY(rt_->memset_async(counts_dev_, 0, sizeof(uint32_t) * 2 * static_cast<size_t>(nranks_), stream_));
+  auto* counts = static_cast<uint32_t*>(counts_dev_);
+  const size_t fifo_bytes = shape_.header_bytes() + shape_.data_bytes();
+  auto describe = [&](uint8_t* base, uint8_t* data, uint32_t* count) {
+    FifoView v(base, shape_, nullptr, data);
+    dev::DevFifo f;
+    f.head = reinterpret_cast<uint32_t*>(&v.ctrl->head);
+    f.headers = reinterpret_cast<uint8_t*>(v.headers);
+    f.data = v.data;
+    f.count = count;
+    f.slot_stride = shape_.slot_stride();
+    f.nslots = static_cast<uint32_t>(shape_.nslots);
+    f.slot_bytes = static_cast<uint32_t>(shape_.slot_bytes);
+    return f;
+  };
+  // The device address of host-staged FIFO memory (this or a peer's segment, registered).
+  auto host_fifo = [&](void* host, uint32_t* count, dev::DevFifo* out) -> Status {
+    void* at = nullptr;
+    ACCORD_TRY(rt_->device_address(host, &at));
+    *out = describe(static_cast<uint8_t*>(at), nullptr, count);
+    return Status::success();
+  };
   std::vector<std::pair<int, DeviceRoute>> direct;
   for (int peer : local_ranks_) {
-    std::string why;
     if (peer == rank_ || device_of_[static_cast<size_t>(peer)] < 0) continue;
+    std::string why;
     const DeviceRoute route = device_route(rank_, peer, &why);
-    if (route != DeviceRoute::kHostStaged) direct.emplace_back(peer, route);
-  }
-  if (direct.empty()) return Status::success();
-  dev_links_ = links_;
-  const size_t data_bytes = shape_.data_bytes();
-  for (const auto& [peer, route] : direct) {
+    dev_route_of_[static_cast<size_t>(peer)] = static_cast<int>(route);
+    dev::DevPeer& p = peers[static_cast<size_t>(peer)];
+    uint32_t* send_count = counts + 2 * peer;
+    uint32_t* recv_count = counts + 2 * peer + 1;
+    if (route == DeviceRoute::kHostStaged) {
+      if (shm_ == nullptr) continue;
+      ACCORD_TRY(host_fifo(shm_->device_ctrl_recv(peer), recv_count, &p.recv));
+      ACCORD_TRY(host_fifo(shm_->device_ctrl_send(peer), send_count, &p.send));
+      continue;
+    }
     const int pd = device_of_[static_cast<size_t>(peer)];
     void* mem = nullptr;
-    ACCORD_TRY(rt_->alloc_device(device_, data_bytes, &mem)
-                   .prefix(format("rank %d: device FIFO from rank %d (GPU %d) to GPU %d: ", rank_,
-                                  peer, pd, device_)));
+    ACCORD_TRY(rt_->alloc_device(device_, fifo_bytes, &mem)
+                   .prefix(format("rank %d: device FIFO from rank %d (GPU %d) to GPU %d: ", rank_, peer, pd,
+                                  device_)));
     dev_fifo_mem_.push_back(mem);
+    ACCORD_TRY(rt_->memset_async(mem, 0, fifo_bytes, stream_));
+    ACCORD_TRY(rt_->synchronize_stream(stream_).prefix(format("rank %d: zeroing device FIFOs: ", rank_)));
+    auto* base = static_cast<uint8_t*>(mem);
+    p.recv = describe(base, base + shape_.header_bytes(), recv_count);
     std::string value;
     if (route == DeviceRoute::kP2p) {
       const uintptr_t at = reinterpret_cast<uintptr_t>(mem);
@@ -265,26 +313,24 @@ Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline)
       value = to_hex(&h, sizeof h);
     }
     ACCORD_TRY(store->set(format("dfifo/%d/%d", peer, rank_), value));
-    dev_receivers_.push_back(std::make_unique<FifoReceiver>(
-        shm_->device_ctrl_recv(peer), shape_, &policy_, static_cast<uint8_t*>(mem)));
-    dev_links_.recv[static_cast<size_t>(peer)] = dev_receivers_.back().get();
+    direct.emplace_back(peer, route);
   }
   for (const auto& [peer, route] : direct) {
     const int pd = device_of_[static_cast<size_t>(peer)];
     const std::string where = format("rank %d (GPU %d) to rank %d (GPU %d)", rank_, device_, peer, pd);
     std::string value;
-    ACCORD_TRY(store->get(format("dfifo/%d/%d", rank_, peer), &value, deadline,
-                          format("rank %d", peer)));
+    ACCORD_TRY(store->get(format("dfifo/%d/%d", rank_, peer), &value, deadline, format("rank %d", peer)));
     void* data = nullptr;
     if (route == DeviceRoute::kP2p) {
       uintptr_t at = 0;
       if (!from_hex(value, &at, sizeof at))
         return error(ACCORD_ERR_INTERNAL, "device FIFO %s: rank %d published a malformed pointer",
                      where.c_str(), peer);
-      ACCORD_TRY(rt_->enable_peer(device_, pd).prefix(format(
-          "device FIFO %s: peer access was expected (the topology says the pair peers); set "
-          "ACCORD_P2P_DISABLE=1 to stage through host memory: ",
-          where.c_str())));
+      if (pd != device_)
+        ACCORD_TRY(rt_->enable_peer(device_, pd).prefix(format(
+            "device FIFO %s: peer access was expected (the topology says the pair peers); set "
+            "ACCORD_P2P_DISABLE=1 to stage through host memory: ",
+            where.c_str())));
       data = reinterpret_cast<void*>(at);
     } else {
       IpcHandle h;
@@ -297,21 +343,52 @@ Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline)
           where.c_str(), peer)));
       ipc_opened_.push_back(data);
     }
-    dev_senders_.push_back(std::make_unique<FifoSender>(shm_->device_ctrl_send(peer), shape_, &policy_,
-                                                        static_cast<uint8_t*>(data),
-                                                        route == DeviceRoute::kP2p ? "p2p" : "ipc"));
-    dev_links_.send[static_cast<size_t>(peer)] = dev_senders_.back().get();
+    auto* base = static_cast<uint8_t*>(data);
+    peers[static_cast<size_t>(peer)].send =
+        describe(base, base + shape_.header_bytes(), counts + 2 * peer);
   }
-  // A rank may not free its slots (destroy, exit) while a peer still has to open them: wait
+  // A rank may not free its FIFOs (destroy, exit) while a peer still has to open them: wait
   // until every direct peer has opened ours (as the shm segments' "mapped" round).
-  ACCORD_TRY(store->set(format("dfifo_opened/%d", rank_), "1"));
-  for (const auto& [peer, route] : direct) {
-    std::string unused;
-    ACCORD_TRY(store->get(format("dfifo_opened/%d", peer), &unused, deadline, format("rank %d", peer)));
+  if (!direct.empty()) {
+    ACCORD_TRY(store->set(format("dfifo_opened/%d", rank_), "1"));
+    for (const auto& [peer, route] : direct) {
+      std::string unused;
+      ACCORD_TRY(store->get(format("dfifo_opened/%d", peer), &unused, deadline, format("rank %d", peer)));
+    }
   }
-  LOG_INFO(kGpu, "rank %d: device FIFOs with %zu peer%s (%zu slots x %zu KiB of GPU %d memory each)",
+  ACCORD_TRY(upload_peers(peers));
+  LOG_INFO(kGpu, "rank %d: device FIFOs with %zu peer%s in GPU memory (%zu slots x %zu KiB of GPU %d memory each)",
            rank_, direct.size(), direct.size() == 1 ? "" : "s", shape_.nslots, shape_.slot_bytes >> 10, device_);
   return Status::success();
+}
+
+// The DevPeer table into GPU memory, through the communicator's own (non-blocking) stream: a
+// synchronous copy would run on the legacy default stream and wait for the users' streams.
+Status Communicator::upload_peers(const std::vector<dev::DevPeer>& peers) {
+  const size_t bytes = sizeof(dev::DevPeer) * peers.size();
+  if (bytes == 0) return Status::success();
+  void* staging = nullptr;
+  ACCORD_TRY(rt_->alloc_host_pinned(bytes, &staging));
+  std::memcpy(staging, peers.data(), bytes);
+  Status s = rt_->alloc_device(device_, bytes, &peers_dev_);
+  if (s.ok()) s = rt_->copy_async(CopyKind::kHostToDevice, peers_dev_, staging, bytes, stream_);
+  if (s.ok()) s = rt_->synchronize_stream(stream_);
+  (void)rt_->free_host_pinned(staging);
+  return s.prefix(format("rank %d: device FIFO table: ", rank_));
+}
+
+const char* Communicator::device_channel(int peer) const {
+  if (peer < 0 || static_cast<size_t>(peer) >= dev_route_of_.size()) return nullptr;
+  switch (dev_route_of_[static_cast<size_t>(peer)]) {
+    case static_cast<int>(DeviceRoute::kP2p):
+      return "p2p";
+    case static_cast<int>(DeviceRoute::kIpc):
+      return "ipc";
+    case static_cast<int>(DeviceRoute::kHostStaged):
+      return "host-staged";
+    default:
+      return nullptr;
+  }
 }
 
 // A host-only communicator in a process with GPUs: a device buffer would be read by the host
@@ -366,18 +443,67 @@ Status Communicator::classify_buffers(const CollArgs& a, bool* on_device) const 
   return Status::success();
 }
 
+// Note [Step ring]: a schedule of more than kInlineSteps steps goes to the kernel through this
+// communicator's ring of pinned host memory (the kernel reads it over the bus, a step at a
+// time, which only long schedules of large messages need). Records are written in call order;
+// a record's space is reused once DevCtl::done shows its kernel ended. The wait for space is
+// on the host and reads only pinned memory: it can only be long when many collectives queue
+// behind one that cannot progress, and then it ends at the timeout with an error.
+Status Communicator::reserve_steps(size_t bytes, uint64_t seq, size_t* offset) {
+  bytes = (bytes + 63) & ~size_t{63};
+  if (bytes > kStepRingBytes)
+    return error(ACCORD_ERR_UNSUPPORTED, "rank %d: a collective of %zu schedule steps on GPU %d is more than "
+                 "the step ring holds (%zu bytes); split the call, or raise ACCORD_SHM_SLOT_BYTES so that "
+                 "each step moves more", rank_, bytes / sizeof(dev::DevStep), device_, kStepRingBytes);
+  auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
+  const Deadline deadline = Deadline::after_ms(settings_.timeout_ms);
+  for (;;) {
+    const uint64_t done = __atomic_load_n(&ctl->done, __ATOMIC_ACQUIRE);
+    while (!ring_records_.empty() && ring_records_.front().seq <= done) ring_records_.pop_front();
+    size_t at = ring_pos_;
+    bool fits;
+    if (ring_records_.empty()) {
+      if (at + bytes > kStepRingBytes) at = 0;
+      fits = true;
+    } else {
+      const size_t tail = ring_records_.front().start;  // the oldest record still in use
+      if (at >= tail) {
+        if (at + bytes <= kStepRingBytes) {
+          fits = true;
+        } else {
+          at = 0;
+          fits = bytes <= tail;
+        }
+      } else {
+        fits = at + bytes <= tail;
+      }
+    }
+    if (fits) {
+      ring_records_.push_back({seq, at});
+      ring_pos_ = at + bytes;
+      *offset = at;
+      return Status::success();
+    }
+    if (deadline.expired())
+      return error(ACCORD_ERR_TIMEOUT, "rank %d: GPU %d: no room for collective seq %llu's steps: the "
+                   "collective seq %llu has not ended in %lld ms; is a peer stuck, or the stream held?",
+                   rank_, device_, static_cast<unsigned long long>(seq),
+                   static_cast<unsigned long long>(ring_records_.front().seq),
+                   static_cast<long long>(settings_.timeout_ms));
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   RankScope scope(rank_, nranks_);
   const char* name = collective_name(a.coll);
-  const accord_status_t sticky = sticky_code_.load(std::memory_order_acquire);
+  const accord_status_t sticky = sticky_error();
   if (sticky != ACCORD_SUCCESS)
     return error(
         sticky,
         "rank %d: %s refused: this communicator failed earlier (accord_comm_get_async_error gives "
         "the code, accord_last_error the message); destroy it and create a new one",
         rank_, name);
-  size_t in_bytes = 0, out_bytes = 0;
-  ACCORD_TRY(check_args(a, &in_bytes, &out_bytes));
   if (user_stream == nullptr)
     return error(ACCORD_ERR_INVALID_ARGUMENT,
                  "rank %d: %s: device buffers need a stream of GPU %d (a cudaStream_t, "
@@ -388,32 +514,194 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   if (it != user_streams_.end()) {
     us = it->second;
   } else {
-    ACCORD_TRY(rt_->wrap_user_stream(device_, user_stream, &us)
-                   .prefix(format("rank %d: %s: ", rank_, name)));
+    ACCORD_TRY(rt_->wrap_user_stream(device_, user_stream, &us).prefix(format("rank %d: %s: ", rank_, name)));
     user_streams_.emplace(user_stream, us);
   }
-  Event ready;
-  ACCORD_TRY(rt_->create_event(device_, &ready));
-  Status s = rt_->record_event(ready, us);
-  const uint64_t ticket = issued_ + 1;
-  if (s.ok()) s = rt_->stream_wait_flag(us, done_, ticket);
+  CallPlan plan;
+  ACCORD_TRY(plan_call(a, true, &plan));
+  if (plan.schedule == nullptr) return Status::success();  // nothing to move
+  const Schedule& sched = *plan.schedule;
+  if (sched.scratch_bytes > 0 && sched.scratch_bytes > (dev_scratch_ != nullptr ? shape_.slot_bytes : 0))
+    return error(ACCORD_ERR_INTERNAL, "rank %d: %s needs %zu bytes of GPU scratch, more than the %zu allocated "
+                 "at init", rank_, name, sched.scratch_bytes, dev_scratch_ != nullptr ? shape_.slot_bytes : 0);
+  const uint64_t seq = dev_seq_ + 1;
+  const bool reducing =
+      a.coll == Collective::kAllReduce || a.coll == Collective::kReduceScatter || a.coll == Collective::kReduce;
+  dev::DevLaunch launch;
+  std::memset(static_cast<void*>(&launch), 0, sizeof launch);
+  dev::DevCall& c = launch.call;
+  c.nsteps = static_cast<uint32_t>(sched.steps.size());
+  c.nranks = nranks_;
+  c.rank = rank_;
+  c.dtype = reducing ? a.dtype : ACCORD_UINT8;
+  c.op = reducing ? a.op : ACCORD_SUM;
+  c.divisor = reducing && a.op == ACCORD_AVG ? nranks_ : 0;
+  c.elem_bytes = static_cast<uint32_t>(plan.elem_bytes);
+  c.tag = plan.tag;
+  c.input = a.send;
+  c.output = a.recv;
+  c.scratch = dev_scratch_;
+  c.peers = static_cast<const dev::DevPeer*>(peers_dev_);
+  c.ctl = static_cast<dev::DevCtl*>(ctl_dev_);
+  c.seq = seq;
+  dev::DevStep* steps = launch.steps;
+  if (c.nsteps > dev::kInlineSteps) {
+    size_t at = 0;
+    ACCORD_TRY(reserve_steps(sizeof(dev::DevStep) * c.nsteps, seq, &at));
+    steps = reinterpret_cast<dev::DevStep*>(static_cast<uint8_t*>(ring_host_) + at);
+    c.steps = reinterpret_cast<const dev::DevStep*>(static_cast<uint8_t*>(ring_dev_) + at);
+  }
+  // (A schedule in ring order has its peers mapped back to ranks already: Note [Ring order].)
+  for (size_t i = 0; i < sched.steps.size(); ++i) {
+    const Step& from = sched.steps[i];
+    dev::DevStep& to = steps[i];
+    to.kind = static_cast<uint8_t>(from.kind);
+    to.src = static_cast<uint8_t>(from.src);
+    to.dst = static_cast<uint8_t>(from.dst);
+    to.postop = from.postop ? 1 : 0;
+    to.message_right = from.message_right ? 1 : 0;
+    to.send_peer = from.send_peer;
+    to.recv_peer = from.recv_peer;
+    to.src_off = from.src_off;
+    to.dst_off = from.dst_off;
+    to.bytes = from.bytes;
+  }
+  // Note [Kernel order]: kernels of one communicator must run one after another (each FIFO
+  // count has one writer). On one stream they do; when the caller switches streams, the new
+  // stream waits for everything the old one holds so far.
+  if (last_stream_.id != 0 && last_stream_.id != us.id) {
+    ACCORD_TRY(rt_->record_event(order_event_, last_stream_).prefix(format("rank %d: %s: ", rank_, name)));
+    ACCORD_TRY(rt_->stream_wait_event(us, order_event_).prefix(format("rank %d: %s: ", rank_, name)));
+  }
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    inflight_.push_back({seq, name, plan.out_bytes});
+    recent_.push_back(inflight_.back());
+    if (recent_.size() > 64) recent_.pop_front();
+  }
+  Status s = rt_->launch_kernel(dev::collective_kernel(), &launch, sizeof launch, us);
   if (!s.ok()) {
-    (void)rt_->destroy_event(ready);
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    inflight_.pop_back();
+    recent_.pop_back();
+    if (c.steps != nullptr) ring_records_.pop_back();
     return s.prefix(format("rank %d: %s: ", rank_, name));
   }
-  issued_ = ticket;
-  post_job([this, a, ready, ticket] {
-    Status st = rt_->synchronize_event(ready);
-    (void)rt_->destroy_event(ready);
-    if (st.ok()) {
-      st = run_on(a, true);  // records its own failures as sticky
-    } else if (sticky_code_.load() == ACCORD_SUCCESS) {
-      sticky_ = st;
-      sticky_code_.store(st.code(), std::memory_order_release);
-    }
-    done_->store(ticket, std::memory_order_release);
-  });
+  dev_seq_ = seq;
+  last_stream_ = us;
+  start_watchdog();
+  watch_cv_.notify_one();
   return Status::success();
+}
+
+// Note [Device watchdog]: the one host thread of a GPU communicator, asleep while no
+// collective is in flight. While one is, it looks every millisecond at what the kernels wrote
+// (DevCtl) and at the peers (their process, their death notes); a kernel that failed, a peer
+// that died, a kernel that has run for ACCORD_TIMEOUT_MS, or accord_comm_abort makes it set
+// DevCtl::abort (every kernel of the communicator then gives up and ends), and the first such
+// failure becomes the communicator's error, named with the rank, the peer and the call.
+void Communicator::start_watchdog() {
+  if (watchdog_.joinable()) return;
+  watchdog_ = std::thread([this] { watchdog_loop(); });
+}
+
+void Communicator::stop_watchdog() {
+  if (!watchdog_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    watch_stop_ = true;
+  }
+  watch_cv_.notify_all();
+  watchdog_.join();
+}
+
+Status Communicator::kernel_error() {
+  auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
+  const uint64_t err_seq = __atomic_load_n(&ctl->err_seq, __ATOMIC_ACQUIRE);
+  if (err_seq == 0) return Status::success();
+  const char* name = "collective";
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    for (const InFlight& c : recent_)
+      if (c.seq == err_seq) name = c.name;
+  }
+  const int code = ctl->err_code;
+  const char* what = code == dev::kDevBadTag ? "a message of another call: every rank must make the same calls "
+                                               "(collective, count, dtype, op, root) in the same order"
+                     : code == dev::kDevBadSize ? "a message of another size: the ranks called it with different "
+                                                  "counts or dtypes"
+                     : code == dev::kDevNoChannel ? "a step toward a rank this GPU has no FIFO with"
+                                                  : "an abort";
+  return error(code == dev::kDevAborted ? ACCORD_ERR_ABORTED : ACCORD_ERR_MISMATCH,
+               "rank %d: %s (seq %llu) on GPU %d, step %lld, peer rank %d: the kernel met %s (expected %llu, got "
+               "%llu); run with ACCORD_CHECK=1 to name the difference",
+               rank_, name, static_cast<unsigned long long>(err_seq), device_, static_cast<long long>(ctl->err_step),
+               ctl->err_peer, what, static_cast<unsigned long long>(ctl->err_want),
+               static_cast<unsigned long long>(ctl->err_got));
+}
+
+void Communicator::adopt_kernel_error() {
+  Status s = kernel_error();
+  if (!s.ok()) set_sticky(s);
+}
+
+void Communicator::set_sticky(const Status& s) {
+  std::lock_guard<std::mutex> lock(sticky_mu_);
+  if (sticky_code_.load() != ACCORD_SUCCESS) return;
+  sticky_ = s;
+  sticky_code_.store(s.code(), std::memory_order_release);
+  leave_death_note(s);
+  LOG_WARN(kColl, "%s", s.message().c_str());
+}
+
+void Communicator::watchdog_loop() {
+  auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
+  uint64_t started_seen = 0;
+  Deadline deadline = Deadline::after_ms(settings_.timeout_ms);
+  for (;;) {
+    InFlight call;
+    {
+      std::unique_lock<std::mutex> lock(watch_mu_);
+      const uint64_t done = __atomic_load_n(&ctl->done, __ATOMIC_ACQUIRE);
+      while (!inflight_.empty() && inflight_.front().seq <= done) inflight_.pop_front();
+      if (inflight_.empty()) {
+        watch_cv_.wait(lock, [&] { return watch_stop_ || !inflight_.empty(); });
+        if (watch_stop_) return;
+        continue;
+      }
+      if (watch_stop_) return;
+      call = inflight_.front();
+    }
+    Status failure = kernel_error();
+    if (failure.ok()) {
+      const uint64_t started = __atomic_load_n(&ctl->started, __ATOMIC_ACQUIRE);
+      if (started != started_seen) {  // a new kernel runs: its own deadline
+        started_seen = started;
+        deadline = Deadline::after_ms(settings_.timeout_ms);
+      }
+      WaitContext ctx;
+      ctx.abort_flag = &abort_;
+      ctx.self_rank = rank_;
+      ctx.peer_rank = __atomic_load_n(&ctl->waiting_peer, __ATOMIC_ACQUIRE);
+      ctx.peer_pidfd = -1;
+      ctx.pidfds = links_.pidfd.data();
+      ctx.nranks = nranks_;
+      ctx.death_notes = links_.death_notes;
+      ctx.operation = call.name;
+      ctx.seq = call.seq;
+      ctx.deadline = started >= call.seq ? deadline : Deadline::after_ms(settings_.timeout_ms);
+      failure = check_wait(ctx, "its part of the collective on the GPU");
+    }
+    if (!failure.ok()) {
+      // The error first, then the abort: a caller whose stream passes the aborted kernel finds
+      // the error already there.
+      set_sticky(failure);
+      __atomic_store_n(&ctl->abort, 1u, __ATOMIC_RELEASE);
+    }
+    std::unique_lock<std::mutex> lock(watch_mu_);
+    watch_cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return watch_stop_; });
+    if (watch_stop_) return;
+  }
 }
 
 }  // namespace accord

@@ -453,10 +453,9 @@ TEST(GpuPath, PlanNamesEveryGpuPair) {
         EXPECT_EQ(peer, !cross) << line;
       }
       for (auto [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
-        const accord::PeerLinks& links = job.comms[from]->impl->links(true);
-        ASSERT_NE(links.send[static_cast<size_t>(to)], nullptr);
-        EXPECT_STREQ(links.send[static_cast<size_t>(to)]->name(), peer ? "p2p" : "shm")
-            << "rank " << from << " -> " << to;
+        const char* channel = job.comms[from]->impl->device_channel(to);
+        ASSERT_NE(channel, nullptr);
+        EXPECT_STREQ(channel, peer ? "p2p" : "host-staged") << "rank " << from << " -> " << to;
       }
     }
   if (topo != nullptr && std::string(topo) == "tf4" && !disabled) {

@@ -8,13 +8,13 @@
 // the flag also carries the data (the idea of NCCL's LL protocol, without its 50% overhead for
 // large messages). The receiver releases a slot by storing head = m + 1.
 //
-// Note [Device FIFOs]: the same FIFO with its slot data somewhere else. The control part
-// (FifoCtrl and the slot headers, with their inline payloads) stays in the receiver's
-// shared-memory segment, registered with the device runtime as pinned memory; the slot data
-// is GPU memory of the receiver, written directly by the sender's kernels (CUDA peer access in
-// one process, "p2p"; an IPC mapping of it in another process, "ipc"). The protocol does not
-// change: the sender's DataMover synchronizes its stream before post(), so the data has landed
-// before the flag is seen.
+// Note [Device FIFOs]: the device path (collectives/device/dev_call.hpp) uses this layout too,
+// driven by a kernel instead of these classes: FifoCtrl's head word and the slot headers' seq,
+// size and tag, with no inline payloads. For GPUs that peer (or ranks sharing a GPU) the whole
+// FIFO is GPU memory of the receiver, written by the sender's kernel through peer access ("p2p")
+// or an IPC mapping ("ipc"); for host-staged pairs it is a device area of the receiver's
+// shared-memory segment (ShmOptions::device_fifos), registered with the device runtime. Host
+// calls and device calls never share a FIFO.
 #pragma once
 
 #include <atomic>

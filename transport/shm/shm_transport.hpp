@@ -8,9 +8,9 @@
 // unlink, the next Accord process on the host removes segments whose creator pid is gone.
 //
 // The first page of the segment holds the owner's death note and its board (Note [Board]).
-// After the FIFOs, the segment holds one device-FIFO control area per rank (FifoShape::
-// header_bytes(), zero-filled): the device path builds its p2p/ipc FIFOs on them (Note [Device
-// FIFOs], fifo.hpp), so host calls and device calls of one communicator never share a FIFO.
+// After the FIFOs, the segment holds one device-FIFO area per rank (zero-filled; a whole FIFO
+// with ShmOptions::device_fifos, else its control part): the device path's host-staged FIFOs
+// (Note [Device FIFOs], fifo.hpp), so host calls and device calls never share a FIFO.
 #pragma once
 
 #include <atomic>
@@ -30,6 +30,9 @@ namespace accord {
 struct ShmOptions {
   FifoShape shape;
   WaitPolicy policy;
+  // Note [Device FIFOs]: each device area holds a whole FIFO (slots too), for the host-staged
+  // device path; otherwise only its control part.
+  bool device_fifos = false;
 };
 
 class ShmTransport {

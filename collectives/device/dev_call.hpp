@@ -1,0 +1,420 @@
+// Note [One protocol, two executors]: a collective on device buffers is one kernel on the
+// caller's stream (NCCL's shape). The kernel runs this rank's schedule (schedule.hpp) step by
+// step, moving data through FIFOs in device-visible memory and waiting on flags it polls
+// itself; no host thread takes part. This header is that kernel's whole protocol: the plain
+// structs a launch carries (DevLaunch), and run_call(), written once for the host compiler and
+// nvcc. On a GPU, dev_kernel.cu runs run_call with a block of threads (CudaLanes); the
+// simulated runtime runs the very same run_call on the stream's host thread (HostLanes in
+// dev_host.cpp). The lanes supply only what differs: how a flag is loaded and stored, how the
+// threads of a block agree, and the element loops.
+//
+// FIFO (one per directed pair of ranks, DevFifo): nslots slots of slot_bytes in the receiver's
+// memory (its GPU memory for p2p / ipc pairs, its shared-memory segment, pinned and mapped, for
+// host-staged pairs), with the flags beside them, in the layout of the host FIFO (fifo.hpp:
+// FifoCtrl's head word, then 64-byte SlotHeaders whose first words are seq, size, tag):
+//  - message m uses slot m % nslots; the sender waits until head + nslots > m, writes the
+//    payload, fences, writes size and tag, then seq = m + 1;
+//  - the receiver waits until the slot's seq == m + 1, uses the payload, then stores head = m + 1;
+//  - each end keeps its own count (messages sent / received) in its own device memory
+//    (DevFifo::count), so consecutive kernels go on where the last one stopped.
+// Kernels of one communicator run one after another (the communicator orders them, Note
+// [Kernel order] in device_path.cpp), so each count has one writer at a time.
+//
+// Errors: every wait polls DevCtl::abort, which the communicator's watchdog sets (timeout, a
+// dead peer, abort); the kernel then records where it was in DevCtl and returns, so the
+// caller's stream goes on. A message of the wrong size or call signature is recorded the same
+// way. The kernel writes DevCtl::done = its seq last, in every case.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "collectives/kernels/element_ops.hpp"  // ACCORD_HD
+
+namespace accord::dev {
+
+// Step kinds and buffers: the values of StepKind and Buf (schedule.hpp; dev_host.cpp checks).
+enum : uint8_t {
+  kStepSend = 0,
+  kStepRecv,
+  kStepRecvReduce,
+  kStepRecvReduceSend,
+  kStepRecvReduceCopySend,
+  kStepRecvCopySend,
+  kStepCopy,
+  kStepReduceAll,
+};
+enum : uint8_t { kBufInput = 0, kBufOutput = 1 };
+
+struct DevStep {
+  uint8_t kind;
+  uint8_t src;
+  uint8_t dst;
+  uint8_t postop;
+  uint8_t message_right;
+  uint8_t pad[3];
+  int32_t send_peer;
+  int32_t recv_peer;
+  uint64_t src_off;
+  uint64_t dst_off;
+  uint64_t bytes;
+};
+static_assert(sizeof(DevStep) == 40, "DevStep is copied as plain bytes");
+
+// Byte offsets of the flags inside the host FIFO layout (fifo.hpp; checked in dev_host.cpp).
+constexpr size_t kHeadOffset = 0;      // FifoCtrl::head
+constexpr size_t kSlotHeaderBytes = 64;  // SlotHeader: seq +0, size +4, tag +8
+
+struct DevFifo {
+  uint32_t* head = nullptr;      // messages released by the receiver
+  uint8_t* headers = nullptr;    // nslots SlotHeaders
+  uint8_t* data = nullptr;       // slot i at data + i * slot_stride
+  uint32_t* count = nullptr;     // this end's own count, in this rank's device memory
+  uint64_t slot_stride = 0;
+  uint32_t nslots = 0;
+  uint32_t slot_bytes = 0;
+};
+
+struct DevPeer {
+  DevFifo send;  // to the peer
+  DevFifo recv;  // from the peer
+};
+
+// Error codes a kernel records (DevCtl::err_code).
+enum : int32_t { kDevOk = 0, kDevAborted = 1, kDevBadTag = 2, kDevBadSize = 3, kDevNoChannel = 4 };
+
+// One per GPU communicator, in pinned host memory mapped into the GPU: the host reads it without
+// any CUDA call (the watchdog), the kernel writes it.
+struct DevCtl {
+  uint32_t abort;  // non-zero: every kernel of this communicator gives up at its next wait
+  uint32_t pad0[15];
+  uint64_t started;  // seq of the last call whose kernel began
+  uint64_t done;     // seq of the last call whose kernel ended
+  int32_t waiting_peer;  // the rank a kernel has waited on for a while (for the watchdog's message)
+  int32_t waiting_step;
+  uint32_t pad1[10];
+  // The first failure a kernel met (err_seq 0: none).
+  uint64_t err_seq;
+  int32_t err_code;
+  int32_t err_peer;
+  int64_t err_step;
+  uint64_t err_want;
+  uint64_t err_got;
+};
+
+struct DevCall {
+  const DevStep* steps = nullptr;  // null: DevLaunch::steps (short schedules travel inline)
+  uint32_t nsteps = 0;
+  int32_t nranks = 1;
+  int32_t rank = 0;
+  int32_t dtype = 0;
+  int32_t op = 0;
+  int32_t divisor = 0;  // > 1: avg's divide on the last reduction of each element
+  uint32_t elem_bytes = 1;
+  uint32_t tag = 0;     // the call signature (Note [Call signature])
+  const void* input = nullptr;
+  void* output = nullptr;
+  void* scratch = nullptr;  // kReduceAll with 3+ ranks: one step's bytes
+  const DevPeer* peers = nullptr;  // [nranks], device memory
+  DevCtl* ctl = nullptr;           // device address of the communicator's DevCtl
+  uint64_t seq = 0;
+};
+
+constexpr uint32_t kInlineSteps = 16;
+constexpr unsigned kCollectiveThreads = 512;  // one block of the CUDA kernel
+
+// What one launch carries, by value (a kernel parameter, under CUDA's 4 KiB).
+struct DevLaunch {
+  DevCall call;
+  DevStep steps[kInlineSteps];
+};
+static_assert(sizeof(DevLaunch) <= 4096, "a kernel parameter");
+
+// ---- the protocol ----
+
+// Lanes (dev_kernel.cu: CudaLanes; dev_host.cpp: HostLanes) provide:
+//   bool leader();                        the one thread that waits on and writes flags
+//   void sync();                          every thread of the block reaches this point
+//   template <class T> T share(T v);      the leader's v, to every thread (a sync included)
+//   uint32_t load(const uint32_t*);       a flag, read with acquire semantics
+//   void store(uint32_t*, uint32_t);      a flag, written with release semantics
+//   void store64(uint64_t*, uint64_t);    the same for DevCtl's counters
+//   void publish();                       every thread's writes visible to the peers (before
+//                                         the leader's store of a flag)
+//   void pause(uint32_t spins);           between two polls of a flag
+//   void move(const MoveArgs&);           dst0 (, dst1) = a op b, or a; then / divisor
+//   DevStep step(const DevStep*);         a step, read once and shared
+struct MoveArgs {
+  void* dst0 = nullptr;
+  void* dst1 = nullptr;
+  const void* a = nullptr;
+  const void* b = nullptr;  // null: copy
+  uint64_t count = 0;       // elements (bytes for a plain copy: elem_bytes 1)
+  int32_t divisor = 0;
+  bool copy_bytes = false;  // a dtype-free byte copy
+};
+
+template <class Lanes>
+class CallRunner {
+ public:
+  ACCORD_HD CallRunner(const DevCall& c, const DevStep* steps, Lanes& lanes)
+      : c_(c), steps_(steps), L_(lanes) {}
+
+  // Runs every step; returns false after recording a failure in DevCtl.
+  ACCORD_HD bool run() {
+    uint32_t aborted = 0;
+    if (L_.leader()) {
+      L_.store64(&c_.ctl->started, c_.seq);
+      aborted = L_.load(&c_.ctl->abort);
+    }
+    bool ok = L_.share(aborted) == 0;
+    if (!ok) fail_leader(kDevAborted, -1, 0, 0);
+    for (uint32_t i = 0; ok && i < c_.nsteps; ++i) {
+      index_ = i;
+      const DevStep s = L_.step(steps_ + i);
+      ok = run_step(s);
+    }
+    L_.publish();
+    L_.sync();
+    if (L_.leader()) L_.store64(&c_.ctl->done, c_.seq);
+    return ok;
+  }
+
+ private:
+  ACCORD_HD const uint8_t* src(const DevStep& s) const {
+    return static_cast<const uint8_t*>(s.src == kBufInput ? c_.input : c_.output) + s.src_off;
+  }
+  ACCORD_HD uint8_t* dst(const DevStep& s) const {
+    return static_cast<uint8_t*>(s.dst == kBufOutput ? c_.output : const_cast<void*>(c_.input)) +
+           s.dst_off;
+  }
+  ACCORD_HD int32_t divisor(const DevStep& s) const { return s.postop ? c_.divisor : 0; }
+
+  // Leader only: records the first failure of this call.
+  ACCORD_HD void fail_leader(int32_t code, int32_t peer, uint64_t want, uint64_t got) {
+    if (!L_.leader()) return;
+    DevCtl* ctl = c_.ctl;
+    if (ctl->err_seq != 0) return;
+    ctl->err_code = code;
+    ctl->err_peer = peer;
+    ctl->err_step = static_cast<int64_t>(index_);
+    ctl->err_want = want;
+    ctl->err_got = got;
+    L_.store64(&ctl->err_seq, c_.seq);
+  }
+
+  // Leader only: waits until `*word` satisfies ready(); false when aborted.
+  template <class Ready>
+  ACCORD_HD bool wait(const uint32_t* word, Ready ready, int32_t peer) {
+    for (uint32_t spins = 0;; ++spins) {
+      if (ready(L_.load(word))) return true;
+      if (spins == 1024) {  // a long wait: say on whom, for the watchdog's message
+        L_.store(reinterpret_cast<uint32_t*>(&c_.ctl->waiting_step), index_);
+        L_.store(reinterpret_cast<uint32_t*>(&c_.ctl->waiting_peer), static_cast<uint32_t>(peer));
+      }
+      if ((spins & 63) == 63 && L_.load(&c_.ctl->abort) != 0) return false;
+      L_.pause(spins);
+    }
+  }
+
+  // Leader: the next message from `peer`, checked against what the schedule expects. Every
+  // thread gets the payload's address, or null after a failure.
+  ACCORD_HD const uint8_t* receive(int32_t peer, uint64_t want) {
+    const uint8_t* msg = nullptr;
+    if (L_.leader()) msg = leader_receive(peer, want);
+    return L_.share(msg);
+  }
+  ACCORD_HD const uint8_t* leader_receive(int32_t peer, uint64_t want) {
+    if (peer < 0 || peer >= c_.nranks || c_.peers[peer].recv.data == nullptr) {
+      fail_leader(kDevNoChannel, peer, 0, 0);
+      return nullptr;
+    }
+    const DevFifo& f = c_.peers[peer].recv;
+    const uint32_t m = *f.count;
+    const uint32_t* hdr = reinterpret_cast<const uint32_t*>(f.headers + (m % f.nslots) * kSlotHeaderBytes);
+    if (!wait(hdr, [m](uint32_t seq) { return seq == m + 1; }, peer)) {
+      fail_leader(kDevAborted, peer, 0, 0);
+      return nullptr;
+    }
+    const uint32_t size = L_.load(hdr + 1);
+    const uint32_t tag = L_.load(hdr + 2);
+    if (tag != c_.tag) {
+      fail_leader(kDevBadTag, peer, c_.tag, tag);
+      return nullptr;
+    }
+    if (size != want) {
+      fail_leader(kDevBadSize, peer, want, size);
+      return nullptr;
+    }
+    return f.data + (m % f.nslots) * f.slot_stride;
+  }
+  // After every thread is done with the message (the caller syncs first).
+  ACCORD_HD void release(int32_t peer) {
+    if (!L_.leader()) return;
+    const DevFifo& f = c_.peers[peer].recv;
+    const uint32_t m = *f.count + 1;
+    *f.count = m;
+    L_.store(f.head, m);
+  }
+
+  // A free slot toward `peer`, to every thread; null after a failure.
+  ACCORD_HD uint8_t* acquire(int32_t peer, uint64_t bytes) {
+    uint8_t* slot = nullptr;
+    if (L_.leader()) slot = leader_acquire(peer, bytes);
+    return L_.share(slot);
+  }
+  ACCORD_HD uint8_t* leader_acquire(int32_t peer, uint64_t bytes) {
+    if (peer < 0 || peer >= c_.nranks || c_.peers[peer].send.data == nullptr) {
+      fail_leader(kDevNoChannel, peer, 0, 0);
+      return nullptr;
+    }
+    const DevFifo& f = c_.peers[peer].send;
+    if (bytes > f.slot_bytes) {
+      fail_leader(kDevBadSize, peer, f.slot_bytes, bytes);
+      return nullptr;
+    }
+    const uint32_t m = *f.count;
+    const uint32_t n = f.nslots;
+    if (!wait(f.head, [m, n](uint32_t head) { return m - head < n; }, peer)) {
+      fail_leader(kDevAborted, peer, 0, 0);
+      return nullptr;
+    }
+    return f.data + (m % n) * f.slot_stride;
+  }
+  // After every thread wrote the payload and published it (the caller does both).
+  ACCORD_HD void post(int32_t peer, uint64_t bytes) {
+    if (!L_.leader()) return;
+    const DevFifo& f = c_.peers[peer].send;
+    const uint32_t m = *f.count;
+    uint32_t* hdr = reinterpret_cast<uint32_t*>(f.headers + (m % f.nslots) * kSlotHeaderBytes);
+    hdr[1] = static_cast<uint32_t>(bytes);
+    hdr[2] = c_.tag;
+    L_.store(hdr, m + 1);
+    *f.count = m + 1;
+  }
+
+  ACCORD_HD void move(void* d0, void* d1, const void* a, const void* b, uint64_t bytes, int32_t div) {
+    MoveArgs k;
+    k.dst0 = d0;
+    k.dst1 = d1;
+    k.a = a;
+    k.b = b;
+    k.divisor = div;
+    if (b == nullptr && div <= 1) {
+      k.copy_bytes = true;
+      k.count = bytes;
+    } else {
+      k.count = bytes / c_.elem_bytes;
+    }
+    L_.move(k);
+  }
+  // Every thread's part of the data is written: let the peers see it.
+  ACCORD_HD void finish_writes() {
+    L_.publish();
+    L_.sync();
+  }
+
+  ACCORD_HD bool run_step(const DevStep& s) {
+    switch (s.kind) {
+      case kStepSend: {
+        uint8_t* slot = acquire(s.send_peer, s.bytes);
+        if (slot == nullptr) return false;
+        move(slot, nullptr, src(s), nullptr, s.bytes, 0);
+        finish_writes();
+        post(s.send_peer, s.bytes);
+        return true;
+      }
+      case kStepRecv: {
+        const uint8_t* msg = receive(s.recv_peer, s.bytes);
+        if (msg == nullptr) return false;
+        move(dst(s), nullptr, msg, nullptr, s.bytes, 0);
+        finish_writes();
+        release(s.recv_peer);
+        return true;
+      }
+      case kStepCopy:
+        if (dst(s) != src(s)) {
+          move(dst(s), nullptr, src(s), nullptr, s.bytes, 0);
+          finish_writes();
+        }
+        return true;
+      case kStepRecvReduce: {
+        const uint8_t* msg = receive(s.recv_peer, s.bytes);
+        if (msg == nullptr) return false;
+        const void* a = s.message_right ? static_cast<const void*>(src(s)) : msg;
+        const void* b = s.message_right ? static_cast<const void*>(msg) : src(s);
+        move(dst(s), nullptr, a, b, s.bytes, divisor(s));
+        finish_writes();
+        release(s.recv_peer);
+        return true;
+      }
+      case kStepRecvReduceSend:
+      case kStepRecvReduceCopySend:
+      case kStepRecvCopySend: {
+        const uint8_t* msg = receive(s.recv_peer, s.bytes);
+        if (msg == nullptr) return false;
+        uint8_t* slot = acquire(s.send_peer, s.bytes);
+        if (slot == nullptr) return false;
+        const void* b = s.kind == kStepRecvCopySend ? nullptr : static_cast<const void*>(src(s));
+        if (s.kind == kStepRecvReduceSend) {
+          move(slot, nullptr, msg, b, s.bytes, divisor(s));
+        } else {
+          move(dst(s), slot, msg, b, s.bytes, divisor(s));
+        }
+        finish_writes();
+        post(s.send_peer, s.bytes);
+        release(s.recv_peer);
+        return true;
+      }
+      case kStepReduceAll:
+        return reduce_all(s);
+      default:
+        fail_leader(kDevNoChannel, -1, s.kind, 0);
+        return false;
+    }
+  }
+
+  // dst = in_0 op in_1 op ... op in_{n-1}, in rank order (the host executor's fold, so the
+  // same bits on every rank and on both paths).
+  ACCORD_HD bool reduce_all(const DevStep& s) {
+    const int32_t n = c_.nranks;
+    const int32_t me = c_.rank;
+    auto operand = [&](int32_t r) -> const uint8_t* { return r == me ? src(s) : receive(r, s.bytes); };
+    auto done_with = [&](int32_t r) {
+      if (r != me) release(r);
+    };
+    const uint8_t* x = operand(0);
+    if (x == nullptr) return false;
+    if (n == 1) {
+      if (dst(s) != x) {
+        move(dst(s), nullptr, x, nullptr, s.bytes, 0);
+        finish_writes();
+      }
+      return true;
+    }
+    const uint8_t* y = operand(1);
+    if (y == nullptr) return false;
+    move(n == 2 ? static_cast<void*>(dst(s)) : c_.scratch, nullptr, x, y, s.bytes,
+         n == 2 ? divisor(s) : 0);
+    finish_writes();
+    done_with(0);
+    done_with(1);
+    for (int32_t r = 2; r < n; ++r) {
+      y = operand(r);
+      if (y == nullptr) return false;
+      const bool last = r == n - 1;
+      move(last ? static_cast<void*>(dst(s)) : c_.scratch, nullptr, c_.scratch, y, s.bytes,
+           last ? divisor(s) : 0);
+      finish_writes();
+      done_with(r);
+    }
+    return true;
+  }
+
+  const DevCall& c_;
+  const DevStep* steps_;
+  Lanes& L_;
+  uint32_t index_ = 0;
+};
+
+}  // namespace accord::dev

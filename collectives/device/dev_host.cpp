@@ -1,0 +1,101 @@
+// The device path's protocol on a host thread: what the simulated runtime runs when it launches
+// the collective kernel (Note [One protocol, two executors], dev_call.hpp). Only the lanes are
+// written here; the protocol is dev_call.hpp's, the same text nvcc compiles in dev_kernel.cu.
+#include "accord_config.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+
+#include "collectives/device/dev_call.hpp"
+#include "collectives/device/dev_kernels.hpp"
+#include "collectives/kernels/reduce_kernels.hpp"
+#include "collectives/schedule.hpp"
+#include "transport/shm/fifo.hpp"
+
+namespace accord::dev {
+
+// The device protocol reads the host FIFO's layout by offsets and the schedule's enums by value.
+static_assert(static_cast<int>(StepKind::kSend) == kStepSend && static_cast<int>(StepKind::kRecv) == kStepRecv &&
+              static_cast<int>(StepKind::kRecvReduce) == kStepRecvReduce &&
+              static_cast<int>(StepKind::kRecvReduceSend) == kStepRecvReduceSend &&
+              static_cast<int>(StepKind::kRecvReduceCopySend) == kStepRecvReduceCopySend &&
+              static_cast<int>(StepKind::kRecvCopySend) == kStepRecvCopySend &&
+              static_cast<int>(StepKind::kCopy) == kStepCopy && static_cast<int>(StepKind::kReduceAll) == kStepReduceAll);
+static_assert(static_cast<int>(Buf::kInput) == kBufInput && static_cast<int>(Buf::kOutput) == kBufOutput);
+static_assert(offsetof(SlotHeader, seq) == 0 && offsetof(SlotHeader, size) == 4 && offsetof(SlotHeader, tag) == 8 &&
+              sizeof(SlotHeader) == kSlotHeaderBytes);
+static_assert(offsetof(FifoCtrl, head) == kHeadOffset);
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+
+namespace {
+
+struct HostLanes {
+  kernels::ReduceFn reduce = nullptr;
+
+  bool leader() const { return true; }
+  void sync() {}
+  template <class T>
+  T share(T v) {
+    return v;
+  }
+  uint32_t load(const uint32_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+  void store(uint32_t* p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+  void store64(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+  void publish() { std::atomic_thread_fence(std::memory_order_release); }
+  // A simulated kernel holds its stream's thread while it waits, as a real one holds its SMs;
+  // on a machine with fewer cores than simulated streams it must still let the others run.
+  void pause(uint32_t spins) {
+    if (spins < 64) return;
+    if (spins < 2048) {
+      sched_yield();
+      return;
+    }
+    usleep(20);
+  }
+  void move(const MoveArgs& m) {
+    if (m.copy_bytes) {
+      kernels::copy(m.dst0, m.a, m.count, false);
+      if (m.dst1 != nullptr) kernels::copy(m.dst1, m.a, m.count, false);
+      return;
+    }
+    kernels::ReduceArgs k;
+    k.dst0 = m.dst0;
+    k.dst1 = m.dst1;
+    k.a = m.a;
+    k.b = m.b;
+    k.count = m.count;
+    k.divisor = m.divisor;
+    reduce(k);
+  }
+  DevStep step(const DevStep* p) { return *p; }
+};
+
+void run_collective_host(const void* params) {
+  const DevLaunch& p = *static_cast<const DevLaunch*>(params);
+  HostLanes lanes;
+  lanes.reduce = kernels::get_reduce_fn(static_cast<accord_datatype_t>(p.call.dtype),
+                                        static_cast<accord_red_op_t>(p.call.op));
+  CallRunner<HostLanes> runner(p.call, p.call.steps != nullptr ? p.call.steps : p.steps, lanes);
+  (void)runner.run();  // failures are in DevCtl
+}
+
+}  // namespace
+
+const KernelDesc& collective_kernel() {
+  static const KernelDesc k = [] {
+    KernelDesc d;
+    d.name = "accord_collective";
+#if ACCORD_HAVE_CUDA
+    d.cuda_func = collective_kernel_cuda();
+#endif
+    d.host_func = &run_collective_host;
+    d.threads = kCollectiveThreads;
+    return d;
+  }();
+  return k;
+}
+
+}  // namespace accord::dev

@@ -1,0 +1,199 @@
+// The collective kernel on a GPU: dev_call.hpp's protocol (Note [One protocol, two executors])
+// run by one block of kCollectiveThreads threads on the caller's stream. Thread 0 waits on and
+// writes the flags; every thread moves its share of each step's bytes; __syncthreads between.
+// Built for the same architectures as the reduction kernels (collectives/kernels/meson.build).
+//
+// Reads of anything a peer may have written (slots, flags) bypass the non-coherent L1
+// (ld.global.cv, volatile): a slot is reused every nslots messages within one kernel.
+//
+// Cost: one block moves data at a fraction of the GPU's bandwidth; the protocol is what this
+// file is about. Several blocks, each on its own FIFOs (NCCL's channels), are the next step.
+#include <cstdint>
+#include <cstring>
+
+#include "collectives/device/dev_call.hpp"
+#include "collectives/kernels/element_ops.hpp"
+
+namespace accord::dev {
+namespace {
+
+using kernels::reduce_elem;
+using kernels::copy_elem;
+
+template <class T>
+__device__ __forceinline__ T load_cv(const T* p) {
+  T v;
+  if constexpr (sizeof(T) == 1) {
+    const unsigned char x = *reinterpret_cast<const volatile unsigned char*>(p);
+    memcpy(&v, &x, 1);
+  } else if constexpr (sizeof(T) == 2) {
+    const unsigned short x = __ldcv(reinterpret_cast<const unsigned short*>(p));
+    memcpy(&v, &x, 2);
+  } else if constexpr (sizeof(T) == 4) {
+    const unsigned int x = __ldcv(reinterpret_cast<const unsigned int*>(p));
+    memcpy(&v, &x, 4);
+  } else {
+    const unsigned long long x = __ldcv(reinterpret_cast<const unsigned long long*>(p));
+    memcpy(&v, &x, 8);
+  }
+  return v;
+}
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+template <class T, class Op>
+__device__ void move_typed(const MoveArgs& m) {
+  const T* a = static_cast<const T*>(m.a);
+  const T* b = static_cast<const T*>(m.b);
+  T* d0 = static_cast<T*>(m.dst0);
+  T* d1 = static_cast<T*>(m.dst1);
+  const size_t n = m.count;
+  size_t start = 0;
+  if (aligned16(a) && (b == nullptr || aligned16(b)) && aligned16(d0) && (d1 == nullptr || aligned16(d1))) {
+    constexpr size_t kPer = 16 / sizeof(T);
+    const size_t nvec = n / kPer;
+    for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+      uint4 x = __ldcv(reinterpret_cast<const uint4*>(a) + v);
+      T ex[kPer];
+      memcpy(ex, &x, 16);
+      if (b != nullptr) {
+        const uint4 y = __ldcv(reinterpret_cast<const uint4*>(b) + v);
+        T ey[kPer];
+        memcpy(ey, &y, 16);
+#pragma unroll
+        for (size_t k = 0; k < kPer; ++k) ex[k] = reduce_elem<T, Op>(ex[k], ey[k], m.divisor);
+      } else {
+#pragma unroll
+        for (size_t k = 0; k < kPer; ++k) ex[k] = copy_elem<T>(ex[k], m.divisor);
+      }
+      memcpy(&x, ex, 16);
+      reinterpret_cast<uint4*>(d0)[v] = x;
+      if (d1 != nullptr) reinterpret_cast<uint4*>(d1)[v] = x;
+    }
+    start = nvec * kPer;
+  }
+  for (size_t i = start + threadIdx.x; i < n; i += blockDim.x) {
+    T x = load_cv(a + i);
+    x = b != nullptr ? reduce_elem<T, Op>(x, load_cv(b + i), m.divisor) : copy_elem<T>(x, m.divisor);
+    d0[i] = x;
+    if (d1 != nullptr) d1[i] = x;
+  }
+}
+
+template <class T>
+__device__ void move_op(const MoveArgs& m, int32_t op) {
+  switch (op) {
+    case ACCORD_PROD:
+      return move_typed<T, kernels::OpProd>(m);
+    case ACCORD_MAX:
+      return move_typed<T, kernels::OpMax>(m);
+    case ACCORD_MIN:
+      return move_typed<T, kernels::OpMin>(m);
+    default:  // sum, and avg (its divide is the divisor)
+      return move_typed<T, kernels::OpSum>(m);
+  }
+}
+
+__device__ void move_bytes(const MoveArgs& m) {
+  // A copy of any bytes: 16 at a time when everything is aligned, then byte by byte.
+  const auto* a = static_cast<const unsigned char*>(m.a);
+  auto* d0 = static_cast<unsigned char*>(m.dst0);
+  auto* d1 = static_cast<unsigned char*>(m.dst1);
+  size_t start = 0;
+  if (aligned16(a) && aligned16(d0) && (d1 == nullptr || aligned16(d1))) {
+    const size_t nvec = m.count / 16;
+    for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+      const uint4 x = __ldcv(reinterpret_cast<const uint4*>(a) + v);
+      reinterpret_cast<uint4*>(d0)[v] = x;
+      if (d1 != nullptr) reinterpret_cast<uint4*>(d1)[v] = x;
+    }
+    start = nvec * 16;
+  }
+  for (size_t i = start + threadIdx.x; i < m.count; i += blockDim.x) {
+    const unsigned char x = *reinterpret_cast<const volatile unsigned char*>(a + i);
+    d0[i] = x;
+    if (d1 != nullptr) d1[i] = x;
+  }
+}
+
+struct CudaLanes {
+  uint64_t* share_buf;  // __shared__
+  DevStep* step_buf;    // __shared__
+  int32_t dtype;
+  int32_t op;
+
+  __device__ bool leader() const { return threadIdx.x == 0; }
+  __device__ void sync() { __syncthreads(); }
+  template <class T>
+  __device__ T share(T v) {
+    static_assert(sizeof(T) <= sizeof(uint64_t), "one word");
+    __syncthreads();  // everyone has read the previous value
+    if (leader()) memcpy(share_buf, &v, sizeof(T));
+    __syncthreads();
+    memcpy(&v, share_buf, sizeof(T));
+    return v;
+  }
+  __device__ uint32_t load(const uint32_t* p) {
+    const uint32_t v = *reinterpret_cast<const volatile uint32_t*>(p);
+    __threadfence_system();  // what the flag guards is read after it
+    return v;
+  }
+  __device__ void store(uint32_t* p, uint32_t v) {
+    __threadfence_system();
+    *reinterpret_cast<volatile uint32_t*>(p) = v;
+  }
+  __device__ void store64(uint64_t* p, uint64_t v) {
+    __threadfence_system();
+    *reinterpret_cast<volatile uint64_t*>(p) = v;
+  }
+  __device__ void publish() { __threadfence_system(); }
+  __device__ void pause(uint32_t spins) { __nanosleep(spins < 1024 ? 32 : 1000); }
+  __device__ void move(const MoveArgs& m) {
+    if (m.copy_bytes) return move_bytes(m);
+    switch (dtype) {
+      case ACCORD_INT8:
+        return move_op<int8_t>(m, op);
+      case ACCORD_UINT8:
+        return move_op<uint8_t>(m, op);
+      case ACCORD_INT32:
+        return move_op<int32_t>(m, op);
+      case ACCORD_UINT32:
+        return move_op<uint32_t>(m, op);
+      case ACCORD_INT64:
+        return move_op<int64_t>(m, op);
+      case ACCORD_UINT64:
+        return move_op<uint64_t>(m, op);
+      case ACCORD_FLOAT16:
+        return move_op<kernels::Half>(m, op);
+      case ACCORD_FLOAT64:
+        return move_op<double>(m, op);
+      case ACCORD_BFLOAT16:
+        return move_op<kernels::BFloat16>(m, op);
+      default:
+        return move_op<float>(m, op);
+    }
+  }
+  __device__ DevStep step(const DevStep* p) {
+    __syncthreads();  // everyone has read the previous step
+    if (leader()) *step_buf = *p;
+    __syncthreads();
+    return *step_buf;
+  }
+};
+
+__global__ void __launch_bounds__(kCollectiveThreads) collective_kernel_fn(DevLaunch p) {
+  __shared__ uint64_t share_buf;
+  __shared__ DevStep step_buf;
+  CudaLanes lanes{&share_buf, &step_buf, p.call.dtype, p.call.op};
+  CallRunner<CudaLanes> runner(p.call, p.call.steps != nullptr ? p.call.steps : p.steps, lanes);
+  (void)runner.run();  // failures are in DevCtl
+}
+
+}  // namespace
+
+const void* collective_kernel_cuda();  // declared in dev_kernels.hpp, which nvcc need not read
+const void* collective_kernel_cuda() { return reinterpret_cast<const void*>(&collective_kernel_fn); }
+
+}  // namespace accord::dev
