@@ -3,8 +3,10 @@
 # scripts/setup.sh fetches) under libaccord_mpi.so with ACCORD_MPI_MIN_BYTES=0, so that every
 # call Accord can serve goes through it: an outside program's view of the interposition.
 # Usage: mpi4py_suite.sh NP LIBACCORD_MPI TESTDIR
-# Excluded, as they hang without Accord too: test_dynproc and test_spawn (MPI_Comm_spawn,
-# MPI_Comm_accept/connect with this Open MPI, run as root in a container).
+# Excluded: test_spawn, which fails without Accord too: MPI_Comm_spawn's children cannot reach
+# their parents over the self,vader transports run_mpirun.sh selects ("unreachable proc"), and
+# with Open MPI's default transports it hangs. test_dynproc, which issue 20 also left out, passes
+# with and without Accord here, so it runs.
 # Prints mpi4py's result per rank and how many calls went through Accord and through MPI
 # (ACCORD_MPI_STATS=1). Exits 77 (skip) without Debian's mpi4py or the fetched tests.
 set -u
@@ -24,7 +26,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 start=$(date +%s)
 (cd "$dir" && "$here/run_mpirun.sh" "$np" -x LD_PRELOAD="$lib" -x ACCORD_MPI_MIN_BYTES=0 \
-  -x ACCORD_MPI_STATS=1 "$py" runtests.py --no-builddir -e test_dynproc -e test_spawn) >"$log" 2>&1
+  -x ACCORD_MPI_STATS=1 "$py" runtests.py --no-builddir -e test_spawn) >"$log" 2>&1
 status=$?
 elapsed=$(($(date +%s) - start))
 # The dots of progress are long lines; keep what says something.
