@@ -407,7 +407,9 @@ int all_gather(CommState* s, const void* sendbuf, const Layout& send, void* recv
     return raise_error(s, MPI_ERR_TRUNCATE,
                        "MPI_Allgather: rank " + std::to_string(rank) + " sends " +
                            std::to_string(send.bytes()) + " bytes but receives blocks of " +
-                           std::to_string(block) + "; the type signatures must match");
+                           std::to_string(block) +
+                           "; sendcount x sendtype must have the type signature of recvcount x "
+                           "recvtype");
   char* tmp = nullptr;
   int rc = MPI_SUCCESS;
   const bool pack_send = !in_place && !send.direct, pack_recv = !recv.direct;
@@ -457,7 +459,8 @@ ACCORD_MPI_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Data
         return raise_error(s, MPI_ERR_TYPE,
                            "MPI_Allgather: rank " + std::to_string(rank) +
                                ": the send count or datatype is invalid (count " +
-                               std::to_string(sendcount) + ")");
+                               std::to_string(sendcount) +
+                               "); pass a count >= 0 and a committed datatype, or MPI_IN_PLACE");
       return all_gather(s, sendbuf, send, recvbuf, recv, rank, size);
     }
   }
