@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libbenchmark-dev        # tests and microbenchmarks
   iproute2                             # multi-host tests in network namespaces
   python3-numpy                        # Python example (ctypes)
+  python3-mpi4py                       # mpi4py's test suite under libaccord_mpi.so (tests/mpi)
 )
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,6 +43,31 @@ cuda_tools() {
     "and kernels_cuda_fatbin cannot run cuobjdump" >&2
 }
 
+# mpi4py's own tests, for tests/mpi/mpi4py_suite.sh: the test/ folder of the PyPI sdist that
+# matches Debian's python3-mpi4py (3.1.4; the Debian package ships no tests), into
+# .tools/mpi4py-3.1.4/test. Without it those tests skip.
+mpi4py_tests() {
+  local version=3.1.4 dir="$root/.tools" py tmp
+  if [ -f "$dir/mpi4py-$version/test/runtests.py" ]; then
+    echo "setup: mpi4py $version tests present in $dir"
+    return 0
+  fi
+  mkdir -p "$dir"
+  for py in python3 /usr/bin/python3; do
+    "$py" -m pip --version >/dev/null 2>&1 || continue
+    tmp=$(mktemp -d)
+    if "$py" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: -d "$tmp" \
+      "mpi4py==$version" && tar -xzf "$tmp/mpi4py-$version.tar.gz" -C "$dir" "mpi4py-$version/test"; then
+      rm -rf "$tmp"
+      echo "setup: fetched mpi4py $version's tests into $dir/mpi4py-$version/test"
+      return 0
+    fi
+    rm -rf "$tmp"
+  done
+  echo "setup: WARNING: could not fetch mpi4py $version's tests with pip; the mpi4py_np* tests" \
+    "will skip" >&2
+}
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -57,3 +83,4 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 cuda_tools
+mpi4py_tests

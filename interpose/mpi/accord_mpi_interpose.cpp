@@ -8,10 +8,16 @@
 //
 // Note [Same decision on every rank]: whether a call goes to Accord must be decided
 // identically on every rank, or one rank waits in Accord while another waits in MPI. Every
-// input of the decision (communicator kind and size, dtype, op, byte count, settings) is the
-// same on every rank of a correct MPI program. The lazy creation of the Accord communicator
-// happens inside the first eligible call, which is collective, and ends with an agreement
-// (PMPI_Allreduce MIN of "it worked") so that either every rank uses Accord or none does.
+// input of the decision is one that MPI requires to be equal on every rank of a correct
+// program: the communicator (its kind and size), count, datatype and op of a reduction (MPI
+// requires the same datatype and op everywhere for built-in ops), root, and the settings. Never
+// a buffer address, MPI_IN_PLACE (which MPI_Reduce passes at the root only), nor a datatype of
+// MPI_Bcast or MPI_Allgather, which only need equal type signatures: for those the byte count
+// decides (Note [Signatures, not datatypes] in layout.hpp). The lazy creation of the Accord
+// communicator happens inside the first eligible call, which is collective, and ends with an
+// agreement (PMPI_Allreduce MIN of "it worked") so that either every rank uses Accord or none.
+// What a rank finds wrong after the decision (Accord failed, memory ran out) is raised on the
+// MPI error handler (Note [Errors on the MPI error handler]), never sent to MPI instead.
 #include <accord/accord.h>
 #include <accord/accord_mpi.h>
 #include <mpi.h>
@@ -22,13 +28,20 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <new>
 #include <set>
 #include <string>
+#include <vector>
+
+#include "layout.hpp"
 
 #define ACCORD_MPI_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
+
+using accord_mpi::Layout;
 
 enum Coll { kAllreduce, kReduceScatterBlock, kAllgather, kBcast, kReduce, kNumColls };
 const char* const kCollNames[kNumColls] = {"MPI_Allreduce", "MPI_Reduce_scatter_block",
@@ -101,11 +114,14 @@ struct Inside {
 };
 
 // The Accord communicator of one MPI communicator, cached as an MPI attribute. usable is
-// false when creation failed on some rank: that communicator then always falls through.
+// false when creation failed on some rank: that communicator then always falls through. One
+// thread at a time uses a communicator (MPI's rule), so scratch and error_codes need no lock.
 struct CommState {
   MPI_Comm mpi_comm;
   accord_comm_t comm = nullptr;
   bool usable = false;
+  std::vector<char> scratch;       // packed copies and in-place results; grows, never shrinks
+  std::map<int, int> error_codes;  // MPI error class -> code carrying the last failure's text
 };
 
 std::mutex g_mutex;
@@ -132,21 +148,19 @@ int keyval() {
   return g_keyval;
 }
 
-void say(MPI_Comm comm, const char* fmt, const char* a, const char* b) {
+void say(MPI_Comm comm, const std::string& message) {
   int rank = -1, size = 0;
   PMPI_Comm_rank(comm, &rank);
   PMPI_Comm_size(comm, &size);
   char host[64] = "?";
   gethostname(host, sizeof host - 1);
-  std::fprintf(stderr, "[%s:%d r%d/%d] libaccord_mpi: ", host, static_cast<int>(getpid()), rank,
-               size);
-  std::fprintf(stderr, fmt, a, b);
-  std::fputc('\n', stderr);
+  std::fprintf(stderr, "[%s:%d r%d/%d] libaccord_mpi: %s\n", host, static_cast<int>(getpid()), rank,
+               size, message.c_str());
 }
 
-// Returns the usable Accord communicator for comm, creating it on the first call (collective:
-// see Note [Same decision on every rank]), or nullptr to fall through.
-accord_comm_t accord_comm_for(MPI_Comm comm, Coll coll) {
+// Returns comm's state with a usable Accord communicator, creating it on the first call
+// (collective: see Note [Same decision on every rank]), or nullptr to fall through.
+CommState* accord_comm_for(MPI_Comm comm, Coll coll) {
   int kv = keyval();
   if (kv == MPI_KEYVAL_INVALID) return nullptr;
   void* value = nullptr;
@@ -154,7 +168,7 @@ accord_comm_t accord_comm_for(MPI_Comm comm, Coll coll) {
   PMPI_Comm_get_attr(comm, kv, &value, &found);
   if (found) {
     auto* state = static_cast<CommState*>(value);
-    return state->usable ? state->comm : nullptr;
+    return state->usable ? state : nullptr;
   }
   auto* state = new CommState{comm};
   accord_status_t st;
@@ -165,23 +179,21 @@ accord_comm_t accord_comm_for(MPI_Comm comm, Coll coll) {
   int ok = st == ACCORD_SUCCESS, all_ok = 0;
   PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
   if (!ok)
-    say(comm,
-        "cannot create an Accord communicator (%s); %s and later calls on this communicator use "
-        "MPI",
-        accord_last_error(nullptr), kCollNames[coll]);
+    say(comm, std::string("cannot create an Accord communicator (") + accord_last_error(nullptr) +
+                  "); " + kCollNames[coll] + " and later calls on this communicator use MPI");
   if (!all_ok && state->comm != nullptr) {
     accord_comm_destroy(state->comm);
     state->comm = nullptr;
   }
   state->usable = all_ok != 0;
   if (settings().verbose && state->usable)
-    say(comm, "Accord communicator created at the first %s%s", kCollNames[coll], "");
+    say(comm, std::string("Accord communicator created at the first ") + kCollNames[coll]);
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_states.insert(state);
   }
   PMPI_Comm_set_attr(comm, kv, state);
-  return state->usable ? state->comm : nullptr;
+  return state->usable ? state : nullptr;
 }
 
 // Built-in MPI dtypes with an exact Accord counterpart for reductions. MPI_CHAR, MPI_BYTE and
@@ -230,28 +242,8 @@ bool reducible(MPI_Datatype t, MPI_Op op, accord_datatype_t* dt, accord_red_op_t
   return !(*aop == ACCORD_SUM && (*dt == ACCORD_INT8 || *dt == ACCORD_UINT8));
 }
 
-// Size in bytes of one element of a named (predefined) datatype without holes; false for
-// derived datatypes and pair types such as MPI_DOUBLE_INT. Only named types are accepted, so
-// that two ranks passing different datatypes of one type signature decide alike as often as
-// possible (README: "Same decision on every rank").
-bool contiguous_named(MPI_Datatype t, size_t* bytes) {
-  if (t == MPI_DATATYPE_NULL) return false;
-  int ni = 0, na = 0, nd = 0, combiner = 0;
-  if (PMPI_Type_get_envelope(t, &ni, &na, &nd, &combiner) != MPI_SUCCESS ||
-      combiner != MPI_COMBINER_NAMED)
-    return false;
-  int size = 0;
-  MPI_Aint lb = 0, extent = 0, tlb = 0, textent = 0;
-  PMPI_Type_size(t, &size);
-  PMPI_Type_get_extent(t, &lb, &extent);
-  PMPI_Type_get_true_extent(t, &tlb, &textent);
-  if (size <= 0 || lb != 0 || tlb != 0 || extent != size || textent != size) return false;
-  *bytes = static_cast<size_t>(size);
-  return true;
-}
-
-// The communicator-level checks and the threshold; returns the Accord communicator or nullptr.
-accord_comm_t eligible_comm(MPI_Comm comm, Coll coll, size_t bytes) {
+// The communicator-level checks and the threshold; returns comm's state or nullptr.
+CommState* eligible_comm(MPI_Comm comm, Coll coll, size_t bytes) {
   const Settings& s = settings();
   if (t_inside > 0 || s.disabled || comm == MPI_COMM_NULL || bytes < s.min_bytes[coll])
     return nullptr;
@@ -262,18 +254,63 @@ accord_comm_t eligible_comm(MPI_Comm comm, Coll coll, size_t bytes) {
   return accord_comm_for(comm, coll);
 }
 
-// A failed Accord call is not retried through MPI (other ranks may have finished theirs): it is
-// reported on stderr with Accord's message and raised on the communicator's MPI error handler,
-// which aborts the job by default (MPI_ERRORS_ARE_FATAL) or returns MPI_ERR_OTHER.
-int served(MPI_Comm comm, Coll coll, accord_comm_t acc, accord_status_t st) {
+// Note [Errors on the MPI error handler]: a call that fails after it went to Accord (a peer
+// died, a timeout, no memory for a packed copy) is not retried through MPI: other ranks may have
+// completed theirs, and mixing would hang. It is raised as MPI raises its own failures: on the
+// communicator's error handler, with an error code of the failure's class (MPI_ERR_OTHER for
+// Accord's errors) whose MPI_Error_string is the message, added with MPI_Add_error_code (one code
+// per communicator and class; its text is that communicator's last failure). The default
+// MPI_ERRORS_ARE_FATAL prints the text and aborts the job; with MPI_ERRORS_RETURN, or a handler
+// that returns, the call returns the code. The whole message also goes to stderr.
+int raise_error(CommState* state, int error_class, const std::string& message) {
+  say(state->mpi_comm, message + " (set ACCORD_MPI_DISABLE=1 to run without Accord)");
+  int code = error_class;
+  auto found = state->error_codes.find(error_class);
+  if (found != state->error_codes.end()) {
+    code = found->second;
+  } else {
+    std::lock_guard<std::mutex> lock(g_mutex);  // MPI's error code table is process-wide
+    if (PMPI_Add_error_code(error_class, &code) != MPI_SUCCESS) code = error_class;
+    state->error_codes[error_class] = code;
+  }
+  if (code != error_class) {  // MPI's text holds MPI_MAX_ERROR_STRING - 1 characters
+    const size_t room = MPI_MAX_ERROR_STRING - 1;
+    const std::string hint = " (ACCORD_MPI_DISABLE=1 runs without Accord)";
+    std::string text = "libaccord_mpi: " + message;
+    if (text.size() + hint.size() <= room)
+      text += hint;
+    else if (text.size() > room)
+      text = text.substr(0, room - 3) + "...";
+    std::lock_guard<std::mutex> lock(g_mutex);
+    PMPI_Add_error_string(code, text.c_str());
+  }
+  PMPI_Comm_call_errhandler(state->mpi_comm, code);
+  return code;
+}
+
+int served(CommState* state, Coll coll, accord_status_t st) {
   if (st == ACCORD_SUCCESS) {
     g_via_accord[coll].fetch_add(1, std::memory_order_relaxed);
     return MPI_SUCCESS;
   }
-  say(comm, "%s through Accord failed: %s (set ACCORD_MPI_DISABLE=1 to run without Accord)",
-      kCollNames[coll], accord_last_error(acc));
-  PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
-  return MPI_ERR_OTHER;
+  return raise_error(
+      state, MPI_ERR_OTHER,
+      std::string(kCollNames[coll]) + " through Accord failed: " + accord_last_error(state->comm));
+}
+
+// state's scratch grown to bytes, or nullptr when memory runs out, raised as MPI_ERR_NO_MEM
+// with *rc set to the code the call returns.
+char* scratch(CommState* state, Coll coll, size_t bytes, const char* what, int* rc) {
+  try {
+    if (state->scratch.size() < bytes) state->scratch.resize(bytes);
+    return state->scratch.data();
+  } catch (const std::bad_alloc&) {
+    *rc = raise_error(state, MPI_ERR_NO_MEM,
+                      std::string(kCollNames[coll]) + " through Accord: cannot allocate " +
+                          std::to_string(bytes) + " bytes for " + what +
+                          "; the other ranks will time out in Accord");
+    return nullptr;
+  }
 }
 
 int fell_through(Coll coll, int rc) {
@@ -313,14 +350,12 @@ ACCORD_MPI_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int coun
                                     MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   accord_datatype_t dt;
   accord_red_op_t aop;
-  size_t es = 0;
-  if (t_inside == 0 && count >= 0 && reducible(datatype, op, &dt, &aop) &&
-      (es = accord_dtype_size(dt)) != 0 && (count == 0 || recvbuf != nullptr)) {
-    if (accord_comm_t acc = eligible_comm(comm, kAllreduce, es * static_cast<size_t>(count))) {
+  if (t_inside == 0 && count >= 0 && reducible(datatype, op, &dt, &aop)) {
+    const size_t n = static_cast<size_t>(count);
+    if (CommState* s = eligible_comm(comm, kAllreduce, accord_dtype_size(dt) * n)) {
+      // MPI_IN_PLACE is passed by every rank or by none.
       const void* send = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-      return served(
-          comm, kAllreduce, acc,
-          accord_all_reduce(send, recvbuf, static_cast<size_t>(count), dt, aop, acc, nullptr));
+      return served(s, kAllreduce, accord_all_reduce(send, recvbuf, n, dt, aop, s->comm, nullptr));
     }
   }
   return fell_through(kAllreduce, PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm));
@@ -333,48 +368,100 @@ ACCORD_MPI_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbu
   int size = 0;
   if (t_inside == 0 && recvcount >= 0 && reducible(datatype, op, &dt, &aop) &&
       comm != MPI_COMM_NULL && PMPI_Comm_size(comm, &size) == MPI_SUCCESS) {
-    const size_t block = accord_dtype_size(dt) * static_cast<size_t>(recvcount);
-    if (accord_comm_t acc =
+    const size_t n = static_cast<size_t>(recvcount), block = accord_dtype_size(dt) * n;
+    if (CommState* s =
             eligible_comm(comm, kReduceScatterBlock, block * static_cast<size_t>(size))) {
       if (sendbuf != MPI_IN_PLACE)
-        return served(comm, kReduceScatterBlock, acc,
-                      accord_reduce_scatter(sendbuf, recvbuf, static_cast<size_t>(recvcount), dt,
-                                            aop, acc, nullptr));
-      // MPI's in-place input is all of recvbuf and its result goes to the start; Accord's
-      // in-place result stays at the rank's block: reduce there, then move it down.
+        return served(s, kReduceScatterBlock,
+                      accord_reduce_scatter(sendbuf, recvbuf, n, dt, aop, s->comm, nullptr));
+      // MPI's in-place input is all of recvbuf and only its first block is written (MPI
+      // implementations leave the rest as it was, and mpi4py's tests check that). Accord's
+      // in-place result lands on the rank's own block: right for rank 0; the others reduce into
+      // scratch and copy the block to the start.
       int rank = 0;
       PMPI_Comm_rank(comm, &rank);
-      char* mine = static_cast<char*>(recvbuf) + block * static_cast<size_t>(rank);
-      accord_status_t st = accord_reduce_scatter(recvbuf, mine, static_cast<size_t>(recvcount), dt,
-                                                 aop, acc, nullptr);
-      if (st == ACCORD_SUCCESS && rank != 0) std::memmove(recvbuf, mine, block);
-      return served(comm, kReduceScatterBlock, acc, st);
+      char* out = static_cast<char*>(recvbuf);
+      int rc = MPI_SUCCESS;
+      if (rank != 0 && block > 0 &&
+          (out = scratch(s, kReduceScatterBlock, block, "the result", &rc)) == nullptr)
+        return rc;
+      accord_status_t st = accord_reduce_scatter(recvbuf, out, n, dt, aop, s->comm, nullptr);
+      if (st == ACCORD_SUCCESS && out != recvbuf && block > 0) std::memcpy(recvbuf, out, block);
+      return served(s, kReduceScatterBlock, st);
     }
   }
   return fell_through(kReduceScatterBlock,
                       PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm));
 }
 
+namespace {
+
+// MPI_Allgather on Accord, every block moved as bytes; recv is the layout of one received block.
+// Each side that is not a named datatype without holes goes through a packed copy in scratch:
+// [send block | n received blocks].
+int all_gather(CommState* s, const void* sendbuf, const Layout& send, void* recvbuf,
+               const Layout& recv, int rank, int size) {
+  const size_t block = recv.bytes(), n = static_cast<size_t>(size);
+  const bool in_place = sendbuf == MPI_IN_PLACE;  // passed by every rank or by none
+  if (!in_place && send.bytes() != block)
+    return raise_error(s, MPI_ERR_TRUNCATE,
+                       "MPI_Allgather: rank " + std::to_string(rank) + " sends " +
+                           std::to_string(send.bytes()) + " bytes but receives blocks of " +
+                           std::to_string(block) +
+                           "; sendcount x sendtype must have the type signature of recvcount x "
+                           "recvtype");
+  char* tmp = nullptr;
+  int rc = MPI_SUCCESS;
+  const bool pack_send = !in_place && !send.direct, pack_recv = !recv.direct;
+  if ((pack_send || pack_recv) && block > 0 &&
+      (tmp = scratch(s, kAllgather, block + (pack_recv ? n * block : 0), "a packed copy", &rc)) ==
+          nullptr)
+    return rc;
+  char* out = pack_recv ? tmp + block : static_cast<char*>(recvbuf);
+  const void* in = sendbuf;
+  if (block > 0 && in_place) {
+    in = out + block * static_cast<size_t>(rank);
+    if (pack_recv) {  // this rank's block, from its place in recvbuf
+      const char* at = static_cast<const char*>(recvbuf) +
+                       static_cast<MPI_Aint>(recv.count) * recv.extent * rank;
+      rc = accord_mpi::pack(recv, at, out + block * static_cast<size_t>(rank), s->mpi_comm);
+    }
+  } else if (block > 0 && pack_send) {
+    rc = accord_mpi::pack(send, sendbuf, tmp, s->mpi_comm);
+    in = tmp;
+  }
+  if (rc != MPI_SUCCESS) return rc;
+  accord_status_t st = accord_all_gather(in, out, block, ACCORD_UINT8, s->comm, nullptr);
+  if (st == ACCORD_SUCCESS && pack_recv && block > 0) {
+    Layout whole = recv;
+    whole.count *= n;
+    rc = accord_mpi::unpack(whole, out, recvbuf, s->mpi_comm);
+  }
+  const int served_rc = served(s, kAllgather, st);
+  return served_rc != MPI_SUCCESS ? served_rc : rc;
+}
+
+}  // namespace
+
 ACCORD_MPI_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
                                     void* recvbuf, int recvcount, MPI_Datatype recvtype,
                                     MPI_Comm comm) {
-  size_t res = 0, ses = 0;
+  Layout recv, send;
   int size = 0;
-  if (t_inside == 0 && recvcount >= 0 && contiguous_named(recvtype, &res) &&
-      (sendbuf == MPI_IN_PLACE ||
-       (sendcount >= 0 && contiguous_named(sendtype, &ses) &&
-        ses * static_cast<size_t>(sendcount) == res * static_cast<size_t>(recvcount))) &&
-      comm != MPI_COMM_NULL && PMPI_Comm_size(comm, &size) == MPI_SUCCESS) {
-    const size_t block = res * static_cast<size_t>(recvcount);
-    if (accord_comm_t acc = eligible_comm(comm, kAllgather, block * static_cast<size_t>(size))) {
-      const void* send = sendbuf;
-      if (sendbuf == MPI_IN_PLACE) {
-        int rank = 0;
-        PMPI_Comm_rank(comm, &rank);
-        send = static_cast<const char*>(recvbuf) + block * static_cast<size_t>(rank);
-      }
-      return served(comm, kAllgather, acc,
-                    accord_all_gather(send, recvbuf, block, ACCORD_UINT8, acc, nullptr));
+  // The decision uses the received block's bytes (equal on every rank: Note [Signatures, not
+  // datatypes]); the send side, ignored in place, is checked after it.
+  if (t_inside == 0 && comm != MPI_COMM_NULL && PMPI_Comm_size(comm, &size) == MPI_SUCCESS &&
+      layout_of(recvtype, recvcount, &recv)) {
+    if (CommState* s = eligible_comm(comm, kAllgather, recv.bytes() * static_cast<size_t>(size))) {
+      int rank = 0;
+      PMPI_Comm_rank(comm, &rank);
+      if (sendbuf != MPI_IN_PLACE && !layout_of(sendtype, sendcount, &send))
+        return raise_error(s, MPI_ERR_TYPE,
+                           "MPI_Allgather: rank " + std::to_string(rank) +
+                               ": the send count or datatype is invalid (count " +
+                               std::to_string(sendcount) +
+                               "); pass a count >= 0 and a committed datatype, or MPI_IN_PLACE");
+      return all_gather(s, sendbuf, send, recvbuf, recv, rank, size);
     }
   }
   return fell_through(
@@ -383,14 +470,26 @@ ACCORD_MPI_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Data
 
 ACCORD_MPI_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
                                 MPI_Comm comm) {
-  size_t es = 0;
+  Layout l;
   int size = 0;
-  if (t_inside == 0 && count >= 0 && contiguous_named(datatype, &es) && comm != MPI_COMM_NULL &&
+  if (t_inside == 0 && layout_of(datatype, count, &l) && comm != MPI_COMM_NULL &&
       PMPI_Comm_size(comm, &size) == MPI_SUCCESS && root >= 0 && root < size) {
-    const size_t bytes = es * static_cast<size_t>(count);
-    if (accord_comm_t acc = eligible_comm(comm, kBcast, bytes))
-      return served(comm, kBcast, acc,
-                    accord_broadcast(buffer, buffer, bytes, ACCORD_UINT8, root, acc, nullptr));
+    if (CommState* s = eligible_comm(comm, kBcast, l.bytes())) {
+      const size_t bytes = l.bytes();
+      if (l.direct || bytes == 0)
+        return served(
+            s, kBcast,
+            accord_broadcast(buffer, buffer, bytes, ACCORD_UINT8, root, s->comm, nullptr));
+      int rank = 0, rc = MPI_SUCCESS;
+      PMPI_Comm_rank(comm, &rank);
+      char* tmp = scratch(s, kBcast, bytes, "a packed copy", &rc);
+      if (tmp == nullptr) return rc;
+      if (rank == root && (rc = accord_mpi::pack(l, buffer, tmp, comm)) != MPI_SUCCESS) return rc;
+      accord_status_t st = accord_broadcast(tmp, tmp, bytes, ACCORD_UINT8, root, s->comm, nullptr);
+      if (st == ACCORD_SUCCESS && rank != root) rc = accord_mpi::unpack(l, tmp, buffer, comm);
+      const int served_rc = served(s, kBcast, st);
+      return served_rc != MPI_SUCCESS ? served_rc : rc;
+    }
   }
   return fell_through(kBcast, PMPI_Bcast(buffer, count, datatype, root, comm));
 }
@@ -402,12 +501,12 @@ ACCORD_MPI_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int count,
   int size = 0;
   if (t_inside == 0 && count >= 0 && reducible(datatype, op, &dt, &aop) && comm != MPI_COMM_NULL &&
       PMPI_Comm_size(comm, &size) == MPI_SUCCESS && root >= 0 && root < size) {
-    if (accord_comm_t acc =
-            eligible_comm(comm, kReduce, accord_dtype_size(dt) * static_cast<size_t>(count))) {
+    const size_t n = static_cast<size_t>(count);
+    if (CommState* s = eligible_comm(comm, kReduce, accord_dtype_size(dt) * n)) {
+      // MPI_IN_PLACE is the root's alone (sendbuf is significant on the other ranks): the root
+      // reduces in place, in recvbuf; the others' recvbuf is not written.
       const void* send = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-      return served(
-          comm, kReduce, acc,
-          accord_reduce(send, recvbuf, static_cast<size_t>(count), dt, aop, root, acc, nullptr));
+      return served(s, kReduce, accord_reduce(send, recvbuf, n, dt, aop, root, s->comm, nullptr));
     }
   }
   return fell_through(kReduce, PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm));

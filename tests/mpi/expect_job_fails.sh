@@ -10,6 +10,6 @@ elapsed=$(echo "$(date +%s.%N) - $start" | bc)
 echo "$out" | tail -20
 echo "exit status $status after $elapsed s"
 [ $status -ne 0 ] || { echo "FAIL: the job exited 0"; exit 1; }
-echo "$out" | grep -q "$needle" || { echo "FAIL: output does not mention '$needle'"; exit 1; }
+echo "$out" | grep -qF -- "$needle" || { echo "FAIL: output does not mention '$needle'"; exit 1; }
 (( $(echo "$elapsed < $max" | bc) )) || { echo "FAIL: took longer than $max s"; exit 1; }
 echo "ok"

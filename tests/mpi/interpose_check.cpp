@@ -1,14 +1,20 @@
 // An MPI program that knows nothing of Accord: it calls MPI_Allreduce, MPI_Reduce,
 // MPI_Reduce_scatter_block, MPI_Allgather and MPI_Bcast and compares every result with the same
 // collective done through PMPI_* (which libaccord_mpi.so does not intercept), bit for bit for
-// integers and exact-input floats, within 2(n-1) eps sum|x| for random floats. Run with and
-// without LD_PRELOAD=libaccord_mpi.so. With --expect-accord it also reads the library's
-// counters (dlsym) and fails unless every collective went through Accord at least once and
-// the fall-through cases (MAXLOC, user op, derived type, MPI_SHORT, MPI_COMM_SELF,
-// intercommunicator) went to MPI; with --expect-disabled, that no call reached Accord.
+// integers and exact-input floats, within 2(n-1) eps sum|x| for random floats; and checks that
+// nothing outside the result changed (in place, MPI_Reduce_scatter_block writes only its first
+// block; MPI_Reduce writes only the root's buffer). Counts 0, 1, two primes, and a prime of
+// 4-8 MiB; MPI_Bcast and MPI_Allgather also with a different datatype of one type signature on
+// each rank (named, contiguous, vector with gaps, reversed indexed). Run with and without
+// LD_PRELOAD=libaccord_mpi.so. With --expect-accord it also reads the library's counters
+// (dlsym) and fails unless every collective went through Accord at least once, the per-rank
+// datatype calls went through Accord on every rank, and the fall-through cases (MAXLOC, user
+// op, MPI_SHORT, MPI_COMM_SELF, intercommunicator) went to MPI; with --expect-disabled, that no
+// call reached Accord.
 #include <dlfcn.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -84,6 +90,19 @@ void same(const std::vector<char>& got, const std::vector<char>& want, size_t by
   fail(what + at);
 }
 
+// bytes [from, to) of got must still be what the caller put there (want): in-place
+// Reduce_scatter_block writes only the first block, nothing writes past the message.
+void untouched(const std::vector<char>& got, const std::vector<char>& want, size_t from, size_t to,
+               const std::string& what) {
+  for (size_t i = from; i < to; ++i)
+    if (got[i] != want[i]) {
+      char at[96];
+      std::snprintf(at, sizeof at, ": byte %zu (outside the result) changed from 0x%02x to 0x%02x",
+                    i, want[i] & 0xff, got[i] & 0xff);
+      return fail(what + at);
+    }
+}
+
 std::string label(const char* coll, const Type& t, const Op* op, size_t count, bool in_place,
                   MPI_Comm comm) {
   int size = 0;
@@ -109,7 +128,7 @@ void check_reductions(MPI_Comm comm, const Type& t, const Op& op, size_t count, 
   out.assign(bytes + 1, 0);
   if (in_place) std::memcpy(out.data(), in.data(), bytes);
   MPI_Allreduce(in_place ? MPI_IN_PLACE : in.data(), out.data(), n, t.mpi, op.mpi, comm);
-  same(out, ref, bytes, label("MPI_Allreduce", t, &op, count, in_place, comm));
+  same(out, ref, bytes + 1, label("MPI_Allreduce", t, &op, count, in_place, comm));
 
   // MPI_Reduce to the last rank (in place only at the root, as MPI allows)
   const int root = size - 1;
@@ -118,16 +137,23 @@ void check_reductions(MPI_Comm comm, const Type& t, const Op& op, size_t count, 
   out.assign(bytes + 1, 0);
   const bool root_in_place = in_place && rank == root;
   if (root_in_place) std::memcpy(out.data(), in.data(), bytes);
+  const std::vector<char> before = out;
   MPI_Reduce(root_in_place ? MPI_IN_PLACE : in.data(), out.data(), n, t.mpi, op.mpi, root, comm);
-  if (rank == root) same(out, ref, bytes, label("MPI_Reduce", t, &op, count, in_place, comm));
+  if (rank == root) same(out, ref, bytes + 1, label("MPI_Reduce", t, &op, count, in_place, comm));
+  if (rank != root)  // recvbuf is the root's alone
+    untouched(out, before, 0, bytes + 1, label("MPI_Reduce", t, &op, count, in_place, comm));
 
   // MPI_Reduce_scatter_block: count elements per rank
   ref.assign(bytes + 1, 0);
   PMPI_Reduce_scatter_block(in.data(), ref.data(), n, t.mpi, op.mpi, comm);
-  out.assign(bytes * static_cast<size_t>(size) + 1, 0);
-  if (in_place) std::memcpy(out.data(), in.data(), bytes * static_cast<size_t>(size));
+  const size_t whole = bytes * static_cast<size_t>(size);
+  out.assign(whole + 1, 0);
+  if (in_place) std::memcpy(out.data(), in.data(), whole);
+  const std::vector<char> input = out;
   MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : in.data(), out.data(), n, t.mpi, op.mpi, comm);
-  same(out, ref, bytes, label("MPI_Reduce_scatter_block", t, &op, count, in_place, comm));
+  const std::string what = label("MPI_Reduce_scatter_block", t, &op, count, in_place, comm);
+  same(out, ref, bytes, what);
+  untouched(out, input, bytes, whole + 1, what);  // in place: the other blocks stay as they were
 }
 
 void check_moves(MPI_Comm comm, const Type& t, size_t count, bool in_place) {
@@ -144,7 +170,7 @@ void check_moves(MPI_Comm comm, const Type& t, size_t count, bool in_place) {
   out.assign(all + 1, 0);
   if (in_place) std::memcpy(out.data() + bytes * static_cast<size_t>(rank), in.data(), bytes);
   MPI_Allgather(in_place ? MPI_IN_PLACE : in.data(), n, t.mpi, out.data(), n, t.mpi, comm);
-  same(out, ref, all, label("MPI_Allgather", t, nullptr, count, in_place, comm));
+  same(out, ref, all + 1, label("MPI_Allgather", t, nullptr, count, in_place, comm));
 
   const int root = size > 2 ? 1 : 0;
   ref = in;
@@ -184,12 +210,96 @@ void check_float_bound(MPI_Comm comm) {
   }
 }
 
+using CountsFn = int (*)(int, uint64_t*, uint64_t*);
+CountsFn counts_fn() {
+  return reinterpret_cast<CountsFn>(dlsym(RTLD_DEFAULT, "accord_mpi_interpose_counts"));
+}
+uint64_t accord_calls(int coll) {
+  uint64_t acc = 0, mpi = 0;
+  if (CountsFn f = counts_fn()) f(coll, &acc, &mpi);
+  return acc;
+}
+
+// A datatype for k ints, by rank: MPI lets ranks of one MPI_Bcast or MPI_Allgather pass
+// different datatypes of one type signature. 0: k x MPI_INT; 1: one contiguous type; 2: one
+// vector type, every other int of 2k-1 (gaps); 3: one indexed type whose ints lie in reverse
+// order in memory. Returns the datatype and sets *count and *span (ints one element spans).
+MPI_Datatype ints_type(int kind, int k, int* count, int* span) {
+  MPI_Datatype t = MPI_INT;
+  *count = k, *span = k;
+  if (kind == 1) MPI_Type_contiguous(k, MPI_INT, &t), *count = 1, *span = k;
+  if (kind == 2) MPI_Type_vector(k, 1, 2, MPI_INT, &t), *count = 1, *span = 2 * k - 1;
+  if (kind == 3) {
+    std::vector<int> lens(static_cast<size_t>(k), 1), disps(static_cast<size_t>(k));
+    for (int i = 0; i < k; ++i) disps[static_cast<size_t>(i)] = k - 1 - i;
+    MPI_Type_indexed(k, lens.data(), disps.data(), MPI_INT, &t);
+    *count = 1, *span = k;
+  }
+  if (t != MPI_INT) MPI_Type_commit(&t);
+  return t;
+}
+
+// MPI_Bcast and MPI_Allgather with a different datatype (same type signature) on each rank,
+// in place and not, compared whole (gaps included) with the same calls through PMPI. With
+// --expect-accord every rank must have sent each call to Accord: one rank routing by its
+// datatype would leave another waiting in MPI.
+void check_mixed_types(MPI_Comm comm, bool expect_accord) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const uint64_t bcasts = accord_calls(3), gathers = accord_calls(2);
+  for (int k : {1, 7, 1009, 65537}) {
+    int count = 0, span = 0;
+    MPI_Datatype t = ints_type(rank % 4, k, &count, &span);
+    char what[96];
+    std::snprintf(what, sizeof what, "with datatype kind %d (%d ints) np %d", rank % 4, k, size);
+
+    std::vector<int> buf(static_cast<size_t>(span) + 3), ref;
+    for (size_t i = 0; i < buf.size(); ++i)
+      buf[i] = rank == 1 % size ? static_cast<int>(i) * 3 + 1 : -7;
+    ref = buf;
+    PMPI_Bcast(ref.data(), count, t, 1 % size, comm);
+    MPI_Bcast(buf.data(), count, t, 1 % size, comm);
+    if (buf != ref) fail(std::string("MPI_Bcast ") + what);
+
+    MPI_Aint lb = 0, extent = 0;
+    MPI_Type_get_extent(t, &lb, &extent);
+    const size_t per_block = static_cast<size_t>(extent) / sizeof(int) * static_cast<size_t>(count);
+    const size_t all = per_block * static_cast<size_t>(size) + static_cast<size_t>(span) + 3;
+    std::vector<int> send(static_cast<size_t>(span)), out(all, -5);
+    for (int i = 0; i < span; ++i) send[static_cast<size_t>(i)] = rank * 100000 + i;
+    for (bool in_place : {false, true}) {
+      out.assign(all, -5);
+      if (in_place)  // this rank's block where MPI_Allgather would put it
+        std::copy(send.begin(), send.end(), out.begin() + static_cast<long>(per_block) * rank);
+      ref = out;
+      PMPI_Allgather(in_place ? MPI_IN_PLACE : send.data(), count, t, ref.data(), count, t, comm);
+      MPI_Allgather(in_place ? MPI_IN_PLACE : send.data(), count, t, out.data(), count, t, comm);
+      if (out != ref) fail(std::string("MPI_Allgather ") + (in_place ? "in place " : "") + what);
+    }
+    if (t != MPI_INT) MPI_Type_free(&t);
+  }
+  if (expect_accord && size > 1 &&
+      (accord_calls(3) - bcasts != 4 || accord_calls(2) - gathers != 8))
+    fail("MPI_Bcast / MPI_Allgather with per-rank datatypes did not all go through Accord");
+}
+
+// Large messages (a prime count of 4 and 8 MiB), in place and not: exact sums and maxima.
+void check_large(MPI_Comm comm) {
+  const size_t count = 1048573;
+  for (const Type& t : {kTypes[2], kTypes[8]})
+    for (const Op& op : {kOps[0], kOps[3]})
+      for (bool in_place : {false, true}) check_reductions(comm, t, op, count, in_place);
+  check_moves(comm, kTypes[8], count, true);
+}
+
 void user_max(void* in, void* inout, int* len, MPI_Datatype*) {
   for (int i = 0; i < *len; ++i)
     static_cast<int*>(inout)[i] = std::max(static_cast<int*>(in)[i], static_cast<int*>(inout)[i]);
 }
 
-// Calls libaccord_mpi.so must pass to MPI unchanged, each checked for its result.
+// Calls libaccord_mpi.so must pass to MPI unchanged, each checked for its result (and one vector
+// datatype in MPI_Bcast, which goes to Accord packed).
 void check_fall_through(MPI_Comm world) {
   int rank = 0, size = 0;
   MPI_Comm_rank(world, &rank);
@@ -214,7 +324,7 @@ void check_fall_through(MPI_Comm world) {
   MPI_Allreduce(&s, &so, 1, MPI_SHORT, MPI_SUM, world);
   if (so != size * (size + 1) / 2) fail("MPI_SHORT sum");
 
-  MPI_Datatype vec;  // every other int of 8
+  MPI_Datatype vec;  // every other int of 8: packed, the gaps untouched
   MPI_Type_vector(4, 1, 2, MPI_INT, &vec);
   MPI_Type_commit(&vec);
   std::vector<int> b(8);
@@ -265,39 +375,39 @@ int main(int argc, char** argv) {
           check_moves(comm, t, count, in_place);
         }
     check_float_bound(comm);
+    check_mixed_types(comm, expect_accord);
   }
+  check_large(MPI_COMM_WORLD);
   MPI_Comm_free(&split);
   check_fall_through(MPI_COMM_WORLD);
 
   if (expect_disabled) {  // preloaded with ACCORD_MPI_DISABLE=1: nothing may reach Accord
-    using Counts = int (*)(int, uint64_t*, uint64_t*);
-    auto counts_fn = reinterpret_cast<Counts>(dlsym(RTLD_DEFAULT, "accord_mpi_interpose_counts"));
-    if (counts_fn == nullptr)
+    CountsFn counts = counts_fn();
+    if (counts == nullptr)
       fail("accord_mpi_interpose_counts not found: is libaccord_mpi.so preloaded?");
-    for (int c = 0; counts_fn != nullptr && c < 5; ++c) {
+    for (int c = 0; counts != nullptr && c < 5; ++c) {
       uint64_t acc = 0, mpi = 0;
-      counts_fn(c, &acc, &mpi);
+      counts(c, &acc, &mpi);
       if (acc != 0 || mpi == 0) fail("ACCORD_MPI_DISABLE=1 did not send every call to MPI");
     }
   }
   if (expect_accord) {
-    using Counts = int (*)(int, uint64_t*, uint64_t*);
-    auto counts_fn = reinterpret_cast<Counts>(dlsym(RTLD_DEFAULT, "accord_mpi_interpose_counts"));
-    if (counts_fn == nullptr) {
+    CountsFn counts = counts_fn();
+    if (counts == nullptr) {
       fail("accord_mpi_interpose_counts not found: is libaccord_mpi.so preloaded?");
     } else {
       const char* names[] = {"MPI_Allreduce", "MPI_Reduce_scatter_block", "MPI_Allgather",
                              "MPI_Bcast", "MPI_Reduce"};
       for (int c = 0; c < 5; ++c) {
         uint64_t acc = 0, mpi = 0;
-        counts_fn(c, &acc, &mpi);
+        counts(c, &acc, &mpi);
         if (acc == 0) fail(std::string(names[c]) + " never went through Accord");
         if (g_rank == 0)
           std::printf("%s: %llu through Accord, %llu through MPI\n", names[c],
                       static_cast<unsigned long long>(acc), static_cast<unsigned long long>(mpi));
       }
       uint64_t acc = 0, mpi = 0;
-      counts_fn(0, &acc, &mpi);
+      counts(0, &acc, &mpi);
       if (mpi < 4) fail("the fall-through MPI_Allreduce calls did not reach MPI");
     }
   }
