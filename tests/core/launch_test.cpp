@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/log.hpp"
-#include "transport/shm/shm_transport.hpp"
+#include "tests/support/harness.hpp"
 #include "transport/socket.hpp"
 
 namespace accord {
@@ -56,6 +56,7 @@ std::vector<int> run_env_ranks(const std::vector<Env>& envs, std::vector<std::st
       _exit(s == ACCORD_SUCCESS ? 0 : 10 + s);
     }
     close(fds[1]);
+    if (pid > 0) testing::note_rank_process(pid);
     pids.push_back(pid);
     pipes.push_back(fds[0]);
   }
@@ -128,6 +129,7 @@ TEST(Launch, WrongSecretIsRefused) {
 
 TEST(Launch, OpenMpiStyleEnvironmentWithoutMpiMeetsThroughARendezvousFile) {
   const std::string job = "test-" + free_port();
+  testing::forget_rank_processes();
   std::vector<Env> envs;
   for (int r = 0; r < 3; ++r)
     envs.push_back({{"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_SIZE", "3"},
@@ -137,7 +139,8 @@ TEST(Launch, OpenMpiStyleEnvironmentWithoutMpiMeetsThroughARendezvousFile) {
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r << ": " << errors[r];
   std::string file = "/tmp/accord-" + std::to_string(getuid()) + "-ompi-" + job + ".boot";
   EXPECT_NE(access(file.c_str(), F_OK), 0) << "rendezvous file left behind: " << file;
-  EXPECT_TRUE(list_shm_segments().empty());
+  const std::vector<std::string> left = testing::own_shm_segments();
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
 }
 
 TEST(Launch, BadEnvironmentsSayWhatIsWrong) {
