@@ -411,6 +411,23 @@ TEST(GpuPath, WrongMemoryIsRefused) {
   OK(accord_device_free(mine));
 }
 
+// A device list naming a GPU past the last one fails at once, naming it (the machine's GPUs
+// plus one: on a real machine with one GPU that is devlist {0, 1}, as collectives_test's
+// Group.OneThreadDrivesSeveralRanks asks).
+TEST(GpuPath, InitAllNamesAMissingGpu) {
+  int n = 0;
+  OK(accord_device_count(&n));
+  if (n == 0) GTEST_SKIP() << "no GPU (collectives_test checks that case)";
+  accord_comm_t comms[2] = {nullptr, nullptr};
+  const int devs[2] = {0, n};
+  EXPECT_EQ(accord_comm_init_all(comms, 2, devs), ACCORD_ERR_INVALID_ARGUMENT);
+  const std::string msg = accord_last_error(nullptr);
+  const std::string want = "devlist[1] = GPU " + std::to_string(n) + " does not exist";
+  EXPECT_NE(msg.find(want), std::string::npos) << msg;
+  EXPECT_EQ(comms[0], nullptr);
+  EXPECT_EQ(comms[1], nullptr);
+}
+
 std::string plan_of(accord_comm_t c) {
   size_t len = 0;
   EXPECT_EQ(accord_comm_plan(c, nullptr, &len), ACCORD_SUCCESS);
