@@ -428,6 +428,25 @@ TEST(GpuPath, InitAllNamesAMissingGpu) {
   EXPECT_EQ(comms[1], nullptr);
 }
 
+// GPU buffers between ranks that reach each other over TCP (here ACCORD_SHM_DISABLE=1; also
+// other hosts, or another /dev/shm) are refused at the call, saying why: the device path does
+// not serve TCP peers, and ran such calls to wrong results.
+TEST(GpuPath, DeviceBuffersOverTcpAreRefused) {
+  Job job;
+  setenv("ACCORD_SHM_DISABLE", "1", 1);
+  job.init();
+  unsetenv("ACCORD_SHM_DISABLE");
+  if (testing::Test::IsSkipped() || testing::Test::HasFatalFailure()) return;
+  void* buf = nullptr;
+  OK(accord_device_alloc(&buf, 64, 0));
+  EXPECT_EQ(accord_all_reduce(buf, buf, 16, ACCORD_FLOAT32, ACCORD_SUM, job.comms[0],
+                              job.streams[0]),
+            ACCORD_ERR_UNSUPPORTED);
+  const std::string msg = accord_last_error(job.comms[0]);
+  EXPECT_NE(msg.find("over TCP (ACCORD_SHM_DISABLE=1)"), std::string::npos) << msg;
+  OK(accord_device_free(buf));
+}
+
 std::string plan_of(accord_comm_t c) {
   size_t len = 0;
   EXPECT_EQ(accord_comm_plan(c, nullptr, &len), ACCORD_SUCCESS);
