@@ -244,9 +244,9 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
 
 // Ranks on this host (same host identity: hostname + boot id, or ACCORD_HOST_ID; and the same
 // /dev/shm, Note [Shared memory domain]) talk over shared memory and watch each other's
-// processes through pidfds; every other rank is remote. A pid from another host (or another
-// container's pid namespace) means nothing here, so remote ranks get no pidfd: the TCP
-// transport notices their death by its sockets (Note [TCP liveness]).
+// processes through pidfds; every other rank is remote. A pid from another host (or from a
+// rank with another /dev/shm, likely another container) means nothing here, so remote ranks get
+// no pidfd: the TCP transport notices their death by its sockets (Note [TCP liveness]).
 void Communicator::group_by_host(const std::vector<std::string>& infos, std::vector<long>* local_pids) {
   // Each info: host identity, pid, shared memory domain, CPU mask (the rest), one per line.
   auto fields = [](const std::string& info) {
