@@ -372,10 +372,10 @@ std::string Communicator::plan() const {
       else if (ha == hb && da == db)
         out += format("pair %d-%d: shm (same host %s, shared memory)\n", a, b, short_host(ha).c_str());
       else if (ha == hb)
-        out += format("pair %d-%d: tcp (same host %s, %s, %d sockets)\n", a, b,
-                      short_host(ha).c_str(),
-                      shm_off(da) || shm_off(db) ? "ACCORD_SHM_DISABLE=1" : "but another /dev/shm",
-                      tcp_nsocks());
+        out +=
+            format("pair %d-%d: tcp (same host %s, %s, %d sockets)\n", a, b, short_host(ha).c_str(),
+                   shm_off(da) || shm_off(db) ? "ACCORD_SHM_DISABLE=1" : "but another /dev/shm",
+                   tcp_nsocks());
       else
         out += format("pair %d-%d: tcp (different hosts %s and %s, %d sockets)\n", a, b, short_host(ha).c_str(),
                       short_host(hb).c_str(), tcp_nsocks());

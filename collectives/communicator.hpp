@@ -161,8 +161,8 @@ class Communicator {
   std::unique_ptr<TcpTransport> tcp_;  // ranks on other hosts (remote_ranks_); null if none
   PeerLinks links_;
   PeerLinks dev_links_;  // links_ with the device FIFOs in place of the shm pairs that peer; empty: none
-  std::vector<int> local_ranks_;   // on this host and /dev/shm, including this rank: shared memory
-  std::vector<int> remote_ranks_;  // on other hosts, or another /dev/shm of this one: TCP
+  std::vector<int> local_ranks_;    // on this host and /dev/shm, including this rank: shared memory
+  std::vector<int> remote_ranks_;   // on other hosts, or another /dev/shm of this one: TCP
   std::vector<std::string> hosts_;  // host identity of every rank (from init)
   std::vector<std::string> shm_domains_;  // /dev/shm each rank sees (Note [Shared memory domain])
   std::vector<long> pid_of_;        // process of every rank (compare only ranks of one host)

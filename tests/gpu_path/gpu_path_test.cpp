@@ -439,9 +439,9 @@ TEST(GpuPath, DeviceBuffersOverTcpAreRefused) {
   if (testing::Test::IsSkipped() || testing::Test::HasFatalFailure()) return;
   void* buf = nullptr;
   OK(accord_device_alloc(&buf, 64, 0));
-  EXPECT_EQ(accord_all_reduce(buf, buf, 16, ACCORD_FLOAT32, ACCORD_SUM, job.comms[0],
-                              job.streams[0]),
-            ACCORD_ERR_UNSUPPORTED);
+  EXPECT_EQ(
+      accord_all_reduce(buf, buf, 16, ACCORD_FLOAT32, ACCORD_SUM, job.comms[0], job.streams[0]),
+      ACCORD_ERR_UNSUPPORTED);
   const std::string msg = accord_last_error(job.comms[0]);
   EXPECT_NE(msg.find("over TCP (ACCORD_SHM_DISABLE=1)"), std::string::npos) << msg;
   OK(accord_device_free(buf));
