@@ -18,6 +18,8 @@
 #include "api/handles.hpp"
 #include "api/launch.hpp"
 #include "core/log.hpp"
+#include "core/settings.hpp"
+#include "transport/device/device_runtime.hpp"
 
 namespace accord {
 namespace {
@@ -236,6 +238,29 @@ accord_status_t accord_comm_init_all(accord_comm_t* comms, int ndev, const int* 
           return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_init_all: devlist[%d] = %d is not a "
                                        "GPU; use device indices 0..accord_device_count()-1", i, devlist[i]));
     for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
+    if (devlist != nullptr) {
+      // A GPU that does not exist is said here, naming it, rather than by whichever of the
+      // ranks' threads fails first (the others fail too, blaming the rank that left).
+      Settings settings;
+      Status s = load_settings(&settings);
+      if (!s.ok()) return report(nullptr, s);
+      std::string why;
+      const DeviceRuntime* rt = process_device_runtime(settings, &why);
+      for (int i = 0; i < ndev; ++i) {
+        if (rt == nullptr)
+          return report(nullptr, error(ACCORD_ERR_UNSUPPORTED,
+                                       "accord_comm_init_all: devlist[%d] = GPU %d, but there is "
+                                       "no GPU: %s; pass devlist NULL for host-only ranks",
+                                       i, devlist[i], why.c_str()));
+        const int count = rt->device_count();
+        if (devlist[i] >= count)
+          return report(nullptr, error(ACCORD_ERR_INVALID_ARGUMENT,
+                                       "accord_comm_init_all: devlist[%d] = GPU %d does not exist: "
+                                       "the %s runtime has %d GPU(s) (0..%d); use device indices "
+                                       "0..accord_device_count()-1",
+                                       i, devlist[i], rt->kind(), count, count - 1));
+      }
+    }
     accord_unique_id_t id;
     accord_status_t st = accord_get_unique_id(&id);
     if (st != ACCORD_SUCCESS) return st;

@@ -1,6 +1,7 @@
 // Communicator creation and the collective entry point (see communicator.hpp).
 #include "collectives/communicator.hpp"
 
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -28,6 +29,22 @@ std::string host_identity(const Settings& s) {
   std::getline(f, boot);
   return std::string(host) + "/" + boot;
 }
+
+// Note [Shared memory domain]: ranks with one host identity share memory only if they see one
+// /dev/shm. Containers that share the host's hostname (UTS namespace) and boot id but each
+// mount a /dev/shm of their own cannot open each other's segments. So each rank also says
+// which /dev/shm it sees, as the device and inode of the directory (every tmpfs mount has a
+// device number of its own; a bind mount of one keeps it), and only ranks that agree on both
+// are local (shared memory); the others, on this host or not, are remote (TCP). With
+// ACCORD_SHM_DISABLE=1 the domain is the rank itself: every peer is remote.
+std::string shm_domain(const Settings& s, int rank) {
+  if (s.shm_disable) return format("off:%d", rank);
+  struct stat st;
+  if (stat("/dev/shm", &st) != 0) return "?";  // shm_open fails later and says why
+  return format("%llx:%llx", static_cast<unsigned long long>(st.st_dev),
+                static_cast<unsigned long long>(st.st_ino));
+}
+bool shm_off(const std::string& domain) { return domain.rfind("off:", 0) == 0; }
 
 int open_pidfd(pid_t pid) {
 #ifdef SYS_pidfd_open
@@ -153,6 +170,7 @@ Status Communicator::init(const InitSpec& spec) {
   links_.pidfd.assign(static_cast<size_t>(nranks_), -1);
   local_ranks_ = {rank_};
   hosts_ = {host_identity(settings_)};
+  shm_domains_ = {shm_domain(settings_, rank_)};
   host_of_ = {0};
   if (nranks_ == 1) return setup_device(spec.device);
   {
@@ -202,15 +220,17 @@ Status Communicator::init(const InitSpec& spec) {
 Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
   // The pid line carries " g" when this rank may run on a GPU (Note [Device FIFOs]).
   const std::string me = host_identity(settings_) + "\n" + std::to_string(getpid()) + (may_use_gpu_ ? " g" : "") +
-                         "\n" + cpu_mask();
+                         "\n" + shm_domain(settings_, rank_) + "\n" + cpu_mask();
   std::vector<std::string> infos;
   ACCORD_TRY(store->all_gather("info", rank_, nranks_, me, &infos, deadline));
   std::vector<long> job_pids;
   group_by_host(infos, &job_pids);
-  const bool local_peers = local_ranks_.size() > 1;
-  if (settings_.shm_disable && local_peers)
-    return error(ACCORD_ERR_UNSUPPORTED, "rank %d: ACCORD_SHM_DISABLE=1 leaves no transport between ranks on one "
-                 "host in this build; unset it", rank_);
+  if (settings_.shm_disable) {
+    // Note [Shared memory domain]: no local peers, so no segment: nothing in /dev/shm at all.
+    LOG_INFO(kInit, "rank %d: ACCORD_SHM_DISABLE=1: no shared memory; TCP to every other rank",
+             rank_);
+    return connect_remote(store, deadline);
+  }
   ShmOptions options;
   options.shape = shape_;
   // Note [Device FIFOs]: when a rank of this host may run on a GPU, every segment of the host
@@ -246,40 +266,69 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
   return connect_remote(store, deadline);
 }
 
-// Ranks on this host (same host identity: hostname + boot id, or ACCORD_HOST_ID) talk over
-// shared memory and watch each other's processes through pidfds; every other rank is remote.
-// A pid from another host means nothing here, so remote ranks get no pidfd: the TCP transport
-// notices their death by its sockets (Note [TCP liveness]).
+// Ranks on this host (same host identity: hostname + boot id, or ACCORD_HOST_ID; and the same
+// /dev/shm, Note [Shared memory domain]) talk over shared memory and watch each other's
+// processes through pidfds; every other rank is remote. A pid from another host (or from a
+// rank with another /dev/shm, likely another container) means nothing here, so remote ranks get
+// no pidfd: the TCP transport notices their death by its sockets (Note [TCP liveness]).
 void Communicator::group_by_host(const std::vector<std::string>& infos, std::vector<long>* local_pids) {
-  const std::string& mine = infos[static_cast<size_t>(rank_)];
-  const std::string my_host = mine.substr(0, mine.find('\n'));
+  // Each info: host identity, pid, shared memory domain, CPU mask (the rest), one per line.
+  auto fields = [](const std::string& info) {
+    std::vector<std::string> f;
+    size_t at = 0;
+    for (int i = 0; i < 3; ++i) {
+      const size_t nl = std::min(info.find('\n', at), info.size());
+      f.push_back(info.substr(at, nl - at));
+      at = std::min(nl + 1, info.size());
+    }
+    f.push_back(info.substr(at));
+    return f;
+  };
+  const std::vector<std::string> mine = fields(infos[static_cast<size_t>(rank_)]);
+  const std::string my_key = mine[0] + "\n" + mine[2];
   local_ranks_.clear();
   remote_ranks_.clear();
   hosts_.clear();
+  shm_domains_.clear();
   pid_of_.clear();
-  std::map<std::string, int> index;  // host identity -> small int, by first appearance
+  std::map<std::string, int> index;  // host identity + domain -> small int, by first appearance
   std::vector<int> per_host;
   std::vector<std::string> local_masks;  // Note [Oversubscribed] (transport/wait.hpp)
+  std::vector<int> apart;                // ranks of this host identity with another /dev/shm
   host_of_.clear();
   for (int r = 0; r < nranks_; ++r) {
-    const std::string& info = infos[static_cast<size_t>(r)];
-    const size_t nl = info.find('\n');
-    hosts_.push_back(info.substr(0, nl));
-    pid_of_.push_back(std::atol(info.c_str() + nl + 1));
-    auto at = index.emplace(hosts_.back(), static_cast<int>(index.size())).first;
+    const std::vector<std::string> f = fields(infos[static_cast<size_t>(r)]);
+    hosts_.push_back(f[0]);
+    shm_domains_.push_back(f[2]);
+    pid_of_.push_back(std::atol(f[1].c_str()));
+    const std::string key = f[0] + "\n" + f[2];
+    auto at = index.emplace(key, static_cast<int>(index.size())).first;
     host_of_.push_back(at->second);
     if (at->second == static_cast<int>(per_host.size())) per_host.push_back(0);
     ++per_host[static_cast<size_t>(at->second)];
-    if (hosts_.back() != my_host) {
+    if (key != my_key) {
+      if (f[0] == mine[0] && !shm_off(f[2]) && !shm_off(mine[2])) apart.push_back(r);
       remote_ranks_.push_back(r);
       continue;
     }
     local_ranks_.push_back(r);
-    const size_t nl2 = info.find('\n', nl + 1);
-    local_masks.push_back(nl2 == std::string::npos ? "" : info.substr(nl2 + 1));
-    const pid_t pid = static_cast<pid_t>(std::atol(info.c_str() + nl + 1));
+    local_masks.push_back(f[3]);
+    const pid_t pid = static_cast<pid_t>(pid_of_.back());
     local_pids->push_back(pid);
     if (r != rank_ && pid != getpid()) links_.pidfd[static_cast<size_t>(r)] = open_pidfd(pid);
+  }
+  if (!apart.empty()) {
+    std::string list;
+    for (int r : apart) list += format("%s%d", list.empty() ? "" : ", ", r);
+    const bool many = apart.size() > 1;
+    LOG_WARN(kInit,
+             "rank %d: %s %s %s on this host (%s) but %s another /dev/shm, so this rank's shared "
+             "memory is not visible there (containers sharing the host's name but not its "
+             "/dev/shm?): using TCP. To use shared memory give them one /dev/shm (docker "
+             "--ipc=host, or --ipc=container:NAME); to silence this set ACCORD_HOST_ID per "
+             "container, or ACCORD_SHM_DISABLE=1 (TCP between all ranks)",
+             rank_, many ? "ranks" : "rank", list.c_str(), many ? "run" : "runs", mine[0].c_str(),
+             many ? "see" : "sees");
   }
   oversubscribed_ = static_cast<int>(local_ranks_.size()) > job_cpus(local_masks);
   // The hierarchical schedule needs as many ranks on every host.
@@ -306,6 +355,26 @@ Status Communicator::connect_remote(StoreClient* store, Deadline deadline) {
   return Status::success();
 }
 
+// GPU buffers move through the shared-memory slots (registered with the device runtime) or the
+// device FIFOs. The TCP transport's slots are host memory the device runtime does not know: a
+// device call over them gave wrong results with no error (seen with ACCORD_SHM_DISABLE=1 on
+// simulated GPUs). Until the device path serves TCP peers, such a call is refused at once.
+Status Communicator::check_device_peers(const CollArgs& a) const {
+  if (remote_ranks_.empty()) return Status::success();
+  const int peer = remote_ranks_[0];
+  const std::string& domain = shm_domains_.at(static_cast<size_t>(peer));
+  const char* why = hosts_.at(static_cast<size_t>(peer)) != hosts_.at(static_cast<size_t>(rank_))
+                        ? "another host"
+                    : shm_off(domain) || shm_off(shm_domains_.at(static_cast<size_t>(rank_)))
+                        ? "ACCORD_SHM_DISABLE=1"
+                        : "another /dev/shm";
+  return error(ACCORD_ERR_UNSUPPORTED,
+               "rank %d: %s on GPU buffers: rank %d (and %zu more) is reached over TCP (%s), and "
+               "GPU buffers over TCP are not supported yet; pass host buffers (stream NULL), or "
+               "run the ranks on one host with one /dev/shm and without ACCORD_SHM_DISABLE",
+               rank_, collective_name(a.coll), peer, remote_ranks_.size() - 1, why);
+}
+
 std::string Communicator::plan() const {
   auto short_host = [](const std::string& h) { return h.substr(0, h.find('/')); };
   std::string out;
@@ -318,12 +387,19 @@ std::string Communicator::plan() const {
     for (int b = a + 1; b < nranks_; ++b) {
       const std::string& ha = hosts_.at(static_cast<size_t>(a));
       const std::string& hb = hosts_.at(static_cast<size_t>(b));
+      const std::string& da = shm_domains_.at(static_cast<size_t>(a));
+      const std::string& db = shm_domains_.at(static_cast<size_t>(b));
       const bool gpus = device_of_.size() == static_cast<size_t>(nranks_) &&
                         device_of_[static_cast<size_t>(a)] >= 0 && device_of_[static_cast<size_t>(b)] >= 0;
-      if (ha == hb && gpus)
+      if (ha == hb && da == db && gpus)
         out += format("pair %d-%d: %s\n", a, b, device_pair(a, b).c_str());
-      else if (ha == hb)
+      else if (ha == hb && da == db)
         out += format("pair %d-%d: shm (same host %s, shared memory)\n", a, b, short_host(ha).c_str());
+      else if (ha == hb)
+        out +=
+            format("pair %d-%d: tcp (same host %s, %s, %d sockets)\n", a, b, short_host(ha).c_str(),
+                   shm_off(da) || shm_off(db) ? "ACCORD_SHM_DISABLE=1" : "but another /dev/shm",
+                   tcp_nsocks());
       else
         out += format("pair %d-%d: tcp (different hosts %s and %s, %d sockets)\n", a, b, short_host(ha).c_str(),
                       short_host(hb).c_str(), tcp_nsocks());

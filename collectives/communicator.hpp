@@ -74,7 +74,8 @@ class Communicator {
     *on_device = false;
     // Host-only, and no CUDA to ask about pointers: nothing to look at (every call asks).
     if (rt_ == nullptr && probe_rt_ == nullptr) return Status::success();
-    return classify_buffers(args, on_device);
+    ACCORD_TRY(classify_buffers(args, on_device));
+    return *on_device ? check_device_peers(args) : Status::success();
   }
   // NCCL semantics: checks the call and launches it as one kernel on the caller's stream;
   // returns once enqueued (Note [Kernels on the caller's stream], device_path.cpp).
@@ -119,6 +120,7 @@ class Communicator {
   Status setup_device(int requested);
   Status register_slots();
   Status classify_buffers(const CollArgs& args, bool* on_device) const;
+  Status check_device_peers(const CollArgs& args) const;
   Status refuse_device_buffers(const CollArgs& args) const;
   void release_device();
   void compute_ring();
@@ -173,11 +175,12 @@ class Communicator {
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<TcpTransport> tcp_;  // ranks on other hosts (remote_ranks_); null if none
   PeerLinks links_;
-  std::vector<int> local_ranks_;   // on this host, including this rank: shared memory
-  std::vector<int> remote_ranks_;  // on other hosts: TCP
+  std::vector<int> local_ranks_;    // on this host and /dev/shm, including this rank: shared memory
+  std::vector<int> remote_ranks_;   // on other hosts, or another /dev/shm of this one: TCP
   std::vector<std::string> hosts_;  // host identity of every rank (from init)
+  std::vector<std::string> shm_domains_;  // /dev/shm each rank sees (Note [Shared memory domain])
   std::vector<long> pid_of_;        // process of every rank (compare only ranks of one host)
-  std::vector<int> host_of_;        // the same as small ints (ScheduleRequest::host_of)
+  std::vector<int> host_of_;        // host and /dev/shm as small ints (ScheduleRequest::host_of)
   int nhosts_ = 1;
   bool hosts_even_ = true;          // as many ranks on every host (hierarchical needs it)
   HostLayout host_layout_;          // the same, for the tuner (Note [Tuner across hosts])

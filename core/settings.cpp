@@ -58,7 +58,9 @@ const std::vector<Entry>& entries() {
       INT_ENTRY("ACCORD_SPIN_US", spin_us, "-1",
                 "microseconds to spin before sleeping (-1: long when cores suffice, short when "
                 "oversubscribed)"),
-      BOOL_ENTRY("ACCORD_SHM_DISABLE", shm_disable, "0", "never use the shared-memory transport"),
+      BOOL_ENTRY("ACCORD_SHM_DISABLE", shm_disable, "0",
+                 "no shared memory: TCP between all ranks, on one host too (GPU buffers are then "
+                 "refused)"),
       STR_ENTRY("ACCORD_BOOTSTRAP_ADDR", bootstrap_addr, "",
                 "address (ip or ip:port) the bootstrap listener binds; default loopback, or "
                 "MASTER_ADDR"),
@@ -66,7 +68,9 @@ const std::vector<Entry>& entries() {
                 "directory for the rendezvous file of launches that give no MASTER_ADDR"),
       STR_ENTRY("ACCORD_SOCKET_IFNAME", socket_ifname, "", "network interface for TCP traffic"),
       INT_ENTRY("ACCORD_SOCKET_NSOCKS", socket_nsocks, "0", "sockets per TCP peer pair (0: auto)"),
-      STR_ENTRY("ACCORD_HOST_ID", host_id, "", "override the host identity (hostname + boot id)"),
+      STR_ENTRY("ACCORD_HOST_ID", host_id, "",
+                "override the host identity (hostname + boot id); ranks share memory only with "
+                "ranks of the same identity and /dev/shm"),
       Entry{{"ACCORD_SECRET", "string", "", "job secret for the bootstrap (default: random per job)"},
             Kind::kString, nullptr, nullptr, &Settings::secret, true},
       STR_ENTRY("ACCORD_TOPO_FILE", topo_file, "", "load the topology from this file instead of probing"),

@@ -5,7 +5,8 @@ set -u
 py=${PYTHON:-/usr/bin/python3}
 "$py" -c "import numpy" 2>/dev/null || { echo "SKIP: $py has no numpy (apt-get install python3-numpy)"; exit 77; }
 np=$1; lib=$2; script=$3
-port=$(( 20000 + ($$ % 20000) ))
+# A port the kernel hands out as free (one derived from the pid may be another program's).
+port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 pids=()
 for r in $(seq 0 $((np - 1))); do
   RANK=$r WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 MASTER_PORT=$port ACCORD_LIB=$lib "${PYTHON:-/usr/bin/python3}" "$script" &

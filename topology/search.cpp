@@ -9,6 +9,16 @@
 // at least half of the first one's bandwidth (a slower channel would hold the faster ones back,
 // since every channel carries an equal share of the data).
 //
+// Note [Path class tie-break]: the bandwidth model gives several paths one estimate (PHB and
+// NODE pairs are both staged through host memory at the same speed), so rings (and trees) of
+// equal bottleneck and equal hops at it can differ in what those slow hops cross. Among them
+// the search prefers fewer slow hops through the farthest class, then through the next
+// (SYS, then NODE, PHB, PXB, PIX, NVLink; unknown counts as farthest): on 4 GPUs with NVLink
+// pairs 0-2 and 1-3, PHB pairs 0-1 and 2-3 and NODE pairs 0-3 and 1-2, the ring 0 2 3 1 (two
+// PHB hops) rather than 0 2 1 3 (two NODE hops). In Held-Karp a slow hop of class c costs
+// B + (n+1)^c with B = (n+1)^8: no class sum reaches B, so the count of slow hops comes
+// first, and each class's count is one base-(n+1) digit, so sums order like the rule.
+//
 // Trees: NCCL's double binary tree (research/nccl.md 2.3), with the GPUs placed on its positions
 // so that the slowest edge of either tree is as fast as possible, then with the fewest edges at
 // that speed: exhaustive over all n! placements up to kExactTreeLimit GPUs, pairwise swaps from
@@ -19,7 +29,9 @@
 #include "topology/search.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -30,52 +42,75 @@ namespace accord::topo {
 namespace {
 constexpr double kEps = 1e-9;
 bool same_speed(double a, double b) { return std::fabs(a - b) <= kEps * std::max(1.0, std::fabs(a)); }
+// The class of hop a -> b; without classes every hop is alike (kSelf).
+size_t class_of(const std::vector<PathClass>& paths, int n, int a, int b) {
+  return paths.empty() ? 0 : static_cast<size_t>(paths[a * n + b]);
+}
 }  // namespace
 
-RingScore score_ring(const std::vector<double>& bw, int n, const std::vector<int>& order) {
+int compare_classes(const ClassCounts& a, const ClassCounts& b) {
+  for (size_t c = a.size(); c-- > 0;)
+    if (a[c] != b[c]) return a[c] < b[c] ? -1 : 1;
+  return 0;
+}
+
+RingScore score_ring(const std::vector<double>& bw, int n, const std::vector<int>& order,
+                     const std::vector<PathClass>& paths) {
   RingScore s;
   int m = static_cast<int>(order.size());
   if (m < 2) return s;
   s.bottleneck = std::numeric_limits<double>::infinity();
   for (int i = 0; i < m; ++i) s.bottleneck = std::min(s.bottleneck, bw[order[i] * n + order[(i + 1) % m]]);
-  for (int i = 0; i < m; ++i) s.slow_hops += same_speed(bw[order[i] * n + order[(i + 1) % m]], s.bottleneck);
+  for (int i = 0; i < m; ++i) {
+    const int a = order[i], b = order[(i + 1) % m];
+    if (!same_speed(bw[a * n + b], s.bottleneck)) continue;
+    ++s.slow_hops;
+    ++s.slow_by_class[class_of(paths, n, a, b)];
+  }
   return s;
 }
 
 bool better(const RingScore& a, const RingScore& b) {
   if (!same_speed(a.bottleneck, b.bottleneck)) return a.bottleneck > b.bottleneck;
-  return a.slow_hops < b.slow_hops;
+  if (a.slow_hops != b.slow_hops) return a.slow_hops < b.slow_hops;
+  return compare_classes(a.slow_by_class, b.slow_by_class) < 0;
 }
 
 namespace {
 
-// Held-Karp over edges with bw >= t, minimising the number of edges at speed t. Empty if no ring.
-std::vector<int> ring_at_threshold(const std::vector<double>& bw, int n, double t) {
+// Held-Karp over edges with bw >= t, minimising the edges at speed t, then their classes (Note
+// [Path class tie-break]). Empty if no ring.
+std::vector<int> ring_at_threshold(const std::vector<double>& bw, int n, double t,
+                                   const std::vector<PathClass>& paths) {
   const int full = (1 << n) - 1;
-  constexpr int kInf = std::numeric_limits<int>::max() / 2;
-  auto cost = [&](int a, int b) {
+  constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
+  std::array<int64_t, std::tuple_size_v<ClassCounts> + 1> weight{};  // (n+1)^c; the last is B
+  weight[0] = 1;
+  for (size_t c = 1; c < weight.size(); ++c) weight[c] = weight[c - 1] * (n + 1);
+  auto cost = [&](int a, int b) -> int64_t {
     double w = bw[a * n + b];
     if (w < t && !same_speed(w, t)) return kInf;
-    return same_speed(w, t) ? 1 : 0;
+    return same_speed(w, t) ? weight.back() + weight[class_of(paths, n, a, b)] : 0;
   };
-  std::vector<int> dp(static_cast<size_t>(1 << n) * n, kInf);
+  std::vector<int64_t> dp(static_cast<size_t>(1 << n) * n, kInf);
   dp[1 * n + 0] = 0;  // start at position 0, visited {0}
   for (int mask = 1; mask <= full; mask += 2) {
     for (int v = 0; v < n; ++v) {
-      int cur = dp[mask * n + v];
+      int64_t cur = dp[mask * n + v];
       if (cur >= kInf || !(mask >> v & 1)) continue;
       for (int w = 1; w < n; ++w) {
         if (mask >> w & 1) continue;
-        int c = cost(v, w);
+        int64_t c = cost(v, w);
         if (c >= kInf) continue;
-        int& next = dp[(mask | 1 << w) * n + w];
+        int64_t& next = dp[(mask | 1 << w) * n + w];
         next = std::min(next, cur + c);
       }
     }
   }
-  int best = kInf, last = -1;
+  int64_t best = kInf;
+  int last = -1;
   for (int v = n - 1; v >= 1; --v) {  // ties go to the highest index: identity order when all equal
-    int c = cost(v, 0);
+    int64_t c = cost(v, 0);
     if (c >= kInf || dp[full * n + v] >= kInf) continue;
     if (dp[full * n + v] + c < best) best = dp[full * n + v] + c, last = v;
   }
@@ -87,7 +122,7 @@ std::vector<int> ring_at_threshold(const std::vector<double>& bw, int n, double 
     int prev_mask = mask & ~(1 << v), found = -1;
     for (int u = n - 1; u >= 0 && found < 0; --u) {
       if (!(prev_mask >> u & 1)) continue;
-      int c = cost(u, v);
+      int64_t c = cost(u, v);
       if (c < kInf && dp[prev_mask * n + u] < kInf && dp[prev_mask * n + u] + c == dp[mask * n + v])
         found = u;
     }
@@ -98,15 +133,22 @@ std::vector<int> ring_at_threshold(const std::vector<double>& bw, int n, double 
   return order;
 }
 
-// Above the exact limit: greedy fastest-next-hop from 0, then 2-opt moves while they improve.
-std::vector<int> ring_greedy(const std::vector<double>& bw, int n) {
+// Above the exact limit: greedy fastest-next-hop from 0 (of equal ones, the nearest class), then
+// 2-opt moves while they improve.
+std::vector<int> ring_greedy(const std::vector<double>& bw, int n,
+                             const std::vector<PathClass>& paths) {
   std::vector<int> order{0};
   std::vector<bool> used(n);
   used[0] = true;
   for (int k = 1; k < n; ++k) {
     int cur = order.back(), pick = -1;
-    for (int w = 0; w < n; ++w)
-      if (!used[w] && (pick < 0 || bw[cur * n + w] > bw[cur * n + pick])) pick = w;
+    for (int w = 0; w < n; ++w) {
+      if (used[w]) continue;
+      const double a = bw[cur * n + w], b = pick < 0 ? 0 : bw[cur * n + pick];
+      if (pick < 0 || (a > b && !same_speed(a, b)) ||
+          (same_speed(a, b) && class_of(paths, n, cur, w) < class_of(paths, n, cur, pick)))
+        pick = w;
+    }
     used[pick] = true;
     order.push_back(pick);
   }
@@ -116,7 +158,8 @@ std::vector<int> ring_greedy(const std::vector<double>& bw, int n) {
       for (int j = i + 1; j < n && !improved; ++j) {
         std::vector<int> cand = order;
         std::reverse(cand.begin() + i, cand.begin() + j + 1);
-        if (better(score_ring(bw, n, cand), score_ring(bw, n, order))) order = cand, improved = true;
+        if (better(score_ring(bw, n, cand, paths), score_ring(bw, n, order, paths)))
+          order = cand, improved = true;
       }
   }
   return order;
@@ -124,14 +167,15 @@ std::vector<int> ring_greedy(const std::vector<double>& bw, int n) {
 
 }  // namespace
 
-std::vector<int> best_ring(const std::vector<double>& bw, int n) {
+std::vector<int> best_ring(const std::vector<double>& bw, int n,
+                           const std::vector<PathClass>& paths) {
   if (n <= 0) return {};
   if (n <= 2) {
     std::vector<int> order(n);
     std::iota(order.begin(), order.end(), 0);
     return order;
   }
-  if (n > kExactRingLimit) return ring_greedy(bw, n);
+  if (n > kExactRingLimit) return ring_greedy(bw, n, paths);
   std::vector<double> speeds;
   for (int a = 0; a < n; ++a)
     for (int b = 0; b < n; ++b)
@@ -139,7 +183,7 @@ std::vector<int> best_ring(const std::vector<double>& bw, int n) {
   std::sort(speeds.rbegin(), speeds.rend());
   for (size_t i = 0; i < speeds.size(); ++i) {
     if (i > 0 && same_speed(speeds[i], speeds[i - 1])) continue;
-    std::vector<int> order = ring_at_threshold(bw, n, speeds[i]);
+    std::vector<int> order = ring_at_threshold(bw, n, speeds[i], paths);
     if (!order.empty()) return order;
   }
   std::vector<int> order(n);  // nothing connects: the plain order, priced at zero
@@ -173,42 +217,48 @@ void double_binary_tree(int n, std::vector<int>* parent0, std::vector<int>* pare
   }
 }
 
-TreeScore score_tree(const std::vector<double>& bw, int n, const std::vector<int>& order) {
+TreeScore score_tree(const std::vector<double>& bw, int n, const std::vector<int>& order,
+                     const std::vector<PathClass>& paths) {
   TreeScore t;
   const int m = static_cast<int>(order.size());
   if (m < 2) return t;
   std::vector<int> p0, p1;
   double_binary_tree(m, &p0, &p1);
   t.bottleneck = std::numeric_limits<double>::infinity();
-  std::vector<double> speeds;
-  speeds.reserve(2 * m);
+  std::vector<std::pair<double, size_t>> edges;  // speed (slower direction), class (farther one)
+  edges.reserve(2 * m);
   for (const std::vector<int>* parents : {&p0, &p1})
     for (int pos = 0; pos < m; ++pos) {
       int parent = (*parents)[pos];
       if (parent < 0) continue;
       int a = order[parent], b = order[pos];
-      speeds.push_back(std::min(bw[a * n + b], bw[b * n + a]));
-      t.bottleneck = std::min(t.bottleneck, speeds.back());
+      edges.emplace_back(std::min(bw[a * n + b], bw[b * n + a]),
+                         std::max(class_of(paths, n, a, b), class_of(paths, n, b, a)));
+      t.bottleneck = std::min(t.bottleneck, edges.back().first);
     }
-  for (double v : speeds) t.slow_edges += same_speed(v, t.bottleneck);
+  for (const auto& [speed, cls] : edges)
+    if (same_speed(speed, t.bottleneck)) ++t.slow_edges, ++t.slow_by_class[cls];
   return t;
 }
 
 bool better(const TreeScore& a, const TreeScore& b) {
   if (!same_speed(a.bottleneck, b.bottleneck)) return a.bottleneck > b.bottleneck;
-  return a.slow_edges < b.slow_edges;
+  if (a.slow_edges != b.slow_edges) return a.slow_edges < b.slow_edges;
+  return compare_classes(a.slow_by_class, b.slow_by_class) < 0;
 }
 
-std::vector<int> best_tree_order(const std::vector<double>& bw, int n, const std::vector<int>& start) {
+std::vector<int> best_tree_order(const std::vector<double>& bw, int n,
+                                 const std::vector<int>& start,
+                                 const std::vector<PathClass>& paths) {
   std::vector<int> best = start;
   if (static_cast<int>(start.size()) < 3) return best;
-  TreeScore best_score = score_tree(bw, n, best);
+  TreeScore best_score = score_tree(bw, n, best, paths);
   if (static_cast<int>(start.size()) <= kExactTreeLimit) {
     // Every placement; the start (ring order) stays unless one is strictly better.
     std::vector<int> cand = start;
     std::sort(cand.begin(), cand.end());
     do {
-      TreeScore sc = score_tree(bw, n, cand);
+      TreeScore sc = score_tree(bw, n, cand, paths);
       if (better(sc, best_score)) best = cand, best_score = sc;
     } while (std::next_permutation(cand.begin(), cand.end()));
     return best;
@@ -220,13 +270,13 @@ std::vector<int> best_tree_order(const std::vector<double>& bw, int n, const std
     for (int rot = 0; rot < m; ++rot) {
       std::vector<int> cand(m);
       for (int i = 0; i < m; ++i) cand[i] = start[((dir == 0 ? i : m - 1 - i) + rot) % m];
-      TreeScore score = score_tree(bw, n, cand);
+      TreeScore score = score_tree(bw, n, cand, paths);
       for (bool improved = true; improved;) {
         improved = false;
         for (int i = 0; i < m; ++i)
           for (int j = i + 1; j < m; ++j) {
             std::swap(cand[i], cand[j]);
-            TreeScore sc = score_tree(bw, n, cand);
+            TreeScore sc = score_tree(bw, n, cand, paths);
             if (better(sc, score)) {
               score = sc;
               improved = true;
@@ -345,11 +395,13 @@ Status plan_collectives(const System& s, const std::vector<int>& gpus_in, Plan* 
   ChannelModel model(s, gpus);
   std::vector<Hop> hops(n * n);
   std::vector<double> static_bw(n * n, 0);
+  std::vector<PathClass> paths(n * n, PathClass::kSelf);  // Note [Path class tie-break]
   for (int a = 0; a < n; ++a)
     for (int b = 0; b < n; ++b)
       if (a != b) {
         hops[a * n + b] = model.hop(gpus[a], gpus[b]);
         static_bw[a * n + b] = s.bandwidth_gbs(gpus[a], gpus[b]);
+        paths[a * n + b] = s.path(gpus[a], gpus[b]);
       }
   constexpr int kMaxChannels = 16;
   double first_bw = 0;
@@ -358,14 +410,14 @@ Status plan_collectives(const System& s, const std::vector<int>& gpus_in, Plan* 
     if (c > 0)
       for (int i = 0; i < n * n; ++i)
         for (const auto& [r, f] : hops[i].uses) bw[i] = std::min(bw[i], model.residual(r) / f);
-    std::vector<int> order = best_ring(bw, n);
+    std::vector<int> order = best_ring(bw, n, paths);
     // The channel's bandwidth: each resource shared by all the hops of this ring that use it.
     std::map<Resource, double> load;
     for (int i = 0; i < n; ++i)
       for (const auto& [r, f] : hops[order[i] * n + order[(i + 1) % n]].uses) load[r] += f;
     double channel = std::numeric_limits<double>::infinity();
     for (const auto& [r, l] : load) channel = std::min(channel, model.residual(r) / l);
-    RingScore score = score_ring(bw, n, order);
+    RingScore score = score_ring(bw, n, order, paths);
     channel = std::min(channel, score.bottleneck);
     if (c == 0) {
       first_bw = channel;
@@ -388,7 +440,7 @@ Status plan_collectives(const System& s, const std::vector<int>& gpus_in, Plan* 
   // edge and at most at its channel's bandwidth.
   std::vector<int> p0, p1;
   double_binary_tree(n, &p0, &p1);
-  const std::vector<int> tree_order = best_tree_order(static_bw, n, out->rank_rings[0]);
+  const std::vector<int> tree_order = best_tree_order(static_bw, n, out->rank_rings[0], paths);
   double tree_sum = 0;
   double ring_sum = 0;
   for (size_t c = 0; c < out->rings.size(); ++c) {

@@ -2,6 +2,7 @@
 // over one zero-filled buffer, and the CPU count behind the wait policy (Note [Oversubscribed]).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -85,16 +86,23 @@ TEST(Board, EveryRankReadsEveryLineOfEveryCallWithoutAcknowledgements) {
 }
 
 // Readers that sleep must be woken by the owner's wake_readers, not by the end of their 20 ms
-// futex slice: 100 calls with a 2 ms delay take about 0.2 s, 2 s if every wake were lost.
+// futex slice: 100 calls with a 2 ms delay take about 0.2 s, 2 s if every wake were lost. A
+// busy machine (tests running beside this one) can make one run slow; lost wakes make every
+// run slow, so the best of three runs is what is checked.
 TEST(Board, SleepingReadersAreWokenByThePost) {
   WaitPolicy sleepy;
   sleepy.spin_ns = 0;
   sleepy.yields = 0;
-  auto start = std::chrono::steady_clock::now();
-  auto errors = exchange(3, 100, sleepy, 2);
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (const auto& e : errors) ADD_FAILURE() << e;
+  double secs = 1e9;
+  for (int attempt = 0; attempt < 3 && secs >= 1.2; ++attempt) {
+    auto start = std::chrono::steady_clock::now();
+    auto errors = exchange(3, 100, sleepy, 2);
+    const auto took = std::chrono::steady_clock::now() - start;
+    secs = std::min(secs, std::chrono::duration<double>(took).count());
+    for (const auto& e : errors) ADD_FAILURE() << e;
+  }
   EXPECT_LT(secs, 1.2) << "sleeping readers waited for their futex timeouts";
+  std::vector<std::string> errors;
   // And with sleeping at every wait (no delay), many calls still go through.
   errors = exchange(4, 3000, sleepy, 0);
   for (const auto& e : errors) ADD_FAILURE() << e;

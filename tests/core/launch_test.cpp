@@ -1,12 +1,17 @@
 // Launcher environments, as forked processes: torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/
 // MASTER_PORT (with ACCORD_SECRET, logging at debug to files that must not contain the
 // secret), Open MPI-style variables without MPI (rendezvous file), bad variables, and a rank
-// with the wrong secret.
+// with the wrong secret. Ranks of one host that cannot share memory (a rank with a /dev/shm of
+// its own, in a mount namespace; root only, else SKIP) or must not (ACCORD_SHM_DISABLE=1)
+// talk over TCP.
 #include <accord/accord.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -16,7 +21,7 @@
 #include <vector>
 
 #include "core/log.hpp"
-#include "transport/shm/shm_transport.hpp"
+#include "tests/support/harness.hpp"
 #include "transport/socket.hpp"
 
 namespace accord {
@@ -24,9 +29,17 @@ namespace {
 
 using Env = std::vector<std::pair<std::string, std::string>>;
 
+// What a rank process does besides init and the all-reduce.
+struct RankHooks {
+  std::function<int(size_t index)> before_init;  // in the child; non-zero: exit with that code
+  bool report_plan = false;  // on success the rank's accord_comm_plan goes to *errors
+};
+
 // Forks one process per env; each sets its variables, inits from the environment and runs an
 // all-reduce of nranks ones. Returns each process's exit code (0 ok, 10 + status otherwise).
-std::vector<int> run_env_ranks(const std::vector<Env>& envs, std::vector<std::string>* errors = nullptr) {
+std::vector<int> run_env_ranks(const std::vector<Env>& envs,
+                               std::vector<std::string>* errors = nullptr,
+                               const RankHooks& hooks = {}) {
   std::vector<pid_t> pids;
   std::vector<int> pipes;
   for (const Env& env : envs) {
@@ -40,6 +53,8 @@ std::vector<int> run_env_ranks(const std::vector<Env>& envs, std::vector<std::st
         unsetenv(v);
       for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
       log_reconfigure();
+      if (hooks.before_init)
+        if (const int code = hooks.before_init(pids.size())) _exit(code);
       accord_comm_t comm = nullptr;
       accord_status_t s = accord_comm_init_from_env(&comm);
       if (s == ACCORD_SUCCESS) {
@@ -49,6 +64,11 @@ std::vector<int> run_env_ranks(const std::vector<Env>& envs, std::vector<std::st
         s = accord_all_reduce(x.data(), x.data(), x.size(), ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr);
         if (s == ACCORD_SUCCESS && x[999] != static_cast<float>(n)) s = ACCORD_ERR_INTERNAL;
         if (s != ACCORD_SUCCESS) (void)!write(fds[1], accord_last_error(comm), strlen(accord_last_error(comm)));
+        char plan[4096];
+        size_t len = sizeof plan;
+        if (s == ACCORD_SUCCESS && hooks.report_plan &&
+            accord_comm_plan(comm, plan, &len) == ACCORD_SUCCESS)
+          (void)!write(fds[1], plan, strnlen(plan, sizeof plan));
         accord_comm_destroy(comm);
       } else {
         (void)!write(fds[1], accord_last_error(nullptr), strlen(accord_last_error(nullptr)));
@@ -56,6 +76,7 @@ std::vector<int> run_env_ranks(const std::vector<Env>& envs, std::vector<std::st
       _exit(s == ACCORD_SUCCESS ? 0 : 10 + s);
     }
     close(fds[1]);
+    if (pid > 0) testing::note_rank_process(pid);
     pids.push_back(pid);
     pipes.push_back(fds[0]);
   }
@@ -128,6 +149,7 @@ TEST(Launch, WrongSecretIsRefused) {
 
 TEST(Launch, OpenMpiStyleEnvironmentWithoutMpiMeetsThroughARendezvousFile) {
   const std::string job = "test-" + free_port();
+  testing::forget_rank_processes();
   std::vector<Env> envs;
   for (int r = 0; r < 3; ++r)
     envs.push_back({{"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_SIZE", "3"},
@@ -137,7 +159,8 @@ TEST(Launch, OpenMpiStyleEnvironmentWithoutMpiMeetsThroughARendezvousFile) {
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r << ": " << errors[r];
   std::string file = "/tmp/accord-" + std::to_string(getuid()) + "-ompi-" + job + ".boot";
   EXPECT_NE(access(file.c_str(), F_OK), 0) << "rendezvous file left behind: " << file;
-  EXPECT_TRUE(list_shm_segments().empty());
+  const std::vector<std::string> left = testing::own_shm_segments();
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
 }
 
 TEST(Launch, BadEnvironmentsSayWhatIsWrong) {
@@ -166,6 +189,88 @@ TEST(Launch, BadEnvironmentsSayWhatIsWrong) {
     auto codes = run_env_ranks({c.env}, &errors);
     EXPECT_NE(codes[0], 0) << c.needle;
     EXPECT_NE(errors[0].find(c.needle), std::string::npos) << "'" << errors[0] << "' lacks '" << c.needle << "'";
+  }
+}
+
+// In a new mount namespace, a tmpfs of this process's own on /dev/shm: a container that shares
+// the host's name and boot id but not its /dev/shm. 0, or why not.
+std::string private_dev_shm() {
+  if (unshare(CLONE_NEWNS) != 0) return std::string("unshare(CLONE_NEWNS): ") + strerror(errno);
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    return std::string("making / private: ") + strerror(errno);
+  if (mount("tmpfs", "/dev/shm", "tmpfs", 0, "mode=1777,size=256m") != 0)
+    return std::string("mount -t tmpfs tmpfs /dev/shm: ") + strerror(errno);
+  return "";
+}
+
+// Whether private_dev_shm works here (root, and a kernel and container that allow it), tried
+// in a child so that this process keeps its namespace.
+std::string cannot_have_private_dev_shm() {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    const std::string why = private_dev_shm();
+    (void)!write(fds[1], why.data(), why.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string why;
+  char buf[256];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) why.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  waitpid(pid, nullptr, 0);
+  return why;
+}
+
+// Issue 20, item 5: ranks 0 and 1 share /dev/shm; rank 2 has the same hostname and boot id but
+// a /dev/shm of its own, so it cannot map their segments. Init succeeds: 0-1 over shared memory,
+// 2 over TCP to both, as the plan says (Note [Shared memory domain], collectives/communicator.cpp).
+TEST(Launch, RankWithItsOwnDevShmTalksOverTcp) {
+  const std::string why = cannot_have_private_dev_shm();
+  if (!why.empty()) GTEST_SKIP() << "needs a mount namespace with its own /dev/shm (root): " << why;
+  const std::string port = free_port();
+  testing::forget_rank_processes();
+  std::vector<Env> envs;
+  for (int r = 0; r < 3; ++r)
+    envs.push_back({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"},
+                    {"MASTER_PORT", port}, {"ACCORD_INIT_TIMEOUT_MS", "20000"}});
+  RankHooks hooks;
+  hooks.before_init = [](size_t index) { return index == 2 && !private_dev_shm().empty() ? 3 : 0; };
+  hooks.report_plan = true;
+  std::vector<std::string> out;
+  auto codes = run_env_ranks(envs, &out, hooks);
+  ASSERT_EQ(codes.size(), 3u);
+  for (size_t r = 0; r < codes.size(); ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(codes[r], 0) << out[r];
+    EXPECT_NE(out[r].find("pair 0-1: shm"), std::string::npos) << out[r];
+    EXPECT_NE(out[r].find("pair 0-2: tcp (same host"), std::string::npos) << out[r];
+    EXPECT_NE(out[r].find("pair 1-2: tcp (same host"), std::string::npos) << out[r];
+    EXPECT_NE(out[r].find("another /dev/shm"), std::string::npos) << out[r];
+  }
+  const std::vector<std::string> left = testing::own_shm_segments();
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+}
+
+// ACCORD_SHM_DISABLE=1: ranks of one host talk over TCP, and none makes a segment.
+TEST(Launch, ShmDisableMeansTcpBetweenRanksOfOneHost) {
+  const std::string port = free_port();
+  std::vector<Env> envs;
+  for (int r = 0; r < 2; ++r)
+    envs.push_back({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                    {"MASTER_PORT", port}, {"ACCORD_SHM_DISABLE", "1"}});
+  RankHooks hooks;
+  hooks.report_plan = true;
+  std::vector<std::string> out;
+  auto codes = run_env_ranks(envs, &out, hooks);
+  ASSERT_EQ(codes.size(), 2u);
+  for (size_t r = 0; r < codes.size(); ++r) {
+    EXPECT_EQ(codes[r], 0) << "rank " << r << ": " << out[r];
+    EXPECT_NE(out[r].find("pair 0-1: tcp (same host"), std::string::npos) << out[r];
+    EXPECT_NE(out[r].find("ACCORD_SHM_DISABLE=1"), std::string::npos) << out[r];
   }
 }
 

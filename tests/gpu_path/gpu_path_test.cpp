@@ -411,6 +411,42 @@ TEST(GpuPath, WrongMemoryIsRefused) {
   OK(accord_device_free(mine));
 }
 
+// A device list naming a GPU past the last one fails at once, naming it (the machine's GPUs
+// plus one: on a real machine with one GPU that is devlist {0, 1}, as collectives_test's
+// Group.OneThreadDrivesSeveralRanks asks).
+TEST(GpuPath, InitAllNamesAMissingGpu) {
+  int n = 0;
+  OK(accord_device_count(&n));
+  if (n == 0) GTEST_SKIP() << "no GPU (collectives_test checks that case)";
+  accord_comm_t comms[2] = {nullptr, nullptr};
+  const int devs[2] = {0, n};
+  EXPECT_EQ(accord_comm_init_all(comms, 2, devs), ACCORD_ERR_INVALID_ARGUMENT);
+  const std::string msg = accord_last_error(nullptr);
+  const std::string want = "devlist[1] = GPU " + std::to_string(n) + " does not exist";
+  EXPECT_NE(msg.find(want), std::string::npos) << msg;
+  EXPECT_EQ(comms[0], nullptr);
+  EXPECT_EQ(comms[1], nullptr);
+}
+
+// GPU buffers between ranks that reach each other over TCP (here ACCORD_SHM_DISABLE=1; also
+// other hosts, or another /dev/shm) are refused at the call, saying why: the device path does
+// not serve TCP peers, and ran such calls to wrong results.
+TEST(GpuPath, DeviceBuffersOverTcpAreRefused) {
+  Job job;
+  setenv("ACCORD_SHM_DISABLE", "1", 1);
+  job.init();
+  unsetenv("ACCORD_SHM_DISABLE");
+  if (testing::Test::IsSkipped() || testing::Test::HasFatalFailure()) return;
+  void* buf = nullptr;
+  OK(accord_device_alloc(&buf, 64, 0));
+  EXPECT_EQ(
+      accord_all_reduce(buf, buf, 16, ACCORD_FLOAT32, ACCORD_SUM, job.comms[0], job.streams[0]),
+      ACCORD_ERR_UNSUPPORTED);
+  const std::string msg = accord_last_error(job.comms[0]);
+  EXPECT_NE(msg.find("over TCP (ACCORD_SHM_DISABLE=1)"), std::string::npos) << msg;
+  OK(accord_device_free(buf));
+}
+
 std::string plan_of(accord_comm_t c) {
   size_t len = 0;
   EXPECT_EQ(accord_comm_plan(c, nullptr, &len), ACCORD_SUCCESS);

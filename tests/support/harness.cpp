@@ -1,14 +1,18 @@
 // Ranks as threads or forked processes, and exact test data (see harness.hpp).
 #include "tests/support/harness.hpp"
 
+#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 namespace accord::testing {
@@ -22,6 +26,9 @@ std::string run_one(const accord_unique_id_t& id, int rank, int nranks, const Ra
   if (accord_comm_destroy(comm) != ACCORD_SUCCESS && msg.empty()) msg = "destroy failed";
   return msg;
 }
+
+std::mutex rank_pids_mu;
+std::vector<pid_t> rank_pids;
 
 uint16_t to_bf16(float f) {
   uint32_t u;
@@ -90,6 +97,38 @@ std::vector<std::string> run_threads(int nranks, const RankBody& body, const acc
   return failures;
 }
 
+void note_rank_process(pid_t pid) {
+  std::lock_guard<std::mutex> lock(rank_pids_mu);
+  rank_pids.push_back(pid);
+}
+
+void forget_rank_processes() {
+  std::lock_guard<std::mutex> lock(rank_pids_mu);
+  rank_pids.clear();
+}
+
+std::vector<std::string> own_shm_segments() {
+  std::vector<pid_t> pids;
+  {
+    std::lock_guard<std::mutex> lock(rank_pids_mu);
+    pids = rank_pids;
+  }
+  pids.push_back(getpid());
+  std::vector<std::string> out;
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return out;
+  constexpr char kPrefix[] = "accord-";
+  while (dirent* e = readdir(d)) {
+    if (std::strncmp(e->d_name, kPrefix, sizeof kPrefix - 1) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name + sizeof kPrefix - 1, &end, 10);
+    if (*end == '-' && std::find(pids.begin(), pids.end(), static_cast<pid_t>(pid)) != pids.end())
+      out.emplace_back(e->d_name);
+  }
+  closedir(d);
+  return out;
+}
+
 std::vector<std::string> run_processes(int nranks, const RankBody& body, int timeout_s) {
   // Fork every rank before the unique id exists: accord_get_unique_id starts the bootstrap
   // store's thread in this process, and a fork while that thread is inside malloc leaves the
@@ -120,6 +159,7 @@ std::vector<std::string> run_processes(int nranks, const RankBody& body, int tim
     }
     close(fds[1]);
     close(idfds[0]);
+    if (pid > 0) note_rank_process(pid);
     pids.push_back(pid);
     pipes.push_back(fds[0]);
     id_pipes.push_back(idfds[1]);

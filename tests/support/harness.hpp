@@ -3,6 +3,7 @@
 #pragma once
 
 #include <accord/accord.h>
+#include <sys/types.h>
 
 #include <cstdlib>
 #include <functional>
@@ -31,6 +32,15 @@ std::vector<std::string> run_threads(int nranks, const RankBody& body, const acc
 // Same with nranks forked processes (forked first; the unique id reaches them by pipe). A process that
 // crashes or hangs past timeout_s is reported too.
 std::vector<std::string> run_processes(int nranks, const RankBody& body, int timeout_s = 120);
+
+// The shared-memory segments (transport/shm: /dev/shm/accord-<pid>-<random>) that this process
+// or the processes it forked for ranks (run_processes, note_rank_process) since the last
+// forget_rank_processes() have left in /dev/shm. A test checks only these: other tests running
+// beside it have segments of their own there. Forget at the start of each test, since pids are
+// reused (pid_max may be 32768).
+std::vector<std::string> own_shm_segments();
+void note_rank_process(pid_t pid);
+void forget_rank_processes();
 
 // Deterministic inputs whose reductions are exact in every dtype and any order:
 // small integers (see value_for). Writes count elements of dtype for rank.

@@ -1,17 +1,24 @@
 // Ring search: on every fixture the first ring is optimal by the rule (highest slowest hop, then
-// fewest hops at that speed), checked by brute force over all rings; plus the named cases.
+// fewest hops at that speed, then those hops through fewer and nearer bridges: Note [Path class
+// tie-break]), checked by brute force over all rings; trees likewise over all placements; plus
+// the named cases.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <string>
 
 #include "fixtures.hpp"
 #include "topology/formats.hpp"
 #include "topology/search.hpp"
+#include "topology/system.hpp"
 
 using namespace accord::topo;
 
 namespace {
+
+constexpr char kPhbNode[] = "nvlink-pairs-phb-node-4gpu-topo-m.txt";  // tests/topology/variants
 
 const char* const kFiles[] = {
     "a100-sxm4-8gpu-nvswitch-p2pbandwidth.txt", "autodl-2x-rtx2080ti-pix-p2p-cannot.txt",
@@ -22,6 +29,14 @@ const char* const kFiles[] = {
     "pcie-8gpu-2socket-pix-phb-sys-topo-m.txt", "simplep2p-titanx-pascal-plus-titan-z-mixed.txt",
     "tf-4gpu-cannot-enable-peer-access-dma-matrix.txt"};
 
+// Every fixture above, and the tests' own files where the tie-break decides.
+std::vector<std::string> fixture_paths() {
+  std::vector<std::string> out;
+  for (const char* f : kFiles) out.push_back(fixture(f));
+  out.push_back(std::string(ACCORD_VARIANTS_DIR) + "/" + kPhbNode);
+  return out;
+}
+
 std::vector<double> matrix(const System& s, const std::vector<int>& gpus) {
   int n = static_cast<int>(gpus.size());
   std::vector<double> bw(n * n, 0);
@@ -31,15 +46,32 @@ std::vector<double> matrix(const System& s, const std::vector<int>& gpus) {
   return bw;
 }
 
-RingScore brute_force(const std::vector<double>& bw, int n) {
+std::vector<PathClass> classes(const System& s, const std::vector<int>& gpus) {
+  int n = static_cast<int>(gpus.size());
+  std::vector<PathClass> paths(n * n, PathClass::kSelf);
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b)
+      if (a != b) paths[a * n + b] = s.path(gpus[a], gpus[b]);
+  return paths;
+}
+
+RingScore brute_force(const std::vector<double>& bw, int n, const std::vector<PathClass>& paths) {
   std::vector<int> order(n);
   std::iota(order.begin(), order.end(), 0);
-  RingScore best = score_ring(bw, n, order);
+  RingScore best = score_ring(bw, n, order, paths);
   while (std::next_permutation(order.begin() + 1, order.end())) {
-    RingScore s = score_ring(bw, n, order);
+    RingScore s = score_ring(bw, n, order, paths);
     if (better(s, best)) best = s;
   }
   return best;
+}
+
+// The whole lexicographic score: bottleneck, hops at it, their classes.
+void expect_same(const RingScore& got, const RingScore& want) {
+  EXPECT_NEAR(got.bottleneck, want.bottleneck, 1e-9);
+  EXPECT_EQ(got.slow_hops, want.slow_hops);
+  EXPECT_EQ(got.slow_by_class, want.slow_by_class);
+  EXPECT_FALSE(better(want, got));
 }
 
 bool is_permutation_of(const std::vector<int>& ring, const std::vector<int>& gpus) {
@@ -52,10 +84,10 @@ bool is_permutation_of(const std::vector<int>& ring, const std::vector<int>& gpu
 }  // namespace
 
 TEST(Search, FirstRingIsOptimalOnEveryFixture) {
-  for (const char* f : kFiles) {
+  for (const std::string& f : fixture_paths()) {
     SCOPED_TRACE(f);
     System s;
-    ASSERT_TRUE(load_system_file(fixture(f), &s).ok());
+    ASSERT_TRUE(load_system_file(f, &s).ok());
     std::vector<int> all(s.gpu_count());
     std::iota(all.begin(), all.end(), 0);
     Plan plan;
@@ -63,10 +95,8 @@ TEST(Search, FirstRingIsOptimalOnEveryFixture) {
     ASSERT_FALSE(plan.rings.empty());
     int n = s.gpu_count();
     std::vector<double> bw = matrix(s, all);
-    RingScore got = score_ring(bw, n, plan.rings[0]);
-    RingScore want = brute_force(bw, n);
-    EXPECT_NEAR(got.bottleneck, want.bottleneck, 1e-9);
-    EXPECT_EQ(got.slow_hops, want.slow_hops);
+    std::vector<PathClass> paths = classes(s, all);
+    expect_same(score_ring(bw, n, plan.rings[0], paths), brute_force(bw, n, paths));
     for (const auto& r : plan.rings) EXPECT_TRUE(is_permutation_of(r, all));
     EXPECT_GT(plan.ring_bus_gbs, 0);
     EXPECT_EQ(plan.trees.size(), 2 * plan.rings.size());
@@ -81,10 +111,8 @@ TEST(Search, SubsetsAreOptimalToo) {
     ASSERT_TRUE(plan_collectives(s, gpus, &plan).ok());
     int n = static_cast<int>(gpus.size());
     std::vector<double> bw = matrix(s, gpus);
-    RingScore got = score_ring(bw, n, plan.rank_rings[0]);
-    RingScore want = brute_force(bw, n);
-    EXPECT_NEAR(got.bottleneck, want.bottleneck, 1e-9);
-    EXPECT_EQ(got.slow_hops, want.slow_hops);
+    std::vector<PathClass> paths = classes(s, gpus);
+    expect_same(score_ring(bw, n, plan.rank_rings[0], paths), brute_force(bw, n, paths));
     for (int i = 0; i < n; ++i) EXPECT_EQ(plan.rings[0][i], gpus[plan.rank_rings[0][i]]);
   }
 }
@@ -115,6 +143,60 @@ TEST(Search, HalvesThatCannotPeerAreCrossedTwice) {
     for (size_t i = 0; i < r.size(); ++i) crossings += !s.p2p(r[i], r[(i + 1) % r.size()]);
     EXPECT_EQ(crossings, 2);
   }
+}
+
+// Issue 20, item 4: NVLink pairs 0-2 and 1-3; the other hops are staged through host memory at
+// one estimate whether they cross one host bridge (PHB: 0-1, 2-3) or two (NODE: 0-3, 1-2). The
+// ring crosses PHB twice (0 2 3 1, or a rotation or reflection), not NODE twice (0 2 1 3).
+TEST(Search, EqualEstimatesPreferNearerBridges) {
+  System s;
+  ASSERT_TRUE(load_system_file(std::string(ACCORD_VARIANTS_DIR) + "/" + kPhbNode, &s).ok());
+  ASSERT_EQ(s.gpu_count(), 4);
+  ASSERT_EQ(s.path(0, 1), PathClass::kPhb);
+  ASSERT_EQ(s.path(0, 3), PathClass::kNode);
+  ASSERT_EQ(s.bandwidth_gbs(0, 1), s.bandwidth_gbs(0, 3)) << "the tie the search must break";
+  Plan plan;
+  ASSERT_TRUE(plan_collectives(s, {}, &plan).ok());
+  const std::vector<int>& r = plan.rings[0];
+  ASSERT_EQ(r.size(), 4u);
+  for (size_t i = 0; i < r.size(); ++i) {
+    const PathClass p = s.path(r[i], r[(i + 1) % r.size()]);
+    EXPECT_TRUE(p == PathClass::kNvLink || p == PathClass::kPhb)
+        << "hop " << r[i] << "-" << r[(i + 1) % r.size()] << " is " << path_class_name(p);
+  }
+  // The search's building block on its own: without classes the two rings tie.
+  const std::vector<int> all = {0, 1, 2, 3};
+  const std::vector<double> bw = matrix(s, all);
+  EXPECT_FALSE(better(score_ring(bw, 4, {0, 2, 3, 1}), score_ring(bw, 4, {0, 2, 1, 3})));
+  EXPECT_TRUE(better(score_ring(bw, 4, {0, 2, 3, 1}, classes(s, all)),
+                     score_ring(bw, 4, {0, 2, 1, 3}, classes(s, all))));
+  std::vector<int> ring = best_ring(bw, 4, classes(s, all));
+  EXPECT_TRUE(ring == std::vector<int>({0, 2, 3, 1}) || ring == std::vector<int>({0, 1, 3, 2}))
+      << ring[0] << " " << ring[1] << " " << ring[2] << " " << ring[3];
+  // Trees: their 5 distinct edges must include one NODE pair whatever the placement; the brute
+  // force of TreesMaximiseTheirSlowestEdgeOnEveryFixture checks this file's trees.
+}
+
+// Above the exact limit the greedy search uses the same rule: 20 GPUs in NVLink pairs, the pairs
+// joined by equally slow hops of which one class is nearer (PHB) from pair k to pair k+3 (2k+1
+// to 2k+6, mod 20), farther (SYS) elsewhere: the ring uses only NVLink and PHB hops. (2-opt
+// alone cannot get there from the greedy pass's 0 1 2 3 ...: swapping two slow hops 2k+1 to
+// 2k+2 and 2m+1 to 2m+2 makes odd-odd and even-even hops, never PHB; the greedy pass breaks
+// ties by class.)
+TEST(Search, HeuristicBreaksTiesByClassToo) {
+  const int n = 20;
+  std::vector<double> bw(n * n, 5.0);
+  std::vector<PathClass> paths(n * n, PathClass::kSys);
+  for (int a = 0; a < n; a += 2) {
+    bw[a * n + a + 1] = bw[(a + 1) * n + a] = 50;
+    paths[a * n + a + 1] = paths[(a + 1) * n + a] = PathClass::kNvLink;
+    const int b = a + 1, c = (a + 6) % n;
+    paths[b * n + c] = paths[c * n + b] = PathClass::kPhb;
+  }
+  std::vector<int> ring = best_ring(bw, n, paths);
+  RingScore sc = score_ring(bw, n, ring, paths);
+  EXPECT_EQ(sc.slow_hops, n / 2);
+  EXPECT_EQ(sc.slow_by_class[static_cast<size_t>(PathClass::kPhb)], n / 2);
 }
 
 TEST(Search, DoubleBinaryTreeLeaves) {
@@ -166,16 +248,19 @@ TEST(Search, LargeSystemsUseTheHeuristic) {
 // double binary tree's positions reaches (brute force over all placements up to 8 GPUs), and
 // the plan's reported tree bandwidth is that edge's speed.
 TEST(Search, TreesMaximiseTheirSlowestEdgeOnEveryFixture) {
-  for (const char* f : kFiles) {
+  for (const std::string& f : fixture_paths()) {
     SCOPED_TRACE(f);
     System s;
-    ASSERT_TRUE(load_system_file(fixture(f), &s).ok());
+    ASSERT_TRUE(load_system_file(f, &s).ok());
     const int n = s.gpu_count();
     if (n < 3 || n > 8) continue;
     Plan plan;
     ASSERT_TRUE(plan_collectives(s, {}, &plan).ok());
     ASSERT_EQ(plan.trees.size(), 2 * plan.rings.size());
     auto speed = [&](int a, int b) { return std::min(s.bandwidth_gbs(a, b), s.bandwidth_gbs(b, a)); };
+    auto farther = [&](int a, int b) {
+      return static_cast<size_t>(std::max(s.path(a, b), s.path(b, a)));
+    };
     double planned = 1e300;
     for (const Tree& t : plan.trees) {
       ASSERT_EQ(t.edges.size(), static_cast<size_t>(n - 1));
@@ -184,18 +269,26 @@ TEST(Search, TreesMaximiseTheirSlowestEdgeOnEveryFixture) {
       EXPECT_DOUBLE_EQ(t.bandwidth_gbs, slowest);
       planned = std::min(planned, slowest);
     }
-    std::vector<int> p0, p1, order(n);
-    double_binary_tree(n, &p0, &p1);
+    // The first channel's pair of trees scored whole (every channel uses the same placement).
+    TreeScore got;
+    got.bottleneck = planned;
+    for (size_t i = 0; i < 2; ++i)
+      for (auto [parent, child] : plan.trees[i].edges)
+        if (std::fabs(speed(parent, child) - planned) <= 1e-9 * std::max(1.0, planned))
+          ++got.slow_edges, ++got.slow_by_class[farther(parent, child)];
+    std::vector<int> all(n), order(n);
+    std::iota(all.begin(), all.end(), 0);
     std::iota(order.begin(), order.end(), 0);
-    double best = 0;
+    const std::vector<double> bw = matrix(s, all);
+    const std::vector<PathClass> paths = classes(s, all);
+    TreeScore best = score_tree(bw, n, order, paths);
     do {
-      double slowest = 1e300;
-      for (const auto* parents : {&p0, &p1})
-        for (int pos = 0; pos < n; ++pos)
-          if ((*parents)[pos] >= 0) slowest = std::min(slowest, speed(order[(*parents)[pos]], order[pos]));
-      best = std::max(best, slowest);
+      TreeScore sc = score_tree(bw, n, order, paths);
+      if (better(sc, best)) best = sc;
     } while (std::next_permutation(order.begin(), order.end()));
-    EXPECT_DOUBLE_EQ(planned, best);
+    EXPECT_DOUBLE_EQ(planned, best.bottleneck);
+    EXPECT_EQ(got.slow_edges, best.slow_edges);
+    EXPECT_EQ(got.slow_by_class, best.slow_by_class);
   }
 }
 

@@ -418,6 +418,17 @@ TEST(Variants, StaticXmlNumbersGpusByBusIdAndSkipsBmcVga) {
                {"X N N N", "N X N N", "N N X Y", "N N Y X"});
 }
 
+// Issue 20's machine for the ring tie-break (search_test): NVLink pairs, PHB and NODE pairs at
+// one host-staged estimate.
+TEST(Variants, NvlinkPairsWithPhbAndNodeBetweenThem) {
+  System s = load("nvlink-pairs-phb-node-4gpu-topo-m.txt");
+  ASSERT_EQ(s.gpu_count(), 4);
+  expect_pairs(s, {"X PHB NV4 NODE", "PHB X NODE NV4", "NV4 NODE X PHB", "NODE NV4 PHB X"},
+               {"X N Y N", "N X N Y", "Y N X N", "N Y N X"});
+  EXPECT_EQ(s.bandwidth_gbs(0, 1), s.bandwidth_gbs(0, 3));
+  EXPECT_GT(s.bandwidth_gbs(0, 2), s.bandwidth_gbs(0, 1));
+}
+
 namespace {
 
 const char* const kVariants[] = {
@@ -432,7 +443,7 @@ const char* const kVariants[] = {
     "nccl-dump-dgx-a100-nvswitch-nested-pci.xml", "nccl-dump-hgx-a100-4gpu-direct-nvlink.xml",
     "static-4gpu-unsorted-vga-and-3d-classes.xml", "l4-2gpu-ansi-underlined-headers.txt",
     "nccl-dump-hgx-h100-nvswitch-5-5-4-4-one-gpu-no-nvlink.xml",
-    "simplep2p-windows-utf16le-bom-crlf.txt"};
+    "simplep2p-windows-utf16le-bom-crlf.txt", "nvlink-pairs-phb-node-4gpu-topo-m.txt"};
 
 // A failure must say "cut.txt:LINE: ..." with a line inside the text.
 void expect_clean(const std::string& text, const std::string& what) {

@@ -6,8 +6,11 @@
 //
 // ACCORD_TRAIN names the accord-train binary (meson sets it); ACCORD_MPIRUN names mpirun for
 // the Mpirun tests (they skip without it).
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,9 +41,21 @@ struct Job {
   std::string log(int r) const { return slurp(logs[r]); }
 };
 
+// A port the kernel hands out as free: bound on port 0, closed again. One derived from the pid
+// (as before) may be held by another program on the machine (another worktree's tests).
 int next_port() {
-  static int port = 20000 + static_cast<int>(::getpid() % 20000) * 2;
-  return ++port;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  if (fd >= 0) ::close(fd);
+  EXPECT_GT(port, 0) << "no free port on 127.0.0.1";
+  return port;
 }
 
 pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log) {

@@ -145,8 +145,17 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
       std::string unused;
       Status why = store->get("no-such-key", &unused, Deadline::after_ms(500), "the other ranks");
       if (!why.ok() && why.code() != ACCORD_ERR_TIMEOUT) return fail(std::move(why));
-      return fail(error(ACCORD_ERR_REMOTE, "rank %d: the shared memory of rank %d was removed before this rank could "
-                        "map it: rank %d or another rank failed during init (see their output)", rank, peer, peer));
+      // No rank said it failed: the segment may have been removed (its creator died before
+      // saying so), or never have been visible here, which the host grouping should have
+      // ruled out (Note [Shared memory domain], communicator.cpp). Name both, and the fixes.
+      return fail(error(ACCORD_ERR_REMOTE,
+                        "rank %d: the shared memory of rank %d (%s) is not in this rank's "
+                        "/dev/shm: either it was removed because rank %d or another rank failed "
+                        "during init (see their output), or rank %d sees another /dev/shm than "
+                        "this rank (containers that do not share it); then set ACCORD_HOST_ID "
+                        "differently per container, or ACCORD_SHM_DISABLE=1 (TCP between all "
+                        "ranks)",
+                        rank, peer, name.c_str(), peer, peer));
     }
     if (!s.ok()) return fail(std::move(s.prefix(format("rank %d, peer %d: ", rank, peer))));
     t->mappings_.push_back({addr, seg_bytes});
