@@ -215,6 +215,11 @@ accord_status_t accord_comm_init_rank(accord_comm_t* comm, int nranks, accord_un
   return init_rank_on(comm, nranks, id, rank, -1);
 }
 
+accord_status_t accord_comm_init_rank_device(accord_comm_t* comm, int nranks, accord_unique_id_t id,
+                                             int rank, int device) {
+  return init_rank_on(comm, nranks, id, rank, device < 0 ? -1 : device);
+}
+
 accord_status_t accord_comm_init_from_env(accord_comm_t* comm) {
   return guarded(nullptr, [&]() -> accord_status_t {
     if (comm == nullptr)
