@@ -14,6 +14,7 @@
 #include <nccl_device/core.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -95,9 +96,14 @@ ncclResult_t check_handle(ncclComm_t w, const char* fn) {
 ncclResult_t ready(ncclComm_t w, const char* fn, accord_comm_t* out) {
   ncclResult_t r = check_handle(w, fn);
   if (r != ncclSuccess) return r;
-  if (w->state.load() == ncclInProgress) {
-    std::lock_guard<std::mutex> lock(w->init_mutex);
-    if (w->init_thread.joinable()) w->init_thread.join();
+  // A non-blocking init still running: wait for it (polling, not joining, so that an
+  // ncclCommAbort from another thread is never held up behind this wait).
+  while (w->state.load() == ncclInProgress && w->init_running.load()) {
+    if (w->magic.load() != kLive)
+      return fail(ncclInvalidUsage,
+                  "%s: rank %d: the communicator was aborted while it was being created", fn,
+                  w->rank);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   const int st = w->state.load();
   if (st == ncclInProgress)
@@ -193,7 +199,11 @@ ncclResult_t start_init(ncclComm_t w, int nranks, const accord_unique_id_t& id, 
   }
   if (blocking) return job();
   std::lock_guard<std::mutex> lock(w->init_mutex);
-  w->init_thread = std::thread([job] { (void)job(); });
+  w->init_running.store(true);
+  w->init_thread = std::thread([w, job] {
+    (void)job();
+    w->init_running.store(false);
+  });
   return ncclInProgress;
 }
 
@@ -303,8 +313,12 @@ NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   ncclResult_t r = check_handle(comm, "ncclCommDestroy");
   if (r != ncclSuccess) return r;
   {
-    std::lock_guard<std::mutex> lock(comm->init_mutex);
-    if (comm->init_thread.joinable()) comm->init_thread.join();
+    std::thread init;
+    {
+      std::lock_guard<std::mutex> lock(comm->init_mutex);
+      init = std::move(comm->init_thread);
+    }
+    if (init.joinable()) init.join();
   }
   uint64_t live = kLive;
   if (!comm->magic.compare_exchange_strong(live, kDead))
@@ -330,7 +344,7 @@ NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
                 comm->rank);
   {
     std::lock_guard<std::mutex> lock(comm->init_mutex);
-    if (comm->init_thread.joinable()) comm->init_thread.detach();
+    if (comm->init_thread.joinable()) comm->init_thread.detach();  // it destroys what it makes
   }
   if (comm->state.load() == ncclSuccess && comm->acc != nullptr)
     return result(accord_comm_abort(comm->acc), nullptr);

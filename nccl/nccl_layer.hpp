@@ -24,6 +24,7 @@ struct ncclComm {
   std::atomic<int> state{ncclInProgress};
   std::mutex init_mutex;  // guards init_thread
   std::thread init_thread;
+  std::atomic<bool> init_running{false};  // init_thread has not finished
   std::string init_error;  // the init's message, written before state leaves ncclInProgress
   std::atomic<bool> aborted{false};
   bool blocking = true;

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -633,6 +634,28 @@ void check_abort() {
   expect_status(ncclCommCount(comms[0], &n), ncclInvalidUsage, "a call on an aborted communicator",
                 "aborted");
   EXPECT_OK(ncclCommDestroy(comms[1]));
+
+  // Abort during a non-blocking init that cannot finish (rank 1 never comes): at once, and
+  // the handle is dead. The init gives up after ACCORD_INIT_TIMEOUT_MS on its own thread.
+  setenv("ACCORD_INIT_TIMEOUT_MS", "500", 1);
+  ncclUniqueId id;
+  EXPECT_OK(ncclGetUniqueId(&id));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t lonely = nullptr;
+  if (ncclCommInitRankConfig(&lonely, 2, id, 0, &config) != ncclInProgress)
+    fail("a non-blocking init that waits for a missing rank did not return ncclInProgress");
+  ncclResult_t state = ncclSuccess;
+  EXPECT_OK(ncclCommGetAsyncError(lonely, &state));
+  if (state != ncclInProgress) fail("ncclCommGetAsyncError during init: " + std::to_string(state));
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_OK(ncclCommAbort(lonely));
+  if (std::chrono::steady_clock::now() - t1 > std::chrono::milliseconds(200))
+    fail("ncclCommAbort waited for the init");
+  expect_status(ncclCommGetAsyncError(lonely, &state), ncclInvalidUsage,
+                "a call after aborting an init", "aborted");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the init's thread gives up
+  unsetenv("ACCORD_INIT_TIMEOUT_MS");
 }
 
 // Registration (a record), group simulation, and what Accord refuses.
