@@ -35,9 +35,9 @@ struct Group {
 thread_local Group t_group;
 thread_local bool t_replaying = false;  // inside end_group, running the group's calls
 
-// ncclGroupSimulateEnd's model, per call: Accord's tuner is internal, so a fixed latency
-// plus the bytes at host-memory bandwidth (research/host-baselines.md: about 5 GB/s for two
-// ranks' all-reduce).
+// ncclGroupSimulateEnd's model, per call: Accord's tuner is internal, so round, pessimistic
+// host figures, 5 us plus the bytes at 5 GB/s (bench/README.md has measured ones). Not a
+// GPU figure.
 double estimate_us(size_t bytes) { return 5.0 + static_cast<double>(bytes) / 5000.0; }
 
 // Runs `body` now, or at the outermost ncclGroupEnd inside a group (Note [NCCL groups]).
