@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -395,15 +396,15 @@ NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size
         const auto st = reinterpret_cast<accord_stream_t>(stream);
         accord_group_start();
         ncclResult_t first = ncclSuccess;
-        for (int p = 0; p < n; ++p) {
-          ncclResult_t a =
-              result(accord_send(s + block * static_cast<size_t>(p), count, dt, p, c, st), c);
-          ncclResult_t b =
-              result(accord_recv(d + block * static_cast<size_t>(p), count, dt, p, c, st), c);
-          if (first == ncclSuccess) first = a != ncclSuccess ? a : b;
+        for (int p = 0; p < n && first == ncclSuccess; ++p) {
+          first = result(accord_send(s + block * static_cast<size_t>(p), count, dt, p, c, st), c);
+          if (first == ncclSuccess)
+            first = result(accord_recv(d + block * static_cast<size_t>(p), count, dt, p, c, st), c);
         }
+        const std::string why = last_error();
         ncclResult_t e = result(accord_group_end(), nullptr);
-        return first != ncclSuccess ? first : e;
+        if (first != ncclSuccess) return fail(first, "%s: %s", fn, why.c_str());
+        return e;
       });
 }
 

@@ -256,6 +256,15 @@ void run_on_gpus(std::vector<ncclComm_t>& comms, std::vector<cudaStream_t>& stre
   }
 }
 
+void expect_invalid_usage(ncclResult_t r, const char* what) {
+  if (r != ncclInvalidUsage)
+    fail(std::string(what) + " returned " + std::to_string(r) + ", not ncclInvalidUsage");
+  else if (std::strlen(ncclGetLastError(nullptr)) == 0)
+    fail(std::string(what) + ": no message in ncclGetLastError");
+  else
+    std::printf("%s -> ncclInvalidUsage: %s\n", what, ncclGetLastError(nullptr));
+}
+
 int sim_gpus_check(int n) {
   int have = 0;
   if (accord_device_count(&have) != ACCORD_SUCCESS || have < n) {
@@ -282,6 +291,26 @@ int sim_gpus_check(int n) {
     }
   run_on_gpus<double>(comms, streams, ncclFloat64, 1009, false);
   run_on_gpus<uint8_t>(comms, streams, ncclUint8, 1009, true);
+  // Host-only for now: on device buffers these are refused with a message, and nothing is
+  // enqueued (the collectives after them still work).
+  {
+    void* d = nullptr;
+    void* e = nullptr;
+    if (accord_device_alloc(&d, 4096, 0) != ACCORD_SUCCESS || accord_device_alloc(&e, 4096, 0) != ACCORD_SUCCESS)
+      fail("accord_device_alloc");
+    float scalar = 0.5f;
+    ncclRedOp_t premul;
+    EXPECT_OK(ncclRedOpCreatePreMulSum(&premul, &scalar, ncclFloat32, ncclScalarHostImmediate, comms[0]));
+    expect_invalid_usage(ncclAllReduce(d, d, 16, ncclFloat32, premul, comms[0], streams[0]),
+                         "PreMulSum on device buffers");
+    EXPECT_OK(ncclRedOpDestroy(premul, comms[0]));
+    expect_invalid_usage(ncclSend(d, 16, ncclFloat32, 1, comms[0], streams[0]), "ncclSend of device buffers");
+    expect_invalid_usage(ncclRecv(d, 16, ncclFloat32, 1, comms[0], streams[0]), "ncclRecv into device buffers");
+    expect_invalid_usage(ncclAlltoAll(d, e, 4, ncclFloat32, comms[0], streams[0]), "ncclAlltoAll of device buffers");
+    accord_device_free(d);
+    accord_device_free(e);
+  }
+  run_on_gpus<float>(comms, streams, ncclFloat32, 1009, false);
   for (int r = 0; r < n; ++r) {
     ncclResult_t async = ncclInternalError;
     EXPECT_OK(ncclCommGetAsyncError(comms[r], &async));
@@ -293,14 +322,6 @@ int sim_gpus_check(int n) {
   return g_failures == 0 ? 0 : 1;
 }
 
-void expect_invalid_usage(ncclResult_t r, const char* what) {
-  if (r != ncclInvalidUsage)
-    fail(std::string(what) + " returned " + std::to_string(r) + ", not ncclInvalidUsage");
-  else if (std::strlen(ncclGetLastError(nullptr)) == 0)
-    fail(std::string(what) + ": no message in ncclGetLastError");
-  else
-    std::printf("%s -> ncclInvalidUsage: %s\n", what, ncclGetLastError(nullptr));
-}
 
 int dlopen_check(const char* dir) {
   std::string path = std::string(dir) + "/libnccl.so.2";
