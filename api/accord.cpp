@@ -69,6 +69,14 @@ accord_status_t run_collective(accord_comm_t comm, const CollArgs& args, accord_
     bool on_device = false;
     Status where = comm->impl->classify(args, &on_device);
     if (!where.ok()) return report(comm, where);
+    if (on_device && is_point_to_point(args.coll))
+      return report(
+          comm,
+          error(ACCORD_ERR_UNSUPPORTED,
+                "rank %d: %s with peer %d: point-to-point on device buffers is "
+                "not supported yet (host buffers only); stage the data through host memory, or use "
+                "a collective",
+                comm->impl->rank(), fn, args.root));
     if (on_device) return report(comm, comm->impl->enqueue_device(args, stream));
     if (stream != nullptr && comm->impl->device() < 0)
       return report(comm, error(ACCORD_ERR_UNSUPPORTED, "rank %d: %s: a stream was given, but this communicator has "
@@ -207,6 +215,11 @@ accord_status_t init_rank_on(accord_comm_t* comm, int nranks, accord_unique_id_t
 
 accord_status_t accord_comm_init_rank(accord_comm_t* comm, int nranks, accord_unique_id_t id, int rank) {
   return init_rank_on(comm, nranks, id, rank, -1);
+}
+
+accord_status_t accord_comm_init_rank_device(accord_comm_t* comm, int nranks, accord_unique_id_t id,
+                                             int rank, int device) {
+  return init_rank_on(comm, nranks, id, rank, device < 0 ? -1 : device);
 }
 
 accord_status_t accord_comm_init_from_env(accord_comm_t* comm) {
@@ -419,6 +432,18 @@ accord_status_t accord_reduce(const void* sendbuf, void* recvbuf, size_t count, 
                               accord_red_op_t op, int root, accord_comm_t comm, accord_stream_t stream) {
   CollArgs a{Collective::kReduce, sendbuf, recvbuf, count, as_int(dtype), as_int(op), root};
   return run_collective(comm, a, stream, "reduce");
+}
+
+accord_status_t accord_send(const void* sendbuf, size_t count, accord_datatype_t dtype, int peer,
+                            accord_comm_t comm, accord_stream_t stream) {
+  CollArgs a{Collective::kSend, sendbuf, nullptr, count, as_int(dtype), ACCORD_SUM, peer};
+  return run_collective(comm, a, stream, "send");
+}
+
+accord_status_t accord_recv(void* recvbuf, size_t count, accord_datatype_t dtype, int peer,
+                            accord_comm_t comm, accord_stream_t stream) {
+  CollArgs a{Collective::kRecv, nullptr, recvbuf, count, as_int(dtype), ACCORD_SUM, peer};
+  return run_collective(comm, a, stream, "recv");
 }
 
 accord_status_t accord_barrier(accord_comm_t comm, accord_stream_t stream) {

@@ -418,7 +418,18 @@ Status Communicator::validate(const CollArgs& args) const {
 
 std::future<Status> Communicator::run_async(std::vector<CollArgs> ops) {
   auto task = std::make_shared<std::packaged_task<Status()>>([this, ops = std::move(ops)] {
-    for (const CollArgs& a : ops) ACCORD_TRY(run(a));
+    // Consecutive sends and receives progress together (a group's point-to-point calls).
+    for (size_t i = 0; i < ops.size();) {
+      size_t end = i;
+      while (end < ops.size() && is_point_to_point(ops[end].coll)) ++end;
+      if (end == i) {
+        ACCORD_TRY(run(ops[i++]));
+        continue;
+      }
+      ACCORD_TRY(run_point_to_point(std::vector<CollArgs>(ops.begin() + static_cast<long>(i),
+                                                          ops.begin() + static_cast<long>(end))));
+      i = end;
+    }
     return Status::success();
   });
   std::future<Status> result = task->get_future();
@@ -472,6 +483,23 @@ Status Communicator::check_args(const CollArgs& a, size_t* in_bytes, size_t* out
   if (reduces(a.coll) && (a.op < 0 || a.op >= ACCORD_NUM_OPS))
     return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown reduction op %d; use ACCORD_SUM, ACCORD_PROD, "
                  "ACCORD_MAX, ACCORD_MIN or ACCORD_AVG", rank_, name, a.op);
+  if (is_point_to_point(a.coll)) {
+    if (a.root < 0 || a.root >= nranks_)
+      return error(ACCORD_ERR_INVALID_ARGUMENT,
+                   "rank %d: %s: peer %d is out of range; it must be in 0..%d", rank_, name, a.root,
+                   nranks_ - 1);
+    if (a.count > SIZE_MAX / esize)
+      return error(ACCORD_ERR_INVALID_ARGUMENT,
+                   "rank %d: %s: count %zu is too large for this dtype", rank_, name, a.count);
+    *in_bytes = *out_bytes = a.count * esize;
+    const void* buf = a.coll == Collective::kSend ? a.send : a.recv;
+    if (a.count > 0 && buf == nullptr)
+      return error(ACCORD_ERR_INVALID_ARGUMENT,
+                   "rank %d: %s with peer %d: the buffer is NULL with count %zu; pass "
+                   "one of %zu bytes",
+                   rank_, name, a.root, a.count, *in_bytes);
+    return Status::success();
+  }
   if ((a.coll == Collective::kBroadcast || a.coll == Collective::kReduce) && (a.root < 0 || a.root >= nranks_))
     return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: root %d is out of range; it must be in 0..%d", rank_, name,
                  a.root, nranks_ - 1);
@@ -641,7 +669,10 @@ Status Communicator::check_consistency(const CollArgs& a) {
   return Status::success();
 }
 
-Status Communicator::run(const CollArgs& a) { return run_on(a, false); }
+Status Communicator::run(const CollArgs& a) {
+  if (is_point_to_point(a.coll)) return run_point_to_point({a});
+  return run_on(a, false);
+}
 
 // Note [Repeated calls]: training and benchmarks make the same call (collective, buffers,
 // count, dtype, op, root) again and again. Checking the arguments, choosing the algorithm,

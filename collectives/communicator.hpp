@@ -53,8 +53,12 @@ struct CollArgs {
   // behaviour in C++. Checked by check_args before use.
   int dtype = ACCORD_FLOAT32;
   int op = ACCORD_SUM;
-  int root = 0;
+  int root = 0;  // the peer for kSend and kRecv
 };
+
+inline bool is_point_to_point(Collective c) {
+  return c == Collective::kSend || c == Collective::kRecv;
+}
 
 class Communicator {
  public:
@@ -65,6 +69,9 @@ class Communicator {
   int nranks() const { return nranks_; }
 
   Status run(const CollArgs& args);
+  // Sends and receives (kSend, kRecv on host buffers) that progress together, as NCCL's
+  // inside one group: Note [Point-to-point progress] (collectives/point_to_point.cpp).
+  Status run_point_to_point(const std::vector<CollArgs>& ops);
 
   // ---- the device path (collectives/device_path.cpp) ----
   int device() const { return device_; }
@@ -189,6 +196,7 @@ class Communicator {
   std::atomic<accord_status_t> sticky_code_{ACCORD_SUCCESS};
   std::mutex sticky_mu_;  // the device path's writers of sticky_ (watchdog, adopt_kernel_error)
   uint64_t seq_ = 0;
+  uint64_t p2p_seq_ = 0;  // point-to-point batches run (for messages; not in step with other ranks)
   uint32_t board_seq_ = 0;  // board calls made (Note [Board])
   WaitContext board_ctx_;   // their wait context (set with the transports), but for seq, deadline and peer
   std::vector<uint8_t> scratch_;

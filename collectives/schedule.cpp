@@ -25,6 +25,8 @@ const char* collective_name(Collective c) {
     case Collective::kBroadcast: return "broadcast";
     case Collective::kReduce: return "reduce";
     case Collective::kBarrier: return "barrier";
+    case Collective::kSend: return "send";
+    case Collective::kRecv: return "recv";
   }
   return "?";
 }
@@ -67,6 +69,9 @@ bool build_schedule(const ScheduleRequest& req, Schedule* out) {
     case Collective::kBarrier:
       if (req.algo == Algo::kDirect) return direct_barrier(req, out), true;
       return false;
+    case Collective::kSend:
+    case Collective::kRecv:
+      return false;  // point-to-point has no schedule
   }
   return false;
 }

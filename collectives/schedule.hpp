@@ -65,7 +65,18 @@ inline Step make_step(StepKind kind, Buf src, size_t src_off, Buf dst, size_t ds
   return s;
 }
 
-enum class Collective : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kBarrier };
+// kSend and kRecv are point-to-point (CollArgs::root is the peer): no schedule; the
+// communicator runs them itself (collectives/point_to_point.cpp).
+enum class Collective : uint8_t {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kReduce,
+  kBarrier,
+  kSend,
+  kRecv
+};
 const char* collective_name(Collective c);
 
 enum class Algo : uint8_t { kRing, kDirect, kChain, kTree, kRecursiveDoubling, kHierarchical };

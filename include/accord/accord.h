@@ -192,6 +192,21 @@ ACCORD_API accord_status_t accord_reduce(const void* sendbuf, void* recvbuf, siz
                                          accord_datatype_t dtype, accord_red_op_t op, int root,
                                          accord_comm_t comm, accord_stream_t stream);
 
+/** Sends count elements of sendbuf to rank peer, which must call accord_recv with this rank,
+ *  the same count and dtype. Only the two ranks take part. Alone, it returns once the data
+ *  has left sendbuf (it may wait for the peer). Between accord_group_start and
+ *  accord_group_end, the sends and receives of a communicator progress together (an
+ *  all-to-all is a group of one send to and one receive from every rank, this one included);
+ *  calls for one peer match in call order. Host buffers only: device buffers return
+ *  ACCORD_ERR_UNSUPPORTED. A count or dtype that differs from the peer's receive is
+ *  ACCORD_ERR_MISMATCH. */
+ACCORD_API accord_status_t accord_send(const void* sendbuf, size_t count, accord_datatype_t dtype,
+                                       int peer, accord_comm_t comm, accord_stream_t stream);
+
+/** Receives count elements from rank peer into recvbuf (see accord_send). */
+ACCORD_API accord_status_t accord_recv(void* recvbuf, size_t count, accord_datatype_t dtype,
+                                       int peer, accord_comm_t comm, accord_stream_t stream);
+
 /** Returns once every rank has called it. */
 ACCORD_API accord_status_t accord_barrier(accord_comm_t comm, accord_stream_t stream);
 

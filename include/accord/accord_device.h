@@ -45,6 +45,12 @@ ACCORD_API accord_status_t accord_stream_destroy(accord_stream_t stream);
  *  ACCORD_DEVICE, or the local rank with simulated GPUs), or -1 for a host-memory rank. */
 ACCORD_API accord_status_t accord_comm_device(accord_comm_t comm, int* device);
 
+/** accord_comm_init_rank on a given GPU (device >= 0; -1: as accord_comm_init_rank picks).
+ *  For layers that know the rank's GPU, such as a sub-communicator made from one of a GPU. */
+ACCORD_API accord_status_t accord_comm_init_rank_device(accord_comm_t* comm, int nranks,
+                                                        accord_unique_id_t id, int rank,
+                                                        int device);
+
 #ifdef __cplusplus
 }
 #endif
