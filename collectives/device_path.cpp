@@ -164,12 +164,16 @@ void Communicator::compute_ring() {
   const topo::System& sys = sim->system();
   const int n = nranks_;
   std::vector<double> bw(static_cast<size_t>(n * n), 0.0);
+  // Path classes break ties between rings of equal bandwidth (fewer and nearer bridges).
+  std::vector<topo::PathClass> paths(static_cast<size_t>(n * n), topo::PathClass::kSelf);
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < n; ++j) {
       const int di = device_of_[static_cast<size_t>(i)], dj = device_of_[static_cast<size_t>(j)];
-      if (i != j) bw[static_cast<size_t>(i * n + j)] = di == dj ? 1e6 : sys.bandwidth_gbs(di, dj);
+      if (i == j) continue;
+      bw[static_cast<size_t>(i * n + j)] = di == dj ? 1e6 : sys.bandwidth_gbs(di, dj);
+      if (di != dj) paths[static_cast<size_t>(i * n + j)] = sys.path(di, dj);
     }
-  std::vector<int> ring = topo::best_ring(bw, n);
+  std::vector<int> ring = topo::best_ring(bw, n, paths);
   bool identity = true;
   for (int i = 0; i < n; ++i) identity = identity && ring[static_cast<size_t>(i)] == i;
   if (identity) return;
