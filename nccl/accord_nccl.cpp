@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <string>
@@ -225,13 +226,25 @@ std::mutex g_mem_mutex;
 std::set<void*>& g_mem = *new std::set<void*>();
 
 // The caller's current CUDA device when the process has the CUDA runtime loaded (PyTorch
-// does), else 0: this library links no CUDA.
-int current_device() {
+// does: it calls cudaSetDevice before creating a communicator), else `otherwise`: this
+// library links no CUDA.
+int current_device(int otherwise) {
   using GetDevice = int (*)(int*);
   auto get = reinterpret_cast<GetDevice>(dlsym(RTLD_DEFAULT, "cudaGetDevice"));
   int d = 0;
-  if (get == nullptr || get(&d) != 0) return 0;
+  if (get == nullptr || get(&d) != 0) return otherwise;
   return d;
+}
+
+// The GPU of a rank made by ncclCommInitRank*: NCCL's rule, the current CUDA device, when
+// Accord has GPUs and ACCORD_DEVICE does not choose; else -1, Accord's own choice
+// (ACCORD_DEVICE, the local rank with ACCORD_SIM_TOPO, or host memory).
+int init_device() {
+  int gpus = 0;
+  if (std::getenv("ACCORD_DEVICE") != nullptr || accord_device_count(&gpus) != ACCORD_SUCCESS ||
+      gpus == 0)
+    return -1;
+  return current_device(-1);
 }
 
 }  // namespace
@@ -264,7 +277,7 @@ ncclResult_t init_rank(ncclComm_t* comm, int nranks, const ncclUniqueId& id, int
   accord_unique_id_t a;
   std::memcpy(a.internal, id.internal, sizeof a.internal);
   ncclComm_t w = new_handle();
-  ncclResult_t r = start_init(w, nranks, a, rank, -1, config, fn);
+  ncclResult_t r = start_init(w, nranks, a, rank, init_device(), config, fn);
   if (r != ncclSuccess && r != ncclInProgress && w->state.load() == ncclInProgress) {
     w->magic.store(kDead);  // a bad config: nothing started
     return r;
@@ -548,7 +561,7 @@ NCCL_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
                 "memory with host communicators",
                 size);
   if (size == 0) return ncclSuccess;
-  const int device = current_device();
+  const int device = current_device(0);
   ncclResult_t r = result(accord_device_alloc(ptr, size, device), nullptr);
   if (r != ncclSuccess)
     return fail(r, "ncclMemAlloc: allocating %zu bytes on GPU %d failed: %s", size, device,

@@ -153,6 +153,16 @@ class Comm {
                             nullptr),
           comm_);
   }
+  // Point-to-point (host memory); several of them progress together between
+  // accord_group_start and accord_group_end.
+  template <typename T>
+  void send(std::span<const T> data, int peer) {
+    check(accord_send(data.data(), data.size(), DtypeOf<std::remove_cv_t<T>>::value, peer, comm_, nullptr), comm_);
+  }
+  template <typename T>
+  void recv(std::span<T> data, int peer) {
+    check(accord_recv(data.data(), data.size(), DtypeOf<T>::value, peer, comm_, nullptr), comm_);
+  }
   template <typename T>
   void reduce(std::span<const T> send, std::span<T> recv, int root, Op op = Op::kSum) {
     check(accord_reduce(send.data(), recv.data(), send.size(), DtypeOf<std::remove_cv_t<T>>::value,

@@ -5,9 +5,11 @@
 // argument checks.
 #include <gtest/gtest.h>
 
+#include <accord/accord.hpp>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/harness.hpp"
@@ -117,6 +119,32 @@ TEST(PointToPoint, ArgumentChecks) {
     return "";
   });
   EXPECT_TRUE(errors.empty()) << errors[0];
+}
+
+// accord.hpp's span overloads: a swap between two ranks in one group.
+TEST(PointToPoint, CppSpans) {
+  const accord::UniqueId id = accord::UniqueId::create();
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        accord::Comm comm = accord::Comm::init_rank(2, id, r);
+        std::vector<int64_t> mine(1000, r + 1), theirs(1000, 0);
+        accord_group_start();
+        comm.send(std::span<const int64_t>(mine), 1 - r);
+        comm.recv(std::span<int64_t>(theirs), 1 - r);
+        if (accord_group_end() != ACCORD_SUCCESS)
+          errors[r] = accord_last_error(comm.get());
+        else if (theirs[999] != 2 - r)
+          errors[r] = "rank " + std::to_string(r) + " got the wrong values";
+      } catch (const accord::Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
 }
 
 }  // namespace

@@ -24,6 +24,16 @@
 #include <thread>
 #include <vector>
 
+#if NCCL_CHECK_FAKE_CUDA_GET_DEVICE
+// The CUDA runtime's current device, for a build without CUDA: ncclCommInitRank must put its
+// rank on it (NCCL's rule), which the NCCL layer asks with dlsym(RTLD_DEFAULT, ...).
+int g_current_device = 0;
+extern "C" cudaError_t cudaGetDevice(int* device) {
+  *device = g_current_device;
+  return cudaSuccess;
+}
+#endif
+
 namespace {
 
 int g_failures = 0;
@@ -311,6 +321,21 @@ int sim_gpus_check(int n) {
     accord_device_free(e);
   }
   run_on_gpus<float>(comms, streams, ncclFloat32, 1009, false);
+#if NCCL_CHECK_FAKE_CUDA_GET_DEVICE
+  // ncclCommInitRank puts its rank on the current CUDA device.
+  {
+    g_current_device = n - 1;
+    ncclUniqueId id;
+    EXPECT_OK(ncclGetUniqueId(&id));
+    ncclComm_t one = nullptr;
+    EXPECT_OK(ncclCommInitRank(&one, 1, id, 0));
+    int dev = -1;
+    EXPECT_OK(ncclCommCuDevice(one, &dev));
+    if (dev != n - 1) fail("ncclCommInitRank on current device " + std::to_string(n - 1) + " made a rank on GPU " + std::to_string(dev));
+    EXPECT_OK(ncclCommDestroy(one));
+    g_current_device = 0;
+  }
+#endif
   for (int r = 0; r < n; ++r) {
     ncclResult_t async = ncclInternalError;
     EXPECT_OK(ncclCommGetAsyncError(comms[r], &async));
