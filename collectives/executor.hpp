@@ -21,10 +21,10 @@
 
 namespace accord {
 
-// Moves data for the executor when the buffers are not plain host memory (device buffers: the
-// communicator's DeviceMover runs each copy and reduction as a kernel on its stream and waits
-// for it, so a slot is posted or released only once the kernel finished). Null in ExecArgs:
-// the host kernels, called directly (no virtual call on the host path).
+// Moves data for the executor when the buffers are not plain host memory. Null in ExecArgs:
+// the host kernels, called directly (no virtual call on the host path). No caller sets it
+// since device collectives became kernels (collectives/device_path.cpp, Note [Kernels on the
+// caller's stream]); it stays as the executor's seam for a future memory space.
 class DataMover {
  public:
   virtual ~DataMover() = default;

@@ -336,12 +336,12 @@ constexpr unsigned kWaitValueGeq = 0;           // CU_STREAM_WAIT_VALUE_GEQ
 
 }  // namespace
 
-// Note [Stream gate] (transport/device/README.md). Where the driver has 64-bit stream memory
-// operations and the flag is one of new_flag's mapped pinned flags, the GPU waits for it
-// itself (cuStreamWaitValue64, "flag - value >= 0" as signed 64-bit: the ticket only grows).
-// Otherwise a host function polls it: CUDA runs host functions of all streams on one thread
-// per process, which is safe only because a communicator's worker never needs a host
-// function to make progress (it waits for inputs with an event).
+// A stream held until a host thread sets a flag (the first device path's "stream gate"; the
+// kernel design of collectives/device_path.cpp no longer uses it, tests still hold streams
+// with it). Where the driver has 64-bit stream memory operations and the flag is one of
+// new_flag's mapped pinned flags, the GPU waits for it itself (cuStreamWaitValue64, "flag -
+// value >= 0" as signed 64-bit: the ticket only grows). Otherwise a host function polls it,
+// which occupies CUDA's one callback thread of the process while it waits.
 Status CudaRuntime::stream_wait_flag(Stream stream, const std::atomic<uint64_t>* flag, uint64_t value) {
   if (!flag) return error(ACCORD_ERR_INVALID_ARGUMENT, "stream_wait_flag: null flag");
   Handle h;
