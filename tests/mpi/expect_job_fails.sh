@@ -11,5 +11,10 @@ echo "$out" | tail -20
 echo "exit status $status after $elapsed s"
 [ $status -ne 0 ] || { echo "FAIL: the job exited 0"; exit 1; }
 echo "$out" | grep -qF -- "$needle" || { echo "FAIL: output does not mention '$needle'"; exit 1; }
+# EXPECT_NOT: a text the output must not contain (a program's own "FAIL:" line).
+if [ -n "${EXPECT_NOT:-}" ] && echo "$out" | grep -qF -- "$EXPECT_NOT"; then
+  echo "FAIL: output mentions '$EXPECT_NOT'"
+  exit 1
+fi
 (( $(echo "$elapsed < $max" | bc) )) || { echo "FAIL: took longer than $max s"; exit 1; }
 echo "ok"
