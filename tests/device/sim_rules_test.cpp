@@ -22,16 +22,22 @@ std::unique_ptr<SimulatedRuntime> make_strict() {
   return make_sim(kTf4, o);
 }
 
-// A stream of `device` held until the returned flag is set to 1.
+// A stream of `device` held until the flag is set to 1. Going out of scope releases it and
+// waits until the stream has passed the flag, which lives here.
 struct Held {
   std::atomic<uint64_t> flag{0};
   Stream stream;
-  ~Held() { flag.store(1); }
+  SimulatedRuntime* rt = nullptr;
+  ~Held() {
+    flag.store(1);
+    if (rt != nullptr) (void)rt->synchronize_stream(stream);
+  }
 };
 
 void hold(SimulatedRuntime* rt, int device, Held* h, bool blocking = false) {
   ASSERT_OK(rt->create_stream(device, &h->stream, blocking));
   ASSERT_OK(rt->stream_wait_flag(h->stream, &h->flag, 1));
+  h->rt = rt;
 }
 
 void noop(const void*) {}
