@@ -64,19 +64,13 @@ class Runner {
     return ctx_;
   }
   Status copy(void* d, const void* s, size_t bytes, bool streaming) {
-    if (a_.mover == nullptr) {
-      const Ahead next = streaming ? ahead() : Ahead{};
-      kernels::copy(d, s, bytes, streaming, next.at, next.bytes);
-      return Status::success();
-    }
-    return a_.mover->copy(d, s, bytes);
+    const Ahead next = streaming ? ahead() : Ahead{};
+    kernels::copy(d, s, bytes, streaming, next.at, next.bytes);
+    return Status::success();
   }
   Status reduce(const kernels::ReduceArgs& k) {
-    if (a_.mover == nullptr) {
-      a_.reduce(k);
-      return Status::success();
-    }
-    return a_.mover->reduce(k);
+    a_.reduce(k);
+    return Status::success();
   }
   // Note [Prefetch while streaming] (kernels/reduce_isa.cpp): a copy or reduction that streams
   // its output pulls in the user-buffer bytes that a later step reads: the first such step

@@ -21,24 +21,10 @@
 
 namespace accord {
 
-// Moves data for the executor when the buffers are not plain host memory. Null in ExecArgs:
-// the host kernels, called directly (no virtual call on the host path). No caller sets it
-// since device collectives became kernels (collectives/device_path.cpp, Note [Kernels on the
-// caller's stream]); it stays as the executor's seam for a future memory space.
-class DataMover {
- public:
-  virtual ~DataMover() = default;
-  // The dtype and op of the reductions of the next collective.
-  virtual void set_call(accord_datatype_t dtype, accord_red_op_t op) = 0;
-  virtual Status copy(void* dst, const void* src, size_t bytes) = 0;
-  virtual Status reduce(const kernels::ReduceArgs& args) = 0;
-};
-
 struct ExecArgs {
   const void* input = nullptr;
   void* output = nullptr;
   kernels::ReduceFn reduce = nullptr;  // may be null for collectives without reduction
-  DataMover* mover = nullptr;          // non-null: every copy and reduction goes through it
   size_t elem_bytes = 1;
   int divisor = 0;          // nranks for avg, else 0
   bool streaming = false;   // write the output with non-temporal stores
