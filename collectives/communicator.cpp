@@ -91,7 +91,6 @@ struct CallDescriptor {
   uint64_t count;
 };
 
-bool reduces(Collective c);
 
 std::string describe(const CallDescriptor& d) {
   const Collective c = static_cast<Collective>(d.coll);
@@ -121,9 +120,6 @@ uint32_t call_tag(const CollArgs& a) {
   return static_cast<uint32_t>(h ^ (h >> 32));
 }
 
-bool reduces(Collective c) {
-  return c == Collective::kAllReduce || c == Collective::kReduceScatter || c == Collective::kReduce;
-}
 
 }  // namespace
 

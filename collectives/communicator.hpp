@@ -252,11 +252,10 @@ class Communicator {
   Stream last_stream_;
   Event order_event_;
   std::map<void*, Stream> user_streams_;  // the caller's streams, wrapped once
-  // Note [Device watchdog]: the calls in flight (seq, name, bytes), guarded by watch_mu_.
+  // Note [Device watchdog]: the calls in flight (seq, name), guarded by watch_mu_.
   struct InFlight {
     uint64_t seq = 0;
     const char* name = "";
-    size_t bytes = 0;
   };
   std::thread watchdog_;
   std::mutex watch_mu_;

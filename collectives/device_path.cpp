@@ -303,9 +303,15 @@ Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline)
                                   device_)));
     dev_fifo_mem_.push_back(mem);
     ACCORD_TRY(rt_->memset_async(mem, 0, fifo_bytes, stream_));
-    ACCORD_TRY(rt_->synchronize_stream(stream_).prefix(format("rank %d: zeroing device FIFOs: ", rank_)));
     auto* base = static_cast<uint8_t*>(mem);
     p.recv = describe(base, base + shape_.header_bytes(), recv_count);
+    direct.emplace_back(peer, route);
+  }
+  // Every FIFO is zero (an empty FIFO) before a peer can learn where it is.
+  ACCORD_TRY(rt_->synchronize_stream(stream_).prefix(format("rank %d: zeroing device FIFOs: ", rank_)));
+  for (size_t i = 0; i < direct.size(); ++i) {
+    const auto [peer, route] = direct[i];
+    void* mem = dev_fifo_mem_[i];
     std::string value;
     if (route == DeviceRoute::kP2p) {
       const uintptr_t at = reinterpret_cast<uintptr_t>(mem);
@@ -317,7 +323,6 @@ Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline)
       value = to_hex(&h, sizeof h);
     }
     ACCORD_TRY(store->set(format("dfifo/%d/%d", peer, rank_), value));
-    direct.emplace_back(peer, route);
   }
   for (const auto& [peer, route] : direct) {
     const int pd = device_of_[static_cast<size_t>(peer)];
@@ -529,8 +534,7 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
     return error(ACCORD_ERR_INTERNAL, "rank %d: %s needs %zu bytes of GPU scratch, more than the %zu allocated "
                  "at init", rank_, name, sched.scratch_bytes, dev_scratch_ != nullptr ? shape_.slot_bytes : 0);
   const uint64_t seq = dev_seq_ + 1;
-  const bool reducing =
-      a.coll == Collective::kAllReduce || a.coll == Collective::kReduceScatter || a.coll == Collective::kReduce;
+  const bool reducing = reduces(a.coll);
   dev::DevLaunch launch;
   std::memset(static_cast<void*>(&launch), 0, sizeof launch);
   dev::DevCall& c = launch.call;
@@ -579,7 +583,7 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   }
   {
     std::lock_guard<std::mutex> lock(watch_mu_);
-    inflight_.push_back({seq, name, plan.out_bytes});
+    inflight_.push_back({seq, name});
     recent_.push_back(inflight_.back());
     if (recent_.size() > 64) recent_.pop_front();
   }

@@ -78,6 +78,10 @@ enum class Collective : uint8_t {
   kRecv
 };
 const char* collective_name(Collective c);
+// Whether the collective combines values (all-reduce, reduce-scatter, reduce): dtype and op matter.
+inline bool reduces(Collective c) {
+  return c == Collective::kAllReduce || c == Collective::kReduceScatter || c == Collective::kReduce;
+}
 
 enum class Algo : uint8_t { kRing, kDirect, kChain, kTree, kRecursiveDoubling, kHierarchical };
 const char* algo_name(Algo a);
