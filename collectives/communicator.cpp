@@ -18,7 +18,8 @@ namespace {
 
 constexpr size_t kDefaultSlotBytes = 256 << 10;  // measured best of 32K..512K at 16-256 MiB
 constexpr size_t kDefaultSlots = 8;
-constexpr size_t kDefaultStreamingBytes = 4 << 20;  // streaming loses at 1 MiB, wins from 16 MiB
+constexpr size_t kDefaultStreamingBytes = 4 << 20;  // where it pays: Note [Streaming trial]
+constexpr int kStreamingTrials = 16;                // Note [Streaming trial]
 
 std::string host_identity(const Settings& s) {
   if (!s.host_id.empty()) return s.host_id;
@@ -159,8 +160,9 @@ Status Communicator::init(const InitSpec& spec) {
   if (settings_.chunk_bytes > 0) chunk_bytes_ = std::min(chunk_bytes_, static_cast<size_t>(settings_.chunk_bytes));
   if (!settings_.tune_file.empty()) ACCORD_TRY(Tuner::load(settings_.tune_file, &tuner_));
   tuner_.set_net_mbps(static_cast<double>(settings_.net_mbps));
-  nt_threshold_ = settings_.nt_threshold_bytes > 0 ? static_cast<size_t>(settings_.nt_threshold_bytes)
-                                                   : kDefaultStreamingBytes;
+  nt_decided_ = settings_.nt_threshold_bytes > 0;  // else Note [Streaming trial]
+  nt_threshold_ =
+      nt_decided_ ? static_cast<size_t>(settings_.nt_threshold_bytes) : kDefaultStreamingBytes;
   links_.send.assign(static_cast<size_t>(nranks_), nullptr);
   links_.recv.assign(static_cast<size_t>(nranks_), nullptr);
   links_.pidfd.assign(static_cast<size_t>(nranks_), -1);
@@ -763,6 +765,8 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
   // rank has just read them), so ordinary stores write them back once; non-temporal stores
   // there cost more (256 MiB, 2 ranks: 8.8 GB/s with ordinary stores, 5.8 with streaming).
   x.streaming = plan.out_bytes >= nt_threshold_ && a.send != a.recv;
+  const bool trial = x.streaming && !nt_decided_;
+  if (trial) x.streaming = nt_trial_calls_ % 2 == 1;  // call 0, a cold one, is not timed
   const Schedule* schedule = plan.schedule;
   if (schedule != nullptr) {
     if (scratch_.size() < schedule->scratch_bytes) scratch_.resize(schedule->scratch_bytes);
@@ -776,7 +780,50 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
   x.tag = plan.tag;
   x.fault = armed_fault();
   x.fault_step = fault_.step;
-  return finish_call(execute(*schedule, x, links_));
+  if (!trial) return finish_call(execute(*schedule, x, links_));
+  const int64_t t0 = now_ns();
+  Status s = execute(*schedule, x, links_);
+  if (s.ok())
+    note_streaming_trial(x.streaming,
+                         static_cast<double>(now_ns() - t0) / static_cast<double>(plan.out_bytes));
+  return finish_call(std::move(s));
+}
+
+// Note [Streaming trial]: non-temporal stores of the output (x.streaming) pay on one machine
+// and lose on another. On the AMD EPYC VM the built-in threshold was tuned on, 16-256 MiB
+// all-reduces ran faster with them; on the Intel Xeon VM of 2026-11-26 (35.8 MiB L3) they
+// were slower at every size from 4 to 256 MiB (2 ranks, 4 MiB, nothing else running: 1.25-1.4
+// ms a call with ordinary stores, 1.55-1.65 with non-temporal ones; bench/README.md), and a
+// plain 16 MiB copy timed on its own said the opposite of the all-reduces. So the calls
+// themselves decide: the first 1 + 2 * kStreamingTrials calls that would stream alternate
+// between the two kinds of store (the first is cold and not timed), and the fastest call of
+// each kind picks the kind for every later call, streaming only if at least 5% faster. The
+// fastest, not the median: other work on the machine only adds time, in whole scheduler ticks
+// (a 4 MiB call of 1.6 ms took 5.7, 9.8 or 13.8 ms while a nice-19 compile shared a core),
+// and it came every other call for a while, so medians of alternating calls chose by the
+// compile's rhythm (ratios of 0.30 and 6.1 in two runs of one job). The choice is this rank's
+// alone: it changes no result and no message, so ranks need not agree.
+void Communicator::note_streaming_trial(bool streaming, double ns_per_byte) {
+  const int call = nt_trial_calls_++;
+  if (call == 0) return;
+  double& best = nt_trial_best_ns_per_byte_[streaming];
+  best = best > 0 ? std::min(best, ns_per_byte) : ns_per_byte;
+  LOG_DEBUG(kTune, "rank %d: streaming trial call %d (%s stores): %.3f ns per byte", rank_, call,
+            streaming ? "non-temporal" : "ordinary", ns_per_byte);
+  if (call < 2 * kStreamingTrials) return;
+  const double ordinary = nt_trial_best_ns_per_byte_[0], streamed = nt_trial_best_ns_per_byte_[1];
+  nt_decided_ = true;
+  const bool pays = streamed < 0.95 * ordinary;
+  if (!pays) nt_threshold_ = SIZE_MAX;
+  LOG_INFO(
+      kTune,
+      "rank %d: %s (fastest of %d calls each: %.3f ns per byte with ordinary stores, %.3f with "
+      "non-temporal ones; ACCORD_NT_THRESHOLD fixes the threshold)",
+      rank_,
+      pays ? "out-of-place calls from 4 MiB write their output with non-temporal stores"
+           : "non-temporal stores do not pay here; every call writes its output with ordinary "
+             "stores",
+      kStreamingTrials, ordinary, streamed);
 }
 
 Status Communicator::run_on_board(const CollArgs& a, const CallPlan& plan) {

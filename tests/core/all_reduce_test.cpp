@@ -2,14 +2,20 @@
 // every dtype x op, sizes that break things, in place and out of place, unaligned buffers,
 // exact expected values (so every rank is also bitwise identical to every other).
 #include <accord/accord.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "core/log.hpp"
 #include "tests/support/harness.hpp"
 
 namespace accord::testing {
@@ -215,6 +221,69 @@ TEST(AllReduce, TwoHundredFiftySixMiBOfFloat32InProcesses) {
     return e;
   });
   for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+// Note [Streaming trial]: the first out-of-place calls from 4 MiB alternate between
+// non-temporal and ordinary stores (one cold call, then 16 of each), then every rank keeps one
+// kind. Each call exact through the trial and after it; the trial logged call by call, decided
+// once; none with ACCORD_NT_THRESHOLD set.
+TEST(AllReduce, StreamingTrialAlternatesStoresThenDecidesOnceWithExactResults) {
+  char dir[] = "/tmp/accord-nt-trial-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const size_t count = (4u << 20) / 4 + 3;     // just over the threshold, odd
+  for (const char* threshold : {"0", "4M"}) {  // 0: the built-in choice
+    SCOPED_TRACE(std::string("ACCORD_NT_THRESHOLD='") + threshold + "'");
+    const std::string log =
+        std::string(dir) + "/log" + (std::strcmp(threshold, "0") != 0 ? "-set" : "") + "-%p";
+    ScopedEnv level("ACCORD_LOG", "warn,tune:debug");
+    ScopedEnv file("ACCORD_LOG_FILE", log.c_str());
+    ScopedEnv nt("ACCORD_NT_THRESHOLD", threshold);
+    auto failures = run_processes(2, [&](accord_comm_t comm, int rank, int nranks) {
+      log_reconfigure();  // this process's log, as set above (the test binary's was configured
+                          // earlier)
+      for (int i = 0; i < 40; ++i) {
+        std::string e = check(comm, rank, nranks, ACCORD_FLOAT32, ACCORD_SUM, count, false,
+                              i % 3 * 4, static_cast<size_t>(i));
+        if (!e.empty()) return "call " + std::to_string(i) + ": " + e;
+      }
+      return std::string();
+    });
+    for (const auto& f : failures) ADD_FAILURE() << f;
+  }
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir)) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') names.push_back(e->d_name);
+    closedir(d);
+  }
+  int trial_logs = 0, set_logs = 0;
+  for (const std::string& name : names) {
+    std::ifstream in(std::string(dir) + "/" + name);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::remove((std::string(dir) + "/" + name).c_str());
+    // A rank's log names its call's plan; the test process's own log (it made no call) is skipped.
+    if (text.find("tune all_reduce of 4194316 bytes") == std::string::npos) continue;
+    auto occurrences = [&](const std::string& what) {
+      int n = 0;
+      for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+      return n;
+    };
+    const int decided = occurrences("(fastest of 16 calls each: ");
+    if (name.rfind("log-set-", 0) == 0) {
+      ++set_logs;
+      EXPECT_EQ(occurrences("streaming trial call"), 0) << name << ":\n" << text;
+      EXPECT_EQ(decided, 0) << name << ":\n" << text;
+      continue;
+    }
+    ++trial_logs;
+    EXPECT_EQ(occurrences("(non-temporal stores): "), 16) << name << ":\n" << text;
+    EXPECT_EQ(occurrences("(ordinary stores): "), 16) << name << ":\n" << text;
+    EXPECT_EQ(occurrences("streaming trial call 32 (ordinary stores)"), 1) << name << ":\n" << text;
+    EXPECT_EQ(decided, 1) << name << ":\n" << text;
+  }
+  rmdir(dir);
+  EXPECT_EQ(trial_logs, 2) << "one log per rank process";
+  EXPECT_EQ(set_logs, 2) << "one log per rank process";
 }
 
 TEST(AllReduce, RepeatedCallsStayInStep) {
