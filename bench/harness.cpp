@@ -35,6 +35,7 @@ struct Options {
   size_t min_bytes = 32 << 20, max_bytes = 32 << 20, step_bytes = 1 << 20;
   double factor = 0;
   int iters = 20, warmup = 5, check = 1, root = 0, threads = 1, gpus = 1;
+  double min_ms = 0;  // --min-ms: time at least this long per size (more calls than -n if needed)
   std::vector<accord_datatype_t> dtypes = {ACCORD_FLOAT32};
   std::vector<accord_red_op_t> ops = {ACCORD_SUM};
   bool compare_mpi = false, backend_mpi = false, show_plan = false;
@@ -75,6 +76,8 @@ void usage(const char* prog) {
       "  -M, --compare-mpi   also time MPI's collective on the same buffers (under mpirun)\n"
       "  --backend mpi       time MPI's collective instead of Accord's\n"
       "  --show-plan         print how every pair of ranks is connected\n"
+      "  --min-ms MS         time each size for at least MS ms: more calls than -n where\n"
+      "                      the warm-up shows they are short (every rank makes as many)\n"
       "Launch: under mpirun; or one process per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT;\n"
       "or alone (1 rank, or -t N).\n",
       prog);
@@ -92,6 +95,10 @@ bool parse_args(int argc, char** argv, Options* o) {
     if (a == "-h" || a == "--help") return usage(argv[0]), std::exit(0), true;
     if (a == "-M" || a == "--compare-mpi") { o->compare_mpi = true; continue; }
     if (a == "--show-plan") { o->show_plan = true; continue; }
+    if (a == "--min-ms") {
+      if (!next(&v) || (o->min_ms = std::atof(v)) <= 0) return false;
+      continue;
+    }
     if (a == "--backend") {
       if (!next(&v) || (std::strcmp(v, "mpi") && std::strcmp(v, "accord"))) return false;
       o->backend_mpi = !std::strcmp(v, "mpi");
@@ -337,14 +344,27 @@ struct Rank {
 
   // Mean seconds per call, slowest rank; negative on error.
   double time_calls(const void* send, void* recv, size_t count, accord_datatype_t d, accord_red_op_t op, bool mpi) {
+    auto w0 = std::chrono::steady_clock::now();
     for (int i = 0; i < o.warmup; ++i)
       if (!call(send, recv, count, d, op, mpi)) return -1;
-    if (!sync() || !barrier()) return -1;
+    if (!sync()) return -1;
+    int iters = o.iters;
+    if (o.min_ms > 0 && o.warmup > 0) {
+      // Note [Timing across scheduler ticks]: beside a busy process a rank loses its core for
+      // whole scheduler ticks (4 ms here), so a 13 ms measurement (20 calls of 1 MiB) says more
+      // about how many ticks fell into it than about the library. The slowest rank's warm-up
+      // sets one count for all ranks.
+      const auto warm = std::chrono::steady_clock::now() - w0;
+      const double per_call = max_over_ranks(std::chrono::duration<double>(warm).count() / o.warmup);
+      const double want = std::min(1e7, std::ceil(o.min_ms / 1e3 / std::max(per_call, 1e-9)));
+      iters = std::max(iters, static_cast<int>(want));
+    }
+    if (!barrier()) return -1;
     auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < o.iters; ++i)
+    for (int i = 0; i < iters; ++i)
       if (!call(send, recv, count, d, op, mpi)) return -1;
     if (!sync()) return -1;
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.iters;
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
     return max_over_ranks(secs);
   }
 
