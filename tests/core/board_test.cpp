@@ -28,7 +28,8 @@ struct Boards {
   std::vector<uint8_t*> areas;
 };
 
-// Every rank posts (rank, round) for `rounds` calls and checks every peer's line each call.
+// Every rank posts (rank, round) for `rounds` calls and checks every peer's line each call:
+// payloads of 8 bytes up to the whole block (kBoardPayloadBytes), across its cache lines.
 // `delay_ms` > 0: rank 0 sleeps that long before each post, so the others wait on the futex.
 std::vector<std::string> exchange(int nranks, int rounds, WaitPolicy policy, int delay_ms) {
   Boards mem(nranks);
@@ -42,8 +43,17 @@ std::vector<std::string> exchange(int nranks, int rounds, WaitPolicy policy, int
       ctx.self_rank = rank;
       for (uint32_t seq = 1; seq <= static_cast<uint32_t>(rounds); ++seq) {
         if (rank == 0 && delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-        const uint32_t mine[2] = {static_cast<uint32_t>(rank), seq};
-        board.post(seq, mine, sizeof mine, 1000 + seq);
+        constexpr size_t kSizes[] = {8, 52, 53, 64, 65, 128, 200, kBoardPayloadBytes};
+        const size_t bytes = kSizes[seq % (sizeof kSizes / sizeof kSizes[0])];
+        auto pattern = [seq, bytes](int r, uint8_t* p) {
+          const uint32_t head[2] = {static_cast<uint32_t>(r), seq};
+          std::memcpy(p, head, sizeof head);
+          for (size_t i = sizeof head; i < bytes; ++i)
+            p[i] = static_cast<uint8_t>(r * 31 + seq * 7 + i);
+        };
+        uint8_t mine[kBoardPayloadBytes];
+        pattern(rank, mine);
+        board.post(seq, mine, bytes, 1000 + seq);
         for (int peer = 0; peer < nranks; ++peer) {
           const BoardLine* line = board.line(peer, seq);
           if (!Board::ready(line, seq)) {
@@ -54,10 +64,10 @@ std::vector<std::string> exchange(int nranks, int rounds, WaitPolicy policy, int
               return;
             }
           }
-          uint32_t got[2];
-          std::memcpy(got, line->data, sizeof got);
-          if (got[0] != static_cast<uint32_t>(peer) || got[1] != seq || line->tag != 1000 + seq ||
-              line->bytes != sizeof got) {
+          uint8_t want[kBoardPayloadBytes];
+          pattern(peer, want);
+          if (std::memcmp(line->data, want, bytes) != 0 || line->tag != 1000 + seq ||
+              line->bytes != bytes) {
             errors[static_cast<size_t>(rank)] = "round " + std::to_string(seq) + ": rank " + std::to_string(rank) +
                                                 " read a wrong line of rank " + std::to_string(peer);
             return;
