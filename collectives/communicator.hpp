@@ -237,7 +237,8 @@ class Communicator {
   void* counts_dev_ = nullptr;
   // Note [Kernels on the caller's stream]: the kernels' control block (pinned; host and device
   // addresses), the step ring (Note [Step ring]), calls launched, the stream of the last one
-  // and the event that orders a switch of streams (Note [Kernel order]).
+  // and the event recorded after every launch, which a switch of streams waits for (Note
+  // [Kernel order]).
   void* ctl_host_ = nullptr;
   void* ctl_dev_ = nullptr;
   void* ring_host_ = nullptr;
@@ -251,7 +252,10 @@ class Communicator {
   uint64_t dev_seq_ = 0;
   Stream last_stream_;
   Event order_event_;
-  std::map<void*, Stream> user_streams_;  // the caller's streams, wrapped once
+  // The caller's streams, wrapped once. An entry is only used while the caller passes that
+  // handle again (so it is alive); a destroyed stream's entry is never touched (Note [Kernel
+  // order]), and a new stream that gets the same handle value is the same wrapped value.
+  std::map<void*, Stream> user_streams_;
   // Note [Device watchdog]: the calls in flight (seq, name), guarded by watch_mu_.
   struct InFlight {
     uint64_t seq = 0;

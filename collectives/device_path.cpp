@@ -575,12 +575,16 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
     to.bytes = from.bytes;
   }
   // Note [Kernel order]: kernels of one communicator must run one after another (each FIFO
-  // count has one writer). On one stream they do; when the caller switches streams, the new
-  // stream waits for everything the old one holds so far.
-  if (last_stream_.id != 0 && last_stream_.id != us.id) {
-    ACCORD_TRY(rt_->record_event(order_event_, last_stream_).prefix(format("rank %d: %s: ", rank_, name)));
-    ACCORD_TRY(rt_->stream_wait_event(us, order_event_).prefix(format("rank %d: %s: ", rank_, name)));
-  }
+  // count has one writer). On one stream they do. Every launch records order_event_ on its
+  // stream right after the kernel, while the caller's stream is known to be alive; when the
+  // caller switches streams, the new stream only waits for that event. Nothing is ever
+  // enqueued on the previous stream at a later call: the caller may have destroyed it
+  // (allreduce(s1); cudaStreamSynchronize(s1); cudaStreamDestroy(s1); allreduce(s2)), and a
+  // destroyed handle is undefined behaviour in CUDA (the simulation fails the call).
+  if (last_stream_.id != 0 && last_stream_.id != us.id)
+    ACCORD_TRY(rt_->stream_wait_event(us, order_event_)
+                   .prefix(format("rank %d: %s: ordering after the previous collective's stream: ",
+                                  rank_, name)));
   {
     std::lock_guard<std::mutex> lock(watch_mu_);
     inflight_.push_back({seq, name});
@@ -599,6 +603,19 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   last_stream_ = us;
   start_watchdog();
   watch_cv_.notify_one();
+  s = rt_->record_event(order_event_, us);
+  if (!s.ok()) {
+    // The kernel is queued, but a later call on another stream could not wait for it: the
+    // communicator can no longer order its kernels, so it fails as a whole.
+    s = Status(
+        s.code(),
+        format("rank %d: %s (seq %llu) on GPU %d: launched, but recording the kernel-order "
+               "event on its stream failed: %s; the communicator cannot order its next "
+               "collective after this one: destroy it and create a new one",
+               rank_, name, static_cast<unsigned long long>(seq), device_, s.message().c_str()));
+    set_sticky(s);
+    return s;
+  }
   return Status::success();
 }
 

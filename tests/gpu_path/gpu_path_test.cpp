@@ -225,6 +225,51 @@ TEST(GpuPath, OneThreadWithoutGroup) {
   }
 }
 
+// Note [Kernel order]: a collective on a new stream after the caller destroyed the stream of
+// the previous one (PyTorch's side stream per step). Nothing may touch the destroyed stream
+// (undefined behaviour in CUDA; the simulation fails any call on a destroyed stream id, Note
+// [Device runtime rules]), and both collectives give exact results.
+TEST(GpuPath, NewStreamAfterTheOldOneIsDestroyed) {
+  Job job;
+  ASSERT_NO_FATAL_FAILURE(job.init());
+  if (testing::Test::IsSkipped()) return;
+  const size_t count = 1031;
+  const size_t n = static_cast<size_t>(job.n);
+  std::vector<void*> buf(n);
+  for (size_t r = 0; r < n; ++r) OK(accord_device_alloc(&buf[r], count * 4, static_cast<int>(r)));
+  const int32_t want = job.n * (job.n + 1) / 2;
+  for (int round = 0; round < 2; ++round) {
+    for (size_t r = 0; r < n; ++r) {
+      std::vector<int32_t> h(count, static_cast<int32_t>(r) + 1 + 100 * round);
+      OK(accord_device_memcpy(buf[r], h.data(), count * 4));
+    }
+    OK(accord_group_start());
+    for (size_t r = 0; r < n; ++r)
+      OK(accord_all_reduce(buf[r], buf[r], count, ACCORD_INT32, ACCORD_SUM, job.comms[r],
+                           job.streams[r]));
+    OK(accord_group_end());
+    for (size_t r = 0; r < n; ++r) {
+      OK(accord_stream_synchronize(job.streams[r]));
+      accord_status_t async = ACCORD_SUCCESS;
+      OK(accord_comm_get_async_error(job.comms[r], &async));
+      ASSERT_EQ(async, ACCORD_SUCCESS)
+          << "round " << round << ": " << accord_last_error(job.comms[r]);
+      std::vector<int32_t> h(count);
+      OK(accord_device_memcpy(h.data(), buf[r], count * 4));
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(h[i], want + 100 * round * job.n)
+            << "round " << round << " rank " << r << " element " << i;
+    }
+    // The streams of round 0 go; round 1 runs on new ones.
+    for (size_t r = 0; r < n; ++r) {
+      OK(accord_stream_destroy(job.streams[r]));
+      job.streams[r] = nullptr;
+      OK(accord_stream_create(&job.streams[r], static_cast<int>(r)));
+    }
+  }
+  for (size_t r = 0; r < n; ++r) OK(accord_device_free(buf[r]));
+}
+
 accord::DeviceRuntime* runtime() {
   accord::Settings s;
   EXPECT_TRUE(accord::load_settings(&s).ok());
