@@ -126,6 +126,7 @@ class Communicator {
   Status run_on(const CollArgs& args, bool on_device);
   Status setup_device(int requested);
   Status register_slots();
+  Status warm_up_kernel();  // Note [Warm-up launch] (device_path.cpp)
   Status classify_buffers(const CollArgs& args, bool* on_device) const;
   Status check_device_peers(const CollArgs& args) const;
   Status refuse_device_buffers(const CollArgs& args) const;

@@ -7,7 +7,8 @@
 // returns at once and waits for nothing on the device. The kernel moves the data through FIFOs
 // in device-visible memory and waits on flags it polls itself, so no host thread takes part in
 // any step, and nothing in this path makes a CUDA call that waits for the device or the
-// context (kernels are loaded when the communicator is created, memory is allocated then too).
+// context (kernels are loaded and launched once when the communicator is created, Note
+// [Warm-up launch]; memory is allocated then too).
 // A watchdog thread per communicator only reads the kernels' control block (DevCtl, pinned):
 // a timeout, a dead peer or accord_comm_abort makes it set DevCtl::abort, the kernel gives up
 // at its next wait, the stream goes on, and accord_comm_get_async_error says what happened.
@@ -91,6 +92,7 @@ Status Communicator::setup_device(int requested) {
   std::memset(ctl_host_, 0, sizeof(dev::DevCtl));
   static_cast<dev::DevCtl*>(ctl_host_)->waiting_peer = -1;
   ACCORD_TRY(rt_->device_address(ctl_host_, &ctl_dev_).prefix(where));
+  ACCORD_TRY(warm_up_kernel().prefix(where));
   ACCORD_TRY(rt_->alloc_host_pinned(kStepRingBytes, &ring_host_).prefix(where + "step ring: "));
   ACCORD_TRY(rt_->device_address(ring_host_, &ring_dev_).prefix(where));
   ACCORD_TRY(rt_->create_event(d, &order_event_).prefix(where));
@@ -98,6 +100,38 @@ Status Communicator::setup_device(int requested) {
     ACCORD_TRY(rt_->alloc_device(d, shape_.slot_bytes, &dev_scratch_).prefix(where + "scratch: "));
   ACCORD_TRY(register_slots());
   LOG_INFO(kGpu, "rank %d: GPU %d of %s", rank_, d, rt_->description().c_str());
+  return Status::success();
+}
+
+// Note [Warm-up launch]: the collective kernel is launched once at init, with no steps, on the
+// communicator's own stream, and waited for. Whatever CUDA does at a kernel's first launch
+// (loading its module, if cudaFuncGetAttributes did not; sizing the per-thread stack and local
+// memory, which waits for the device to go idle; launch resources) happens then, before the
+// init barrier (Note [Device init barrier]), when no kernel of this job can be spinning on
+// the device. Otherwise it would happen at the first collective, behind another rank's kernel
+// that waits for this one. It also proves the kernel runs on this GPU: it writes
+// DevCtl::started, which is set to a value no launch writes first. seq 0 leaves the
+// counters as a communicator with no collective has them.
+Status Communicator::warm_up_kernel() {
+  auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
+  __atomic_store_n(&ctl->started, ~uint64_t{0}, __ATOMIC_RELEASE);
+  dev::DevLaunch launch;
+  std::memset(static_cast<void*>(&launch), 0, sizeof launch);
+  launch.call.nsteps = 0;
+  launch.call.nranks = nranks_;
+  launch.call.rank = rank_;
+  launch.call.ctl = static_cast<dev::DevCtl*>(ctl_dev_);
+  launch.call.seq = 0;
+  ACCORD_TRY(rt_->launch_kernel(dev::collective_kernel(), &launch, sizeof launch, stream_)
+                 .prefix("warm-up launch of the collective kernel: "));
+  ACCORD_TRY(rt_->synchronize_stream(stream_).prefix("warm-up launch of the collective kernel: "));
+  if (__atomic_load_n(&ctl->started, __ATOMIC_ACQUIRE) != 0)
+    return error(ACCORD_ERR_CUDA,
+                 "the warm-up launch of the collective kernel (%s) returned without error but the "
+                 "kernel did not write its control block (pinned host memory mapped for the GPU); "
+                 "the GPU cannot run Accord's collectives: report it with the output of "
+                 "ACCORD_LOG=debug and nvidia-smi",
+                 dev::collective_kernel().name);
   return Status::success();
 }
 
