@@ -152,10 +152,17 @@ void Communicator::release_device() {
   auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
   if (ctl != nullptr && dev_seq_ > 0) {
     // Kernels still queued or running use this communicator's memory: let them end first. One
-    // that waits for a peer which will never come is told to give up after the timeout.
+    // that waits for a peer which will never come is told to give up after the timeout
+    // (at once after accord_comm_abort).
     auto done = [&] { return __atomic_load_n(&ctl->done, __ATOMIC_ACQUIRE) >= dev_seq_; };
     Deadline deadline = Deadline::after_ms(settings_.timeout_ms);
-    for (bool aborted = false; !done();) {
+    // accord_comm_abort: the watchdog (stopped above) may not have passed the abort on yet.
+    bool aborted = abort_.load(std::memory_order_acquire);
+    if (aborted) {
+      __atomic_store_n(&ctl->abort, 1u, __ATOMIC_RELEASE);
+      deadline = Deadline::after_ms(1000);
+    }
+    while (!done()) {
       if (deadline.expired()) {
         if (aborted) break;
         LOG_WARN(kGpu, "rank %d: destroying the communicator while its collective (seq %llu) still runs on "
