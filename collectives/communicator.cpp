@@ -186,6 +186,7 @@ Status Communicator::init(const InitSpec& spec) {
     s = store->all_gather("device", rank_, nranks_, std::to_string(device_), &devices, deadline);
     for (size_t r = 0; s.ok() && r < devices.size(); ++r) device_of_[r] = std::atoi(devices[r].c_str());
     if (s.ok()) compute_ring();
+    if (s.ok()) find_gpu_sharers();
   }
   if (s.ok()) s = connect_device_fifos(store.get(), deadline);
   // Note [Device init barrier]: no rank may launch a collective kernel while another rank of

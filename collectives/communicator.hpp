@@ -127,6 +127,13 @@ class Communicator {
   Status setup_device(int requested);
   Status register_slots();
   Status warm_up_kernel();  // Note [Warm-up launch] (device_path.cpp)
+  // Note [One stream per rank] (device_path.cpp): the process-wide table of streams that carry
+  // collectives, and the refusal of a stream another rank of this communicator uses.
+  void find_gpu_sharers();
+  std::string job_key() const;
+  Status check_stream_owner(void* user_stream, const char* name) const;
+  void note_stream_use(void* user_stream, uint64_t seq);
+  void forget_stream_uses();
   Status classify_buffers(const CollArgs& args, bool* on_device) const;
   Status check_device_peers(const CollArgs& args) const;
   Status refuse_device_buffers(const CollArgs& args) const;
@@ -225,6 +232,7 @@ class Communicator {
   DeviceRuntime* probe_rt_ = nullptr;  // host-only communicator, CUDA present: refuses device buffers
   int device_ = -1;
   std::vector<int> device_of_;
+  std::string gpu_sharers_;         // ranks of this process on this GPU ("0 and 1"), empty if alone
   std::vector<int> ring_, pos_of_;  // Note [Ring order]: position -> rank, rank -> position; empty: rank order
   Stream stream_;            // the communicator's own (non-blocking) stream: init-time copies
   void* dev_scratch_ = nullptr;  // kReduceAll with 3+ ranks: one slot's bytes

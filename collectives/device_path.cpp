@@ -18,15 +18,16 @@
 // processes (a CUDA IPC handle through the bootstrap store). The other pairs are host-staged:
 // the FIFO is in the receiver's shared-memory segment, registered with the device runtime and
 // written and read by the kernels directly. Pairs on different hosts have no device path yet.
-#include "accord_config.h"
-
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <string>
 
+#include "accord_config.h"
 #include "collectives/communicator.hpp"
 #include "collectives/device/dev_call.hpp"
 #include "collectives/device/dev_kernels.hpp"
@@ -148,6 +149,7 @@ Status Communicator::register_slots() {
 
 void Communicator::release_device() {
   if (rt_ == nullptr) return;
+  forget_stream_uses();
   stop_watchdog();
   auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
   if (ctl != nullptr && dev_seq_ > 0) {
@@ -225,6 +227,25 @@ void Communicator::compute_ring() {
   for (int r : ring_) order += format(" %d", r);
   LOG_INFO(kGpu, "rank %d: ring order of ranks (topology's best ring over their GPUs):%s", rank_,
            order.c_str());
+}
+
+// The ranks of this process on this rank's GPU (Note [One stream per rank]), as "0 and 1" or
+// "0, 1 and 3"; empty when this rank is alone on it.
+void Communicator::find_gpu_sharers() {
+  gpu_sharers_.clear();
+  if (device_ < 0) return;
+  std::vector<int> on_gpu;
+  for (int r : local_ranks_)
+    if (device_of_[static_cast<size_t>(r)] == device_ &&
+        pid_of_[static_cast<size_t>(r)] == pid_of_[static_cast<size_t>(rank_)])
+      on_gpu.push_back(r);
+  if (on_gpu.size() < 2) return;
+  for (size_t i = 0; i < on_gpu.size(); ++i)
+    gpu_sharers_ += format("%s%d",
+                           i == 0                   ? ""
+                           : i + 1 == on_gpu.size() ? " and "
+                                                    : ", ",
+                           on_gpu[i]);
 }
 
 Communicator::DeviceRoute Communicator::device_route(int a, int b, std::string* why) const {
@@ -544,6 +565,91 @@ Status Communicator::reserve_steps(size_t bytes, uint64_t seq, size_t* offset) {
   }
 }
 
+// Note [One stream per rank]: the kernel of one rank waits for the kernels of the others. Two
+// ranks of one communicator that put their collectives on one stream therefore wait for each
+// other for ever: the second kernel is queued behind the first, and the first waits for it
+// (until ACCORD_TIMEOUT_MS). Ranks of one process can do that (one thread driving "towers"
+// on one GPU with one stream), so every launch is noted in a process-wide table of streams,
+// and a collective is refused when its stream is the stream of a collective of another rank
+// of the same communicator that has not ended (DevCtl::done). A stream whose collective has
+// ended may be used by another rank: a destroyed stream's handle value comes back for new
+// streams. CUDA's cudaStreamLegacy (0x1) and cudaStreamPerThread (0x2) are refused outright
+// where ranks of this process share a GPU: all such ranks would share the one legacy stream,
+// or one thread's per-thread stream.
+namespace {
+constexpr uintptr_t kCudaStreamLegacy = 0x1;     // cudaStreamLegacy
+constexpr uintptr_t kCudaStreamPerThread = 0x2;  // cudaStreamPerThread
+struct StreamUse {
+  const void* comm = nullptr;  // the Communicator
+  std::string job;             // the communicator's job (store endpoint and secret)
+  int rank = 0;
+  const dev::DevCtl* ctl = nullptr;  // pinned, never freed (release_device)
+  uint64_t seq = 0;                  // the last collective of `rank` on the stream
+};
+std::mutex g_stream_uses_mu;
+std::multimap<void*, StreamUse>& stream_uses() {
+  static auto* uses = new std::multimap<void*, StreamUse>;  // never destroyed: used at exit
+  return *uses;
+}
+bool in_flight(const StreamUse& u) {
+  return __atomic_load_n(&u.ctl->done, __ATOMIC_ACQUIRE) < u.seq;
+}
+}  // namespace
+
+std::string Communicator::job_key() const {
+  return endpoint_.addr.to_string() + "/" +
+         to_hex(endpoint_.secret.data(), endpoint_.secret.size());
+}
+
+Status Communicator::check_stream_owner(void* user_stream, const char* name) const {
+  const auto handle = reinterpret_cast<uintptr_t>(user_stream);
+  if ((handle == kCudaStreamLegacy || handle == kCudaStreamPerThread) && !gpu_sharers_.empty())
+    return error(
+        ACCORD_ERR_INVALID_USAGE,
+        "rank %d: %s on %s: ranks %s of this communicator share GPU %d in this process, and "
+        "a collective of one rank waits for the others': on one %s stream they would queue "
+        "behind each other and wait for ever; give each rank a stream of its own "
+        "(accord_stream_create, or cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking))",
+        rank_, name, handle == kCudaStreamLegacy ? "cudaStreamLegacy" : "cudaStreamPerThread",
+        gpu_sharers_.c_str(), device_, handle == kCudaStreamLegacy ? "legacy" : "per-thread");
+  const std::string job = job_key();
+  std::lock_guard<std::mutex> lock(g_stream_uses_mu);
+  auto [first, last] = stream_uses().equal_range(user_stream);
+  for (auto it = first; it != last; ++it) {
+    const StreamUse& u = it->second;
+    if (u.comm == this || u.rank == rank_ || u.job != job || !in_flight(u)) continue;
+    return error(
+        ACCORD_ERR_INVALID_USAGE,
+        "rank %d: %s: stream %p carries rank %d's collective (seq %llu) of this communicator, "
+        "which has not ended: it waits for this rank's, which would queue behind it on the "
+        "same stream, for ever; give each rank a stream of its own (accord_stream_create, or "
+        "cudaStreamCreateWithFlags). Rank %d's collective now ends only at ACCORD_TIMEOUT_MS "
+        "or accord_comm_abort",
+        rank_, name, user_stream, u.rank, static_cast<unsigned long long>(u.seq), u.rank);
+  }
+  return Status::success();
+}
+
+void Communicator::note_stream_use(void* user_stream, uint64_t seq) {
+  std::lock_guard<std::mutex> lock(g_stream_uses_mu);
+  auto& uses = stream_uses();
+  for (auto it = uses.begin(); it != uses.end();) {  // only collectives in flight matter
+    if ((it->second.comm == this && it->first == user_stream) || !in_flight(it->second))
+      it = uses.erase(it);
+    else
+      ++it;
+  }
+  uses.emplace(user_stream,
+               StreamUse{this, job_key(), rank_, static_cast<const dev::DevCtl*>(ctl_host_), seq});
+}
+
+void Communicator::forget_stream_uses() {
+  std::lock_guard<std::mutex> lock(g_stream_uses_mu);
+  auto& uses = stream_uses();
+  for (auto it = uses.begin(); it != uses.end();)
+    it = it->second.comm == this ? uses.erase(it) : std::next(it);
+}
+
 Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   RankScope scope(rank_, nranks_);
   const char* name = collective_name(a.coll);
@@ -559,6 +665,7 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
                  "rank %d: %s: device buffers need a stream of GPU %d (a cudaStream_t, "
                  "or accord_stream_create)",
                  rank_, name, device_);
+  ACCORD_TRY(check_stream_owner(user_stream, name));
   Stream us;
   auto it = user_streams_.find(user_stream);
   if (it != user_streams_.end()) {
@@ -642,6 +749,7 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   }
   dev_seq_ = seq;
   last_stream_ = us;
+  note_stream_use(user_stream, seq);
   start_watchdog();
   watch_cv_.notify_one();
   s = rt_->record_event(order_event_, us);
