@@ -130,6 +130,7 @@ class Communicator {
   // Note [One stream per rank] (device_path.cpp): the process-wide table of streams that carry
   // collectives, and the refusal of a stream another rank of this communicator uses.
   void find_gpu_sharers();
+  void warn_shared_gpu() const;  // Note [Shared GPU warnings] (device_path.cpp)
   std::string job_key() const;
   Status check_stream_owner(void* user_stream, const char* name) const;
   void note_stream_use(void* user_stream, uint64_t seq);

@@ -19,9 +19,11 @@
 // the FIFO is in the receiver's shared-memory segment, registered with the device runtime and
 // written and read by the kernels directly. Pairs on different hosts have no device path yet.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -229,8 +231,16 @@ void Communicator::compute_ring() {
            order.c_str());
 }
 
-// The ranks of this process on this rank's GPU (Note [One stream per rank]), as "0 and 1" or
-// "0, 1 and 3"; empty when this rank is alone on it.
+// Ranks for a message: "0 and 1", "0, 1 and 3".
+static std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i)
+    out += format("%s%d", i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ", ranks[i]);
+  return out;
+}
+
+// The ranks of this process on this rank's GPU (Note [One stream per rank]), as rank_list
+// gives them; empty when this rank is alone on it.
 void Communicator::find_gpu_sharers() {
   gpu_sharers_.clear();
   if (device_ < 0) return;
@@ -239,13 +249,64 @@ void Communicator::find_gpu_sharers() {
     if (device_of_[static_cast<size_t>(r)] == device_ &&
         pid_of_[static_cast<size_t>(r)] == pid_of_[static_cast<size_t>(rank_)])
       on_gpu.push_back(r);
-  if (on_gpu.size() < 2) return;
-  for (size_t i = 0; i < on_gpu.size(); ++i)
-    gpu_sharers_ += format("%s%d",
-                           i == 0                   ? ""
-                           : i + 1 == on_gpu.size() ? " and "
-                                                    : ", ",
-                           on_gpu[i]);
+  if (on_gpu.size() > 1) gpu_sharers_ = rank_list(on_gpu);
+}
+
+// Note [Shared GPU warnings]: two configurations work but hold traps that Accord cannot
+// guard, so init says so once per communicator, from the lowest rank on the GPU (WARN, the
+// default level):
+//  - ranks that are threads of one process on one GPU (NCCL refuses this: "Duplicate GPU
+//    detected"): a rank's kernel spins until the other rank's kernel comes; if that rank's
+//    thread first makes a CUDA call that waits for the device (cudaMalloc, cudaFree,
+//    cudaHostRegister, a synchronous cudaMemcpy, work on the legacy stream, or the first
+//    launch of any kernel under lazy loading, CUDA's default), both wait for ever (until
+//    ACCORD_TIMEOUT_MS);
+//  - ranks of different processes on one GPU: without MPS the GPU runs one process's kernels
+//    at a time, in time slices, so every hop of a collective waits for a slice.
+// GPUs are compared by ordinal (device_of_), as device_route does.
+static bool mps_running() {
+  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  const std::string control =
+      std::string(dir != nullptr && *dir ? dir : "/tmp/nvidia-mps") + "/control";
+  return access(control.c_str(), F_OK) == 0;
+}
+
+void Communicator::warn_shared_gpu() const {
+  if (device_ < 0 || settings_.p2p_disable) return;  // ACCORD_P2P_DISABLE: every pair host-staged
+  std::vector<int> here, others;  // ranks on this GPU: of this process, of other processes
+  const long me = pid_of_[static_cast<size_t>(rank_)];
+  for (int r : local_ranks_)
+    if (device_of_[static_cast<size_t>(r)] == device_)
+      (pid_of_[static_cast<size_t>(r)] == me ? here : others).push_back(r);
+  if (here.size() > 1 && here.front() == rank_)
+    LOG_WARN(
+        kGpu,
+        "rank %d: ranks %s are threads of one process on GPU %d: while a collective is in "
+        "flight, no thread of the process may make a CUDA call that waits for the device "
+        "(cudaMalloc, cudaFree, cudaHostRegister, a synchronous cudaMemcpy, work on the legacy "
+        "default stream, or the first launch of a kernel, which CUDA loads lazily by default): "
+        "it would wait for a collective kernel that waits for that thread's rank, for ever "
+        "(until ACCORD_TIMEOUT_MS). Set CUDA_MODULE_LOADING=EAGER, allocate before the first "
+        "collective, or run one process per rank",
+        rank_, rank_list(here).c_str(), device_);
+  if (!others.empty() && std::min(here.front(), others.front()) == rank_ && !mps_running()) {
+    std::vector<int> all = here;
+    all.insert(all.end(), others.begin(), others.end());
+    std::sort(all.begin(), all.end());
+    std::vector<long> distinct;
+    for (int r : all) distinct.push_back(pid_of_[static_cast<size_t>(r)]);
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    std::string pids;
+    for (long pid : distinct) pids += format("%s %ld", pids.empty() ? "" : ",", pid);
+    LOG_WARN(kGpu,
+             "rank %d: GPU %d is shared by ranks %s in different processes (pids%s) and MPS does "
+             "not run: the GPU runs one process's kernels at a time, in time slices, so each hop "
+             "of a collective waits for a slice (expect low bandwidth; a long collective may reach "
+             "ACCORD_TIMEOUT_MS). Start MPS before the job (nvidia-cuda-mps-control -d), or give "
+             "each rank its own GPU",
+             rank_, device_, rank_list(all).c_str(), pids.c_str());
+  }
 }
 
 Communicator::DeviceRoute Communicator::device_route(int a, int b, std::string* why) const {
