@@ -735,6 +735,18 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
     ACCORD_TRY(rt_->wrap_user_stream(device_, user_stream, &us).prefix(format("rank %d: %s: ", rank_, name)));
     user_streams_.emplace(user_stream, us);
   }
+  // A capture would bake this call's seq and step-ring offset into the graph; a replay would
+  // read recycled steps and hang or give wrong results.
+  bool capturing = false;
+  ACCORD_TRY(rt_->stream_capturing(us, &capturing).prefix(format("rank %d: %s: ", rank_, name)));
+  if (capturing)
+    return error(
+        ACCORD_ERR_UNSUPPORTED,
+        "rank %d: %s on GPU %d: stream %p is capturing a CUDA graph, and Accord's collectives "
+        "cannot be captured yet (each launch carries per-call state that a replay would "
+        "reuse); make the call outside the capture (before cudaStreamBeginCapture or after "
+        "cudaStreamEndCapture)",
+        rank_, name, device_, user_stream);
   CallPlan plan;
   ACCORD_TRY(plan_call(a, true, &plan));
   if (plan.schedule == nullptr) return Status::success();  // nothing to move
