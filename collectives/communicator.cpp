@@ -188,6 +188,7 @@ Status Communicator::init(const InitSpec& spec) {
     s = store->all_gather("device", rank_, nranks_, std::to_string(device_), &devices, deadline);
     for (size_t r = 0; s.ok() && r < devices.size(); ++r) device_of_[r] = std::atoi(devices[r].c_str());
     if (s.ok()) compute_ring();
+    if (s.ok()) find_gpu_sharers();
   }
   if (s.ok()) s = connect_device_fifos(store.get(), deadline);
   // Note [Device init barrier]: no rank may launch a collective kernel while another rank of
@@ -198,6 +199,7 @@ Status Communicator::init(const InitSpec& spec) {
     std::vector<std::string> unused;
     s = store->all_gather("gpu_ready", rank_, nranks_, "1", &unused, deadline);
   }
+  if (s.ok()) warn_shared_gpu();
   if (s.ok() && device_ >= 0)
     for (int peer : local_ranks_)
       if (peer != rank_ && device_of_[static_cast<size_t>(peer)] >= 0)

@@ -126,6 +126,15 @@ class Communicator {
   Status run_on(const CollArgs& args, bool on_device);
   Status setup_device(int requested);
   Status register_slots();
+  Status warm_up_kernel();  // Note [Warm-up launch] (device_path.cpp)
+  // Note [One stream per rank] (device_path.cpp): the process-wide table of streams that carry
+  // collectives, and the refusal of a stream another rank of this communicator uses.
+  void find_gpu_sharers();
+  void warn_shared_gpu() const;  // Note [Shared GPU warnings] (device_path.cpp)
+  std::string job_key() const;
+  Status check_stream_owner(void* user_stream, const char* name) const;
+  void note_stream_use(void* user_stream, uint64_t seq);
+  void forget_stream_uses();
   Status classify_buffers(const CollArgs& args, bool* on_device) const;
   Status check_device_peers(const CollArgs& args) const;
   Status refuse_device_buffers(const CollArgs& args) const;
@@ -231,6 +240,7 @@ class Communicator {
   DeviceRuntime* probe_rt_ = nullptr;  // host-only communicator, CUDA present: refuses device buffers
   int device_ = -1;
   std::vector<int> device_of_;
+  std::string gpu_sharers_;         // ranks of this process on this GPU ("0 and 1"), empty if alone
   std::vector<int> ring_, pos_of_;  // Note [Ring order]: position -> rank, rank -> position; empty: rank order
   Stream stream_;            // the communicator's own (non-blocking) stream: init-time copies
   void* dev_scratch_ = nullptr;  // kReduceAll with 3+ ranks: one slot's bytes
@@ -244,7 +254,8 @@ class Communicator {
   void* counts_dev_ = nullptr;
   // Note [Kernels on the caller's stream]: the kernels' control block (pinned; host and device
   // addresses), the step ring (Note [Step ring]), calls launched, the stream of the last one
-  // and the event that orders a switch of streams (Note [Kernel order]).
+  // and the event recorded after every launch, which a switch of streams waits for (Note
+  // [Kernel order]).
   void* ctl_host_ = nullptr;
   void* ctl_dev_ = nullptr;
   void* ring_host_ = nullptr;
@@ -258,7 +269,10 @@ class Communicator {
   uint64_t dev_seq_ = 0;
   Stream last_stream_;
   Event order_event_;
-  std::map<void*, Stream> user_streams_;  // the caller's streams, wrapped once
+  // The caller's streams, wrapped once. An entry is only used while the caller passes that
+  // handle again (so it is alive); a destroyed stream's entry is never touched (Note [Kernel
+  // order]), and a new stream that gets the same handle value is the same wrapped value.
+  std::map<void*, Stream> user_streams_;
   // Note [Device watchdog]: the calls in flight (seq, name), guarded by watch_mu_.
   struct InFlight {
     uint64_t seq = 0;

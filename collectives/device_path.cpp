@@ -7,7 +7,8 @@
 // returns at once and waits for nothing on the device. The kernel moves the data through FIFOs
 // in device-visible memory and waits on flags it polls itself, so no host thread takes part in
 // any step, and nothing in this path makes a CUDA call that waits for the device or the
-// context (kernels are loaded when the communicator is created, memory is allocated then too).
+// context (kernels are loaded and launched once when the communicator is created, Note
+// [Warm-up launch]; memory is allocated then too).
 // A watchdog thread per communicator only reads the kernels' control block (DevCtl, pinned):
 // a timeout, a dead peer or accord_comm_abort makes it set DevCtl::abort, the kernel gives up
 // at its next wait, the stream goes on, and accord_comm_get_async_error says what happened.
@@ -17,15 +18,18 @@
 // processes (a CUDA IPC handle through the bootstrap store). The other pairs are host-staged:
 // the FIFO is in the receiver's shared-memory segment, registered with the device runtime and
 // written and read by the kernels directly. Pairs on different hosts have no device path yet.
-#include "accord_config.h"
-
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <string>
 
+#include "accord_config.h"
 #include "collectives/communicator.hpp"
 #include "collectives/device/dev_call.hpp"
 #include "collectives/device/dev_kernels.hpp"
@@ -91,6 +95,7 @@ Status Communicator::setup_device(int requested) {
   std::memset(ctl_host_, 0, sizeof(dev::DevCtl));
   static_cast<dev::DevCtl*>(ctl_host_)->waiting_peer = -1;
   ACCORD_TRY(rt_->device_address(ctl_host_, &ctl_dev_).prefix(where));
+  ACCORD_TRY(warm_up_kernel().prefix(where));
   ACCORD_TRY(rt_->alloc_host_pinned(kStepRingBytes, &ring_host_).prefix(where + "step ring: "));
   ACCORD_TRY(rt_->device_address(ring_host_, &ring_dev_).prefix(where));
   ACCORD_TRY(rt_->create_event(d, &order_event_).prefix(where));
@@ -98,6 +103,38 @@ Status Communicator::setup_device(int requested) {
     ACCORD_TRY(rt_->alloc_device(d, shape_.slot_bytes, &dev_scratch_).prefix(where + "scratch: "));
   ACCORD_TRY(register_slots());
   LOG_INFO(kGpu, "rank %d: GPU %d of %s", rank_, d, rt_->description().c_str());
+  return Status::success();
+}
+
+// Note [Warm-up launch]: the collective kernel is launched once at init, with no steps, on the
+// communicator's own stream, and waited for. Whatever CUDA does at a kernel's first launch
+// (loading its module, if cudaFuncGetAttributes did not; sizing the per-thread stack and local
+// memory, which waits for the device to go idle; launch resources) happens then, before the
+// init barrier (Note [Device init barrier]), when no kernel of this job can be spinning on
+// the device. Otherwise it would happen at the first collective, behind another rank's kernel
+// that waits for this one. It also proves the kernel runs on this GPU: it writes
+// DevCtl::started, which is set to a value no launch writes first. seq 0 leaves the
+// counters as a communicator with no collective has them.
+Status Communicator::warm_up_kernel() {
+  auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
+  __atomic_store_n(&ctl->started, ~uint64_t{0}, __ATOMIC_RELEASE);
+  dev::DevLaunch launch;
+  std::memset(static_cast<void*>(&launch), 0, sizeof launch);
+  launch.call.nsteps = 0;
+  launch.call.nranks = nranks_;
+  launch.call.rank = rank_;
+  launch.call.ctl = static_cast<dev::DevCtl*>(ctl_dev_);
+  launch.call.seq = 0;
+  ACCORD_TRY(rt_->launch_kernel(dev::collective_kernel(), &launch, sizeof launch, stream_)
+                 .prefix("warm-up launch of the collective kernel: "));
+  ACCORD_TRY(rt_->synchronize_stream(stream_).prefix("warm-up launch of the collective kernel: "));
+  if (__atomic_load_n(&ctl->started, __ATOMIC_ACQUIRE) != 0)
+    return error(ACCORD_ERR_CUDA,
+                 "the warm-up launch of the collective kernel (%s) returned without error but the "
+                 "kernel did not write its control block (pinned host memory mapped for the GPU); "
+                 "the GPU cannot run Accord's collectives: report it with the output of "
+                 "ACCORD_LOG=debug and nvidia-smi",
+                 dev::collective_kernel().name);
   return Status::success();
 }
 
@@ -114,14 +151,22 @@ Status Communicator::register_slots() {
 
 void Communicator::release_device() {
   if (rt_ == nullptr) return;
+  forget_stream_uses();
   stop_watchdog();
   auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
   if (ctl != nullptr && dev_seq_ > 0) {
     // Kernels still queued or running use this communicator's memory: let them end first. One
-    // that waits for a peer which will never come is told to give up after the timeout.
+    // that waits for a peer which will never come is told to give up after the timeout
+    // (at once after accord_comm_abort).
     auto done = [&] { return __atomic_load_n(&ctl->done, __ATOMIC_ACQUIRE) >= dev_seq_; };
     Deadline deadline = Deadline::after_ms(settings_.timeout_ms);
-    for (bool aborted = false; !done();) {
+    // accord_comm_abort: the watchdog (stopped above) may not have passed the abort on yet.
+    bool aborted = abort_.load(std::memory_order_acquire);
+    if (aborted) {
+      __atomic_store_n(&ctl->abort, 1u, __ATOMIC_RELEASE);
+      deadline = Deadline::after_ms(1000);
+    }
+    while (!done()) {
       if (deadline.expired()) {
         if (aborted) break;
         LOG_WARN(kGpu, "rank %d: destroying the communicator while its collective (seq %llu) still runs on "
@@ -184,6 +229,84 @@ void Communicator::compute_ring() {
   for (int r : ring_) order += format(" %d", r);
   LOG_INFO(kGpu, "rank %d: ring order of ranks (topology's best ring over their GPUs):%s", rank_,
            order.c_str());
+}
+
+// Ranks for a message: "0 and 1", "0, 1 and 3".
+static std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i)
+    out += format("%s%d", i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ", ranks[i]);
+  return out;
+}
+
+// The ranks of this process on this rank's GPU (Note [One stream per rank]), as rank_list
+// gives them; empty when this rank is alone on it.
+void Communicator::find_gpu_sharers() {
+  gpu_sharers_.clear();
+  if (device_ < 0) return;
+  std::vector<int> on_gpu;
+  for (int r : local_ranks_)
+    if (device_of_[static_cast<size_t>(r)] == device_ &&
+        pid_of_[static_cast<size_t>(r)] == pid_of_[static_cast<size_t>(rank_)])
+      on_gpu.push_back(r);
+  if (on_gpu.size() > 1) gpu_sharers_ = rank_list(on_gpu);
+}
+
+// Note [Shared GPU warnings]: two configurations work but hold traps that Accord cannot
+// guard, so init says so once per communicator, from the lowest rank on the GPU (WARN, the
+// default level):
+//  - ranks that are threads of one process on one GPU (NCCL refuses this: "Duplicate GPU
+//    detected"): a rank's kernel spins until the other rank's kernel comes; if that rank's
+//    thread first makes a CUDA call that waits for the device (cudaMalloc, cudaFree,
+//    cudaHostRegister, a synchronous cudaMemcpy, work on the legacy stream, or the first
+//    launch of any kernel under lazy loading, CUDA's default), both wait for ever (until
+//    ACCORD_TIMEOUT_MS);
+//  - ranks of different processes on one GPU: without MPS the GPU runs one process's kernels
+//    at a time, in time slices, so every hop of a collective waits for a slice.
+// GPUs are compared by ordinal (device_of_), as device_route does.
+static bool mps_running() {
+  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  const std::string control =
+      std::string(dir != nullptr && *dir ? dir : "/tmp/nvidia-mps") + "/control";
+  return access(control.c_str(), F_OK) == 0;
+}
+
+void Communicator::warn_shared_gpu() const {
+  if (device_ < 0 || settings_.p2p_disable) return;  // ACCORD_P2P_DISABLE: every pair host-staged
+  std::vector<int> here, others;  // ranks on this GPU: of this process, of other processes
+  const long me = pid_of_[static_cast<size_t>(rank_)];
+  for (int r : local_ranks_)
+    if (device_of_[static_cast<size_t>(r)] == device_)
+      (pid_of_[static_cast<size_t>(r)] == me ? here : others).push_back(r);
+  if (here.size() > 1 && here.front() == rank_)
+    LOG_WARN(
+        kGpu,
+        "rank %d: ranks %s are threads of one process on GPU %d: while a collective is in "
+        "flight, no thread of the process may make a CUDA call that waits for the device "
+        "(cudaMalloc, cudaFree, cudaHostRegister, a synchronous cudaMemcpy, work on the legacy "
+        "default stream, or the first launch of a kernel, which CUDA loads lazily by default): "
+        "it would wait for a collective kernel that waits for that thread's rank, for ever "
+        "(until ACCORD_TIMEOUT_MS). Set CUDA_MODULE_LOADING=EAGER, allocate before the first "
+        "collective, or run one process per rank",
+        rank_, rank_list(here).c_str(), device_);
+  if (!others.empty() && std::min(here.front(), others.front()) == rank_ && !mps_running()) {
+    std::vector<int> all = here;
+    all.insert(all.end(), others.begin(), others.end());
+    std::sort(all.begin(), all.end());
+    std::vector<long> distinct;
+    for (int r : all) distinct.push_back(pid_of_[static_cast<size_t>(r)]);
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    std::string pids;
+    for (long pid : distinct) pids += format("%s %ld", pids.empty() ? "" : ",", pid);
+    LOG_WARN(kGpu,
+             "rank %d: GPU %d is shared by ranks %s in different processes (pids%s) and MPS does "
+             "not run: the GPU runs one process's kernels at a time, in time slices, so each hop "
+             "of a collective waits for a slice (expect low bandwidth; a long collective may reach "
+             "ACCORD_TIMEOUT_MS). Start MPS before the job (nvidia-cuda-mps-control -d), or give "
+             "each rank its own GPU",
+             rank_, device_, rank_list(all).c_str(), pids.c_str());
+  }
 }
 
 Communicator::DeviceRoute Communicator::device_route(int a, int b, std::string* why) const {
@@ -503,6 +626,91 @@ Status Communicator::reserve_steps(size_t bytes, uint64_t seq, size_t* offset) {
   }
 }
 
+// Note [One stream per rank]: the kernel of one rank waits for the kernels of the others. Two
+// ranks of one communicator that put their collectives on one stream therefore wait for each
+// other for ever: the second kernel is queued behind the first, and the first waits for it
+// (until ACCORD_TIMEOUT_MS). Ranks of one process can do that (one thread driving "towers"
+// on one GPU with one stream), so every launch is noted in a process-wide table of streams,
+// and a collective is refused when its stream is the stream of a collective of another rank
+// of the same communicator that has not ended (DevCtl::done). A stream whose collective has
+// ended may be used by another rank: a destroyed stream's handle value comes back for new
+// streams. CUDA's cudaStreamLegacy (0x1) and cudaStreamPerThread (0x2) are refused outright
+// where ranks of this process share a GPU: all such ranks would share the one legacy stream,
+// or one thread's per-thread stream.
+namespace {
+constexpr uintptr_t kCudaStreamLegacy = 0x1;     // cudaStreamLegacy
+constexpr uintptr_t kCudaStreamPerThread = 0x2;  // cudaStreamPerThread
+struct StreamUse {
+  const void* comm = nullptr;  // the Communicator
+  std::string job;             // the communicator's job (store endpoint and secret)
+  int rank = 0;
+  const dev::DevCtl* ctl = nullptr;  // pinned, never freed (release_device)
+  uint64_t seq = 0;                  // the last collective of `rank` on the stream
+};
+std::mutex g_stream_uses_mu;
+std::multimap<void*, StreamUse>& stream_uses() {
+  static auto* uses = new std::multimap<void*, StreamUse>;  // never destroyed: used at exit
+  return *uses;
+}
+bool in_flight(const StreamUse& u) {
+  return __atomic_load_n(&u.ctl->done, __ATOMIC_ACQUIRE) < u.seq;
+}
+}  // namespace
+
+std::string Communicator::job_key() const {
+  return endpoint_.addr.to_string() + "/" +
+         to_hex(endpoint_.secret.data(), endpoint_.secret.size());
+}
+
+Status Communicator::check_stream_owner(void* user_stream, const char* name) const {
+  const auto handle = reinterpret_cast<uintptr_t>(user_stream);
+  if ((handle == kCudaStreamLegacy || handle == kCudaStreamPerThread) && !gpu_sharers_.empty())
+    return error(
+        ACCORD_ERR_INVALID_USAGE,
+        "rank %d: %s on %s: ranks %s of this communicator share GPU %d in this process, and "
+        "a collective of one rank waits for the others': on one %s stream they would queue "
+        "behind each other and wait for ever; give each rank a stream of its own "
+        "(accord_stream_create, or cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking))",
+        rank_, name, handle == kCudaStreamLegacy ? "cudaStreamLegacy" : "cudaStreamPerThread",
+        gpu_sharers_.c_str(), device_, handle == kCudaStreamLegacy ? "legacy" : "per-thread");
+  const std::string job = job_key();
+  std::lock_guard<std::mutex> lock(g_stream_uses_mu);
+  auto [first, last] = stream_uses().equal_range(user_stream);
+  for (auto it = first; it != last; ++it) {
+    const StreamUse& u = it->second;
+    if (u.comm == this || u.rank == rank_ || u.job != job || !in_flight(u)) continue;
+    return error(
+        ACCORD_ERR_INVALID_USAGE,
+        "rank %d: %s: stream %p carries rank %d's collective (seq %llu) of this communicator, "
+        "which has not ended: it waits for this rank's, which would queue behind it on the "
+        "same stream, for ever; give each rank a stream of its own (accord_stream_create, or "
+        "cudaStreamCreateWithFlags). Rank %d's collective now ends only at ACCORD_TIMEOUT_MS "
+        "or accord_comm_abort",
+        rank_, name, user_stream, u.rank, static_cast<unsigned long long>(u.seq), u.rank);
+  }
+  return Status::success();
+}
+
+void Communicator::note_stream_use(void* user_stream, uint64_t seq) {
+  std::lock_guard<std::mutex> lock(g_stream_uses_mu);
+  auto& uses = stream_uses();
+  for (auto it = uses.begin(); it != uses.end();) {  // only collectives in flight matter
+    if ((it->second.comm == this && it->first == user_stream) || !in_flight(it->second))
+      it = uses.erase(it);
+    else
+      ++it;
+  }
+  uses.emplace(user_stream,
+               StreamUse{this, job_key(), rank_, static_cast<const dev::DevCtl*>(ctl_host_), seq});
+}
+
+void Communicator::forget_stream_uses() {
+  std::lock_guard<std::mutex> lock(g_stream_uses_mu);
+  auto& uses = stream_uses();
+  for (auto it = uses.begin(); it != uses.end();)
+    it = it->second.comm == this ? uses.erase(it) : std::next(it);
+}
+
 Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   RankScope scope(rank_, nranks_);
   const char* name = collective_name(a.coll);
@@ -518,6 +726,7 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
                  "rank %d: %s: device buffers need a stream of GPU %d (a cudaStream_t, "
                  "or accord_stream_create)",
                  rank_, name, device_);
+  ACCORD_TRY(check_stream_owner(user_stream, name));
   Stream us;
   auto it = user_streams_.find(user_stream);
   if (it != user_streams_.end()) {
@@ -526,6 +735,18 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
     ACCORD_TRY(rt_->wrap_user_stream(device_, user_stream, &us).prefix(format("rank %d: %s: ", rank_, name)));
     user_streams_.emplace(user_stream, us);
   }
+  // A capture would bake this call's seq and step-ring offset into the graph; a replay would
+  // read recycled steps and hang or give wrong results.
+  bool capturing = false;
+  ACCORD_TRY(rt_->stream_capturing(us, &capturing).prefix(format("rank %d: %s: ", rank_, name)));
+  if (capturing)
+    return error(
+        ACCORD_ERR_UNSUPPORTED,
+        "rank %d: %s on GPU %d: stream %p is capturing a CUDA graph, and Accord's collectives "
+        "cannot be captured yet (each launch carries per-call state that a replay would "
+        "reuse); make the call outside the capture (before cudaStreamBeginCapture or after "
+        "cudaStreamEndCapture)",
+        rank_, name, device_, user_stream);
   CallPlan plan;
   ACCORD_TRY(plan_call(a, true, &plan));
   if (plan.schedule == nullptr) return Status::success();  // nothing to move
@@ -575,12 +796,16 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
     to.bytes = from.bytes;
   }
   // Note [Kernel order]: kernels of one communicator must run one after another (each FIFO
-  // count has one writer). On one stream they do; when the caller switches streams, the new
-  // stream waits for everything the old one holds so far.
-  if (last_stream_.id != 0 && last_stream_.id != us.id) {
-    ACCORD_TRY(rt_->record_event(order_event_, last_stream_).prefix(format("rank %d: %s: ", rank_, name)));
-    ACCORD_TRY(rt_->stream_wait_event(us, order_event_).prefix(format("rank %d: %s: ", rank_, name)));
-  }
+  // count has one writer). On one stream they do. Every launch records order_event_ on its
+  // stream right after the kernel, while the caller's stream is known to be alive; when the
+  // caller switches streams, the new stream only waits for that event. Nothing is ever
+  // enqueued on the previous stream at a later call: the caller may have destroyed it
+  // (allreduce(s1); cudaStreamSynchronize(s1); cudaStreamDestroy(s1); allreduce(s2)), and a
+  // destroyed handle is undefined behaviour in CUDA (the simulation fails the call).
+  if (last_stream_.id != 0 && last_stream_.id != us.id)
+    ACCORD_TRY(rt_->stream_wait_event(us, order_event_)
+                   .prefix(format("rank %d: %s: ordering after the previous collective's stream: ",
+                                  rank_, name)));
   {
     std::lock_guard<std::mutex> lock(watch_mu_);
     inflight_.push_back({seq, name});
@@ -597,8 +822,22 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   }
   dev_seq_ = seq;
   last_stream_ = us;
+  note_stream_use(user_stream, seq);
   start_watchdog();
   watch_cv_.notify_one();
+  s = rt_->record_event(order_event_, us);
+  if (!s.ok()) {
+    // The kernel is queued, but a later call on another stream could not wait for it: the
+    // communicator can no longer order its kernels, so it fails as a whole.
+    s = Status(
+        s.code(),
+        format("rank %d: %s (seq %llu) on GPU %d: launched, but recording the kernel-order "
+               "event on its stream failed: %s; the communicator cannot order its next "
+               "collective after this one: destroy it and create a new one",
+               rank_, name, static_cast<unsigned long long>(seq), device_, s.message().c_str()));
+    set_sticky(s);
+    return s;
+  }
   return Status::success();
 }
 

@@ -189,6 +189,21 @@ TEST(SimStreams, DestroyingAStreamFinishesItsWork) {
   ASSERT_OK(rt->free_device(d));
 }
 
+// The simulation has no CUDA graphs: a stream never captures; a destroyed one is an error.
+// Never 0x1 or 0x2 either (CUDA's cudaStreamLegacy and cudaStreamPerThread handles).
+TEST(SimStreams, StreamsNeverCapture) {
+  auto rt = make_sim(kDgx1);
+  ASSERT_TRUE(rt);
+  Stream s;
+  ASSERT_OK(rt->create_stream(0, &s));
+  EXPECT_GT(s.id, 2u);
+  bool capturing = true;
+  ASSERT_OK(rt->stream_capturing(s, &capturing));
+  EXPECT_FALSE(capturing);
+  ASSERT_OK(rt->destroy_stream(s));
+  EXPECT_FALSE(rt->stream_capturing(s, &capturing).ok());
+}
+
 // Every dtype x op on a stream, buffers on the stream's device, on a peer it enabled, and in
 // pinned host memory; results compared bit for bit with the exactly known answer.
 TEST(SimStreams, ReductionsAreExactForEveryDtypeAndOp) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -223,6 +224,93 @@ TEST(GpuPath, OneThreadWithoutGroup) {
     for (size_t i = 0; i < count; ++i) ASSERT_EQ(h[i], want) << "rank " << r << " element " << i;
     OK(accord_device_free(buf[static_cast<size_t>(r)]));
   }
+}
+
+// Note [Kernel order]: a collective on a new stream after the caller destroyed the stream of
+// the previous one (PyTorch's side stream per step). Nothing may touch the destroyed stream
+// (undefined behaviour in CUDA; the simulation fails any call on a destroyed stream id, Note
+// [Device runtime rules]), and both collectives give exact results.
+TEST(GpuPath, NewStreamAfterTheOldOneIsDestroyed) {
+  Job job;
+  ASSERT_NO_FATAL_FAILURE(job.init());
+  if (testing::Test::IsSkipped()) return;
+  const size_t count = 1031;
+  const size_t n = static_cast<size_t>(job.n);
+  std::vector<void*> buf(n);
+  for (size_t r = 0; r < n; ++r) OK(accord_device_alloc(&buf[r], count * 4, static_cast<int>(r)));
+  const int32_t want = job.n * (job.n + 1) / 2;
+  for (int round = 0; round < 2; ++round) {
+    for (size_t r = 0; r < n; ++r) {
+      std::vector<int32_t> h(count, static_cast<int32_t>(r) + 1 + 100 * round);
+      OK(accord_device_memcpy(buf[r], h.data(), count * 4));
+    }
+    OK(accord_group_start());
+    for (size_t r = 0; r < n; ++r)
+      OK(accord_all_reduce(buf[r], buf[r], count, ACCORD_INT32, ACCORD_SUM, job.comms[r],
+                           job.streams[r]));
+    OK(accord_group_end());
+    for (size_t r = 0; r < n; ++r) {
+      OK(accord_stream_synchronize(job.streams[r]));
+      accord_status_t async = ACCORD_SUCCESS;
+      OK(accord_comm_get_async_error(job.comms[r], &async));
+      ASSERT_EQ(async, ACCORD_SUCCESS)
+          << "round " << round << ": " << accord_last_error(job.comms[r]);
+      std::vector<int32_t> h(count);
+      OK(accord_device_memcpy(h.data(), buf[r], count * 4));
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(h[i], want + 100 * round * job.n)
+            << "round " << round << " rank " << r << " element " << i;
+    }
+    // The streams of round 0 go; round 1 runs on new ones.
+    for (size_t r = 0; r < n; ++r) {
+      OK(accord_stream_destroy(job.streams[r]));
+      job.streams[r] = nullptr;
+      OK(accord_stream_create(&job.streams[r], static_cast<int>(r)));
+    }
+  }
+  for (size_t r = 0; r < n; ++r) OK(accord_device_free(buf[r]));
+}
+
+// Note [One stream per rank]: two ranks of one communicator on one GPU in one process. The
+// legacy stream (cudaStreamLegacy, 0x1) and the per-thread stream (0x2) are refused; so is a
+// stream that carries the other rank's collective, which waits for this rank's (it would
+// queue behind it for ever). The refusal is at once, and the waiting rank ends on abort.
+TEST(GpuPath, RanksOfOneGpuNeedStreamsOfTheirOwn) {
+  int gpus = 0;
+  OK(accord_device_count(&gpus));
+  if (gpus == 0) GTEST_SKIP() << "no GPU";
+  accord_comm_t comms[2] = {nullptr, nullptr};
+  const int devs[2] = {0, 0};
+  OK(accord_comm_init_all(comms, 2, devs));
+  void* buf[2] = {nullptr, nullptr};
+  for (int r = 0; r < 2; ++r) OK(accord_device_alloc(&buf[r], 64 * 4, 0));
+  for (uintptr_t special : {uintptr_t{1}, uintptr_t{2}}) {
+    EXPECT_EQ(accord_all_reduce(buf[1], buf[1], 64, ACCORD_FLOAT32, ACCORD_SUM, comms[1],
+                                reinterpret_cast<accord_stream_t>(special)),
+              ACCORD_ERR_INVALID_USAGE);
+    const std::string msg = accord_last_error(comms[1]);
+    for (const char* want :
+         {"rank 1: all_reduce on cuda", "ranks 0 and 1", "share GPU 0", "a stream of its own"})
+      EXPECT_NE(msg.find(want), std::string::npos) << want << " in: " << msg;
+  }
+  accord_stream_t shared = nullptr;
+  OK(accord_stream_create(&shared, 0));
+  const auto start = std::chrono::steady_clock::now();
+  OK(accord_all_reduce(buf[0], buf[0], 64, ACCORD_FLOAT32, ACCORD_SUM, comms[0], shared));
+  EXPECT_EQ(accord_all_reduce(buf[1], buf[1], 64, ACCORD_FLOAT32, ACCORD_SUM, comms[1], shared),
+            ACCORD_ERR_INVALID_USAGE);
+  const std::string msg = accord_last_error(comms[1]);
+  for (const char* want : {"rank 1: all_reduce: stream", "rank 0's collective (seq 1)",
+                           "a stream of its own", "accord_comm_abort"})
+    EXPECT_NE(msg.find(want), std::string::npos) << want << " in: " << msg;
+  // Rank 0's kernel waits for rank 1's, which never comes: abort ends it at once (not after
+  // ACCORD_TIMEOUT_MS, 30 s here), and the stream goes on.
+  OK(accord_comm_abort(comms[0]));
+  OK(accord_stream_synchronize(shared));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  OK(accord_stream_destroy(shared));
+  accord_comm_destroy(comms[1]);
+  for (int r = 0; r < 2; ++r) OK(accord_device_free(buf[r]));
 }
 
 accord::DeviceRuntime* runtime() {

@@ -12,13 +12,17 @@
 // fixture through the topology parser, and the process tests come before the thread tests
 // (meson runs them as separate tests anyway, to keep each short).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/log.hpp"
 #include "include/accord/accord.h"
 #include "include/accord/accord_device.h"
 #include "tests/support/harness.hpp"
@@ -507,14 +511,62 @@ struct SharedGpuEnv {
   ~SharedGpuEnv() { unsetenv("ACCORD_DEVICE"); }
 };
 
+// Log lines go to a file while alive (ACCORD_LOG_FILE; forked ranks inherit it, opened for
+// appending), so that a test can look for a warning.
+class LogFile {
+ public:
+  LogFile() : path_("/tmp/accord-gpu-procs-" + std::to_string(getpid()) + ".log") {
+    unlink(path_.c_str());
+    setenv("ACCORD_LOG_FILE", path_.c_str(), 1);
+    log_reconfigure();
+  }
+  ~LogFile() {
+    unsetenv("ACCORD_LOG_FILE");
+    log_reconfigure();
+    unlink(path_.c_str());
+  }
+  std::string text() const {
+    std::ifstream in(path_);
+    std::stringstream out;
+    out << in.rdbuf();
+    return out.str();
+  }
+
+ private:
+  std::string path_;
+};
+
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+std::string rank_list(int n) {  // "0 and 1", "0, 1, 2 and 3"
+  std::string out;
+  for (int r = 0; r < n; ++r)
+    out += (r == 0 ? "" : r + 1 == n ? " and " : ", ") + std::to_string(r);
+  return out;
+}
+
 TEST_F(GpuProcsProcesses, RanksSharingOneGpu) {
   if (p2p_disabled()) GTEST_SKIP() << "with ACCORD_P2P_DISABLE=1 the pairs are host-staged";
   const int gpus = m_.gpus();
   SharedGpuEnv env;
-  for (int n : {2, 4})
+  for (int n : {2, 4}) {
+    LogFile log;
     for (const auto& f : run_processes(
              n, [&](accord_comm_t c, int r, int nr) { return shared_gpu(c, r, nr, gpus, "ipc"); }, kTimeoutS))
       ADD_FAILURE() << n << " ranks: " << f;
+    // Note [Shared GPU warnings]: once, from rank 0, naming the ranks, the GPU and MPS.
+    if (access("/tmp/nvidia-mps/control", F_OK) == 0) continue;  // MPS runs here: no warning
+    const std::string text = log.text();
+    const std::string want =
+        "rank 0: GPU 0 is shared by ranks " + rank_list(n) + " in different processes (pids ";
+    EXPECT_EQ(occurrences(text, want), 1u) << n << " ranks; log:\n" << text;
+    EXPECT_NE(text.find("nvidia-cuda-mps-control -d"), std::string::npos) << text;
+    EXPECT_EQ(occurrences(text, "are threads of one process"), 0u) << text;
+  }
 }
 
 class GpuProcsThreads : public GpuProcs {
@@ -588,10 +640,19 @@ TEST_F(GpuProcsThreads, RanksSharingOneGpu) {
   if (p2p_disabled()) GTEST_SKIP() << "with ACCORD_P2P_DISABLE=1 the pairs are host-staged";
   const int gpus = m_.gpus();
   SharedGpuEnv env;
-  for (int n : {2, 4})
+  for (int n : {2, 4}) {
+    LogFile log;
     for (const auto& f :
          run_threads(n, [&](accord_comm_t c, int r, int nr) { return shared_gpu(c, r, nr, gpus, "p2p"); }))
       ADD_FAILURE() << n << " ranks: " << f;
+    // Note [Shared GPU warnings]: once, from rank 0, naming the ranks, the GPU and what to do.
+    const std::string text = log.text();
+    const std::string want =
+        "rank 0: ranks " + rank_list(n) + " are threads of one process on GPU 0";
+    EXPECT_EQ(occurrences(text, want), 1u) << n << " ranks; log:\n" << text;
+    EXPECT_NE(text.find("CUDA_MODULE_LOADING=EAGER"), std::string::npos) << text;
+    EXPECT_EQ(occurrences(text, "in different processes"), 0u) << text;
+  }
 }
 
 TEST_F(GpuProcsThreads, RingAvoidsSlowHops) {

@@ -65,6 +65,7 @@ class CudaRuntime final : public DeviceRuntime {
   std::atomic<uint64_t>* new_flag() override;
   Status wrap_user_stream(int device, void* user_stream, Stream* out) override;
   void* user_stream(Stream stream) const override;
+  Status stream_capturing(Stream stream, bool* out) override;
 
   Status ipc_get_handle(const void* ptr, IpcHandle* out) override;
   Status ipc_open_handle(int device, const IpcHandle& handle, void** out) override;

@@ -31,8 +31,12 @@ Status CudaRuntime::create_stream(int device, Stream* out, bool blocking) {
   ACCORD_TRY(use_device(device, "create_stream", &device_guard));
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: create_stream: null output", device);
   cudaStream_t s;
-  // Non-blocking: our streams never wait for the legacy default stream (Note [Device runtime
-  // rules]); users' streams (accord_stream_create) are made as cudaStreamCreate makes them.
+  // Non-blocking unless asked: our streams never wait for the legacy default stream (Note
+  // [Device runtime rules]). accord_stream_create's streams are non-blocking too (it passes no
+  // `blocking`), unlike cudaStreamCreate's: keep them so. accord_device_memcpy is a synchronous
+  // cudaMemcpy on the legacy stream, which waits for every blocking stream of its device: with
+  // blocking streams, one rank's copy would wait for another rank's collective kernel on the
+  // same GPU, which waits for this rank (the shared-GPU thread tests would hang on hardware).
   ACCORD_CUDA_CHECK(cudaStreamCreateWithFlags(&s, blocking ? cudaStreamDefault : cudaStreamNonBlocking), device,
                     "create_stream");
   std::lock_guard<std::mutex> lock(mu_);
@@ -377,6 +381,20 @@ Status CudaRuntime::wrap_user_stream(int device, void* user_stream, Stream* out)
 }
 
 void* CudaRuntime::user_stream(Stream stream) const { return native_stream(stream); }
+
+Status CudaRuntime::stream_capturing(Stream stream, bool* out) {
+  Handle s;
+  ACCORD_TRY(find(streams_, stream.id, "stream", "stream_capturing", &s));
+  if (!out)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: stream_capturing: null output", s.device);
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(s.device, "stream_capturing", &device_guard));
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  ACCORD_CUDA_CHECK(cudaStreamIsCapturing(native(s.native), &status), s.device,
+                    "stream_capturing (cudaStreamIsCapturing)");
+  *out = status != cudaStreamCaptureStatusNone;
+  return Status();
+}
 
 // ---- Accord's kernels (Note [One protocol, two executors], collectives/device/dev_call.hpp) ----
 

@@ -203,6 +203,10 @@ class DeviceRuntime {
   // user_stream goes the other way.
   virtual Status wrap_user_stream(int device, void* user_stream, Stream* out) = 0;
   virtual void* user_stream(Stream stream) const = 0;
+  // Whether work enqueued on `stream` now would be captured into a CUDA graph
+  // (cudaStreamIsCapturing: an active or invalidated capture). The simulation has no graphs:
+  // never.
+  virtual Status stream_capturing(Stream stream, bool* out) = 0;
 
   // ---- IPC between processes of one host ----
   // Exports device memory (ptr may point inside an allocation). The handle stays valid while

@@ -102,6 +102,7 @@ class SimulatedRuntime final : public DeviceRuntime {
   Status stream_wait_flag(Stream stream, const std::atomic<uint64_t>* flag, uint64_t value) override;
   Status wrap_user_stream(int device, void* user_stream, Stream* out) override;
   void* user_stream(Stream stream) const override;
+  Status stream_capturing(Stream stream, bool* out) override;
 
   Status ipc_get_handle(const void* ptr, IpcHandle* out) override;
   Status ipc_open_handle(int device, const IpcHandle& handle, void** out) override;
@@ -160,7 +161,9 @@ class SimulatedRuntime final : public DeviceRuntime {
   std::vector<char> peer_;  // [device * n + peer]: enable_peer(device, peer) succeeded
   std::map<uint64_t, std::shared_ptr<sim::SimStream>> streams_;
   std::map<uint64_t, std::shared_ptr<sim::SimEvent>> events_;
-  uint64_t next_id_ = 1;
+  // Streams and events from 3: 0x1 and 0x2 are CUDA's cudaStreamLegacy and cudaStreamPerThread
+  // handles (a simulated user stream is its id as a pointer), which no simulated stream is.
+  uint64_t next_id_ = 3;
   std::set<std::pair<int, std::string>> loaded_;  // kernels loaded per device (lazy loading)
 
   std::mutex link_mu_;  // throttle: when each directed link (from, to) is next free

@@ -262,4 +262,14 @@ void* SimulatedRuntime::user_stream(Stream stream) const {
   return reinterpret_cast<void*>(static_cast<uintptr_t>(stream.id));
 }
 
+Status SimulatedRuntime::stream_capturing(Stream stream, bool* out) {
+  std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(find_stream(stream, "stream_capturing", &s));
+  if (!out)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: stream_capturing: null output",
+                 s->device());
+  *out = false;  // no CUDA graphs here
+  return Status();
+}
+
 }  // namespace accord
