@@ -160,9 +160,9 @@ Status Communicator::init(const InitSpec& spec) {
   if (settings_.chunk_bytes > 0) chunk_bytes_ = std::min(chunk_bytes_, static_cast<size_t>(settings_.chunk_bytes));
   if (!settings_.tune_file.empty()) ACCORD_TRY(Tuner::load(settings_.tune_file, &tuner_));
   tuner_.set_net_mbps(static_cast<double>(settings_.net_mbps));
-  nt_decided_ = settings_.nt_threshold_bytes > 0;  // else Note [Streaming trial]
+  nt_fixed_ = settings_.nt_threshold_bytes > 0;  // else Note [Streaming trial]
   nt_threshold_ =
-      nt_decided_ ? static_cast<size_t>(settings_.nt_threshold_bytes) : kDefaultStreamingBytes;
+      nt_fixed_ ? static_cast<size_t>(settings_.nt_threshold_bytes) : kDefaultStreamingBytes;
   links_.send.assign(static_cast<size_t>(nranks_), nullptr);
   links_.recv.assign(static_cast<size_t>(nranks_), nullptr);
   links_.pidfd.assign(static_cast<size_t>(nranks_), -1);
@@ -767,8 +767,12 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
   // rank has just read them), so ordinary stores write them back once; non-temporal stores
   // there cost more (256 MiB, 2 ranks: 8.8 GB/s with ordinary stores, 5.8 with streaming).
   x.streaming = plan.out_bytes >= nt_threshold_ && a.send != a.recv;
-  const bool trial = x.streaming && !nt_decided_;
-  if (trial) x.streaming = nt_trial_calls_ % 2 == 1;  // call 0, a cold one, is not timed
+  bool trial = false;
+  if (x.streaming && !nt_fixed_) {
+    StreamingTrial& t = nt_trials_[static_cast<size_t>(a.coll)];
+    trial = !t.decided;
+    x.streaming = t.decided ? t.pays : t.calls % 2 == 1;  // call 0, a cold one, is not timed
+  }
   const Schedule* schedule = plan.schedule;
   if (schedule != nullptr) {
     if (scratch_.size() < schedule->scratch_bytes) scratch_.resize(schedule->scratch_bytes);
@@ -786,7 +790,7 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
   const int64_t t0 = now_ns();
   Status s = execute(*schedule, x, links_);
   if (s.ok())
-    note_streaming_trial(x.streaming,
+    note_streaming_trial(a.coll, x.streaming,
                          static_cast<double>(now_ns() - t0) / static_cast<double>(plan.out_bytes));
   return finish_call(std::move(s));
 }
@@ -804,28 +808,29 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
 // (a 4 MiB call of 1.6 ms took 5.7, 9.8 or 13.8 ms while a nice-19 compile shared a core),
 // and it came every other call for a while, so medians of alternating calls chose by the
 // compile's rhythm (ratios of 0.30 and 6.1 in two runs of one job). The choice is this rank's
-// alone: it changes no result and no message, so ranks need not agree.
-void Communicator::note_streaming_trial(bool streaming, double ns_per_byte) {
-  const int call = nt_trial_calls_++;
+// alone: it changes no result and no message, so ranks need not agree. Each collective has a
+// trial of its own (communicator.hpp).
+void Communicator::note_streaming_trial(Collective coll, bool streaming, double ns_per_byte) {
+  StreamingTrial& t = nt_trials_[static_cast<size_t>(coll)];
+  const int call = t.calls++;
   if (call == 0) return;
-  double& best = nt_trial_best_ns_per_byte_[streaming];
+  double& best = t.best_ns_per_byte[streaming];
   best = best > 0 ? std::min(best, ns_per_byte) : ns_per_byte;
-  LOG_DEBUG(kTune, "rank %d: streaming trial call %d (%s stores): %.3f ns per byte", rank_, call,
-            streaming ? "non-temporal" : "ordinary", ns_per_byte);
+  LOG_DEBUG(kTune, "rank %d: %s streaming trial call %d (%s stores): %.3f ns per byte", rank_,
+            collective_name(coll), call, streaming ? "non-temporal" : "ordinary", ns_per_byte);
   if (call < 2 * kStreamingTrials) return;
-  const double ordinary = nt_trial_best_ns_per_byte_[0], streamed = nt_trial_best_ns_per_byte_[1];
-  nt_decided_ = true;
-  const bool pays = streamed < 0.95 * ordinary;
-  if (!pays) nt_threshold_ = SIZE_MAX;
-  LOG_INFO(
-      kTune,
-      "rank %d: %s (fastest of %d calls each: %.3f ns per byte with ordinary stores, %.3f with "
-      "non-temporal ones; ACCORD_NT_THRESHOLD fixes the threshold)",
-      rank_,
-      pays ? "out-of-place calls from 4 MiB write their output with non-temporal stores"
-           : "non-temporal stores do not pay here; every call writes its output with ordinary "
-             "stores",
-      kStreamingTrials, ordinary, streamed);
+  const double ordinary = t.best_ns_per_byte[0], streamed = t.best_ns_per_byte[1];
+  t.decided = true;
+  t.pays = streamed < 0.95 * ordinary;
+  const bool pays = t.pays;
+  LOG_INFO(kTune,
+           "rank %d: %s: %s (fastest of %d calls each: %.3f ns per byte with ordinary stores, %.3f "
+           "with non-temporal ones; ACCORD_NT_THRESHOLD fixes the threshold)",
+           rank_, collective_name(coll),
+           pays ? "out-of-place calls from 4 MiB write their output with non-temporal stores"
+                : "non-temporal stores do not pay here; every call writes its output with ordinary "
+                  "stores",
+           kStreamingTrials, ordinary, streamed);
 }
 
 Status Communicator::run_on_board(const CollArgs& a, const CallPlan& plan) {

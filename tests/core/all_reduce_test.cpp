@@ -227,8 +227,9 @@ TEST(AllReduce, TwoHundredFiftySixMiBOfFloat32InProcesses) {
 // Note [Streaming trial]: the first out-of-place calls from 4 MiB alternate between
 // non-temporal and ordinary stores (one cold call, then 16 of each), then every rank keeps one
 // kind. Each call exact through the trial and after it; the trial logged call by call, decided
-// once; none with ACCORD_NT_THRESHOLD set.
-TEST(AllReduce, StreamingTrialAlternatesStoresThenDecidesOnceWithExactResults) {
+// once per collective although all-reduces and all-gathers alternate; none with
+// ACCORD_NT_THRESHOLD set.
+TEST(AllReduce, StreamingTrialAlternatesStoresThenDecidesOncePerCollectiveWithExactResults) {
   char dir[] = "/tmp/accord-nt-trial-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   const size_t count = (4u << 20) / 4 + 3;     // just over the threshold, odd
@@ -242,10 +243,23 @@ TEST(AllReduce, StreamingTrialAlternatesStoresThenDecidesOnceWithExactResults) {
     auto failures = run_processes(2, [&](accord_comm_t comm, int rank, int nranks) {
       log_reconfigure();  // this process's log, as set above (the test binary's was configured
                           // earlier)
-      for (int i = 0; i < 40; ++i) {
+      // All-gathers of 4 MiB and a little more in all, as the all-reduces.
+      const size_t part = count / static_cast<size_t>(nranks) + 1;
+      std::vector<int32_t> mine(part), all(part * static_cast<size_t>(nranks) + 1, -1);
+      for (int i = 0; i < 36; ++i) {
         std::string e = check(comm, rank, nranks, ACCORD_FLOAT32, ACCORD_SUM, count, false,
                               i % 3 * 4, static_cast<size_t>(i));
         if (!e.empty()) return "call " + std::to_string(i) + ": " + e;
+        for (size_t k = 0; k < part; ++k) mine[k] = static_cast<int32_t>(k) * 3 + rank + i;
+        if (accord_all_gather(mine.data(), all.data(), part, ACCORD_INT32, comm, nullptr) !=
+            ACCORD_SUCCESS)
+          return "all_gather " + std::to_string(i) + ": " + accord_last_error(comm);
+        for (int r = 0; r < nranks; ++r)
+          for (size_t k = 0; k < part; ++k)
+            if (all[static_cast<size_t>(r) * part + k] != static_cast<int32_t>(k) * 3 + r + i)
+              return "all_gather " + std::to_string(i) + ": wrong element " + std::to_string(k) +
+                     " of rank " + std::to_string(r);
+        if (all.back() != -1) return "all_gather " + std::to_string(i) + ": wrote past the end";
       }
       return std::string();
     });
@@ -277,10 +291,17 @@ TEST(AllReduce, StreamingTrialAlternatesStoresThenDecidesOnceWithExactResults) {
       continue;
     }
     ++trial_logs;
-    EXPECT_EQ(occurrences("(non-temporal stores): "), 16) << name << ":\n" << text;
-    EXPECT_EQ(occurrences("(ordinary stores): "), 16) << name << ":\n" << text;
-    EXPECT_EQ(occurrences("streaming trial call 32 (ordinary stores)"), 1) << name << ":\n" << text;
-    EXPECT_EQ(decided, 1) << name << ":\n" << text;
+    for (const std::string coll : {"all_reduce", "all_gather"}) {
+      const std::string c = ": " + coll + " streaming trial call ";
+      EXPECT_EQ(occurrences(c), 32) << name << ":\n" << text;
+      EXPECT_EQ(occurrences(c + "31 (non-temporal stores)"), 1) << name << ":\n" << text;
+      EXPECT_EQ(occurrences(c + "32 (ordinary stores)"), 1) << name << ":\n" << text;
+      EXPECT_EQ(occurrences(": " + coll + ": "), 1) << coll << " decided once; " << name << ":\n"
+                                                    << text;
+    }
+    EXPECT_EQ(occurrences("(non-temporal stores): "), 32) << name << ":\n" << text;
+    EXPECT_EQ(occurrences("(ordinary stores): "), 32) << name << ":\n" << text;
+    EXPECT_EQ(decided, 2) << name << ":\n" << text;
   }
   rmdir(dir);
   EXPECT_EQ(trial_logs, 2) << "one log per rank process";
