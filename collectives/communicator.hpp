@@ -180,8 +180,8 @@ class Communicator {
   const FaultPlan* armed_fault() const;
   // A failure inside a collective breaks the communicator: kept, logged, returned.
   Status finish_call(Status s);
-  void note_streaming_trial(Collective coll, bool streaming,
-                            double ns_per_byte);  // Note [Streaming trial]
+  // Note [Streaming trial]
+  void note_streaming_trial(Collective coll, bool streaming, double ns_per_byte);
 
   int rank_ = 0;
   int nranks_ = 1;
@@ -225,7 +225,7 @@ class Communicator {
     int calls = 0;
     double best_ns_per_byte[2] = {0, 0};  // [streaming]; 0: no call yet
   };
-  StreamingTrial nt_trials_[8];  // by Collective
+  StreamingTrial nt_trials_[static_cast<size_t>(Collective::kRecv) + 1];  // by Collective
   using ScheduleKey = std::tuple<int, int, size_t, size_t, size_t, int, bool>;
   std::map<ScheduleKey, Schedule> schedules_;  // map nodes do not move: pointers stay valid
   ScheduleKey last_key_;
