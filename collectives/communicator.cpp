@@ -822,14 +822,13 @@ void Communicator::note_streaming_trial(Collective coll, bool streaming, double 
   const double ordinary = t.best_ns_per_byte[0], streamed = t.best_ns_per_byte[1];
   t.decided = true;
   t.pays = streamed < 0.95 * ordinary;
-  const bool pays = t.pays;
   LOG_INFO(kTune,
            "rank %d: %s: %s (fastest of %d calls each: %.3f ns per byte with ordinary stores, %.3f "
            "with non-temporal ones; ACCORD_NT_THRESHOLD fixes the threshold)",
            rank_, collective_name(coll),
-           pays ? "out-of-place calls from 4 MiB write their output with non-temporal stores"
-                : "non-temporal stores do not pay here; every call writes its output with ordinary "
-                  "stores",
+           t.pays ? "out-of-place calls from 4 MiB write their output with non-temporal stores"
+                  : "non-temporal stores do not pay here; every call writes its output with "
+                    "ordinary stores",
            kStreamingTrials, ordinary, streamed);
 }
 
