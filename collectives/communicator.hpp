@@ -131,7 +131,7 @@ class Communicator {
   // collectives, and the refusal of a stream another rank of this communicator uses.
   void find_gpu_sharers();
   void warn_shared_gpu() const;  // Note [Shared GPU warnings] (device_path.cpp)
-  std::string job_key() const;
+  const std::string& job_key() const;  // built once (Note [One stream per rank])
   Status check_stream_owner(void* user_stream, const char* name) const;
   void note_stream_use(void* user_stream, uint64_t seq);
   void forget_stream_uses();
@@ -249,6 +249,7 @@ class Communicator {
   int device_ = -1;
   std::vector<int> device_of_;
   std::string gpu_sharers_;         // ranks of this process on this GPU ("0 and 1"), empty if alone
+  mutable std::string job_key_;     // job_key(), once built
   std::vector<int> ring_, pos_of_;  // Note [Ring order]: position -> rank, rank -> position; empty: rank order
   Stream stream_;            // the communicator's own (non-blocking) stream: init-time copies
   void* dev_scratch_ = nullptr;  // kReduceAll with 3+ ranks: one slot's bytes

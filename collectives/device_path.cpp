@@ -657,9 +657,13 @@ bool in_flight(const StreamUse& u) {
 }
 }  // namespace
 
-std::string Communicator::job_key() const {
-  return endpoint_.addr.to_string() + "/" +
-         to_hex(endpoint_.secret.data(), endpoint_.secret.size());
+// Every device collective compares it (check_stream_owner, note_stream_use): built at the first
+// one, when the endpoint is long set, instead of formatting the secret in hex at every call.
+const std::string& Communicator::job_key() const {
+  if (job_key_.empty())
+    job_key_ =
+        endpoint_.addr.to_string() + "/" + to_hex(endpoint_.secret.data(), endpoint_.secret.size());
+  return job_key_;
 }
 
 Status Communicator::check_stream_owner(void* user_stream, const char* name) const {
@@ -673,7 +677,7 @@ Status Communicator::check_stream_owner(void* user_stream, const char* name) con
         "(accord_stream_create, or cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking))",
         rank_, name, handle == kCudaStreamLegacy ? "cudaStreamLegacy" : "cudaStreamPerThread",
         gpu_sharers_.c_str(), device_, handle == kCudaStreamLegacy ? "legacy" : "per-thread");
-  const std::string job = job_key();
+  const std::string& job = job_key();
   std::lock_guard<std::mutex> lock(g_stream_uses_mu);
   auto [first, last] = stream_uses().equal_range(user_stream);
   for (auto it = first; it != last; ++it) {
