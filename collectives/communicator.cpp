@@ -211,8 +211,12 @@ Status Communicator::init(const InitSpec& spec) {
     return s;
   }
   ACCORD_TRY(store->finish());
-  LOG_INFO(kInit, "rank %d of %d ready: %zu local ranks over shm, %zu remote over tcp, chunk %zu KiB, wait spin %lld us%s", rank_, nranks_,
-           local_ranks_.size(), remote_ranks_.size(), chunk_bytes_ >> 10, static_cast<long long>(policy_.spin_ns / 1000),
+  LOG_INFO(kInit,
+           "rank %d of %d ready: %zu local ranks over shm, %zu remote over tcp, chunk %zu KiB, "
+           "wait spin %lld us%s%s",
+           rank_, nranks_, local_ranks_.size(), remote_ranks_.size(), chunk_bytes_ >> 10,
+           static_cast<long long>(policy_.spin_ns / 1000),
+           policy_.idle_spin_ns ? " (up to 10 ms while every task has a CPU)" : "",
            policy_.yields ? " then yield (oversubscribed)" : "");
   return Status::success();
 }

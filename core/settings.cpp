@@ -57,8 +57,8 @@ const std::vector<Entry>& entries() {
       SIZE_ENTRY("ACCORD_SHM_SLOT_BYTES", shm_slot_bytes, "0", "bytes per shared-memory FIFO slot"),
       INT_ENTRY("ACCORD_SHM_NSLOTS", shm_nslots, "0", "slots per shared-memory FIFO"),
       INT_ENTRY("ACCORD_SPIN_US", spin_us, "-1",
-                "microseconds to spin before sleeping (-1: long when cores suffice, short when "
-                "oversubscribed)"),
+                "microseconds to spin before sleeping (-1: 200, then up to 10 ms while every "
+                "runnable task has a CPU; none when oversubscribed)"),
       BOOL_ENTRY("ACCORD_SHM_DISABLE", shm_disable, "0",
                  "no shared memory: TCP between all ranks, on one host too (GPU buffers are then "
                  "refused)"),

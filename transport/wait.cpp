@@ -1,6 +1,7 @@
 // Futex calls and the checks made between sleeps (see wait.hpp, Note [Waiting]).
 #include "transport/wait.hpp"
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
@@ -11,6 +12,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace accord {
 
@@ -66,10 +68,50 @@ WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed) {
     p.spin_ns = 0;
     p.yields = 32;
   } else {
+    // Note [Spin while CPUs are free]. 200 us, then up to 10 ms while no task of the machine
+    // waits for a CPU.
     p.spin_ns = 200000;
+    p.idle_spin_ns = 10000000;
+    p.cpus_free = every_task_has_cpu;
     p.yields = 0;
   }
   return p;
+}
+
+// Note [Spin while CPUs are free]
+// A rank that every local rank's core can hold spun 200 us and then slept on a futex. On the
+// project VM (a nested virtual machine: system calls and waking a halted vCPU go through the
+// host) that made single runs collapse between 256 KiB and 4 MiB while the host was noisy:
+// a wait past 200 us slept, the wake came late, the peer's next wait ran past 200 us in turn,
+// and a 1 MiB call took 0.8-3 ms instead of 0.25 (bench/README.md, "Spinning while CPUs are
+// free"). Open MPI never sleeps and rode those stretches out. Spinning on is free when every
+// runnable task has a CPU, and costly when one does not: the spinner holds a core until the
+// scheduler's tick (4 ms here) while, say, a test running beside it waits for that core. So
+// past the first 200 us a waiter spins on only while /proc/loadavg's runnable count (which
+// includes itself) is at most the number of CPUs online, looking every 100 us, and sleeps at
+// 10 ms in any case: a peer that far behind is computing, not passing data.
+long loadavg_runnable(const char* text) {
+  const char* p = text;
+  for (int field = 0; field < 3; ++field) {
+    p = std::strchr(p, ' ');
+    if (p == nullptr) return -1;
+    ++p;
+  }
+  char* end = nullptr;
+  const long n = std::strtol(p, &end, 10);
+  return end != p && *end == '/' ? n : -1;
+}
+
+bool every_task_has_cpu() {
+  static const int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  static const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (fd < 0 || cpus < 1) return false;
+  char buf[128];
+  const ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  const long runnable = loadavg_runnable(buf);
+  return runnable >= 1 && runnable <= cpus;
 }
 
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms) {

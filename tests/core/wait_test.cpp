@@ -1,0 +1,155 @@
+// The waiting policy (transport/wait.hpp, Note [Waiting]) on its own: when a waiter spins on
+// past its short spin and when it sleeps (Note [Spin while CPUs are free]). The machine's load
+// is faked (WaitPolicy::cpus_free), so what is checked does not depend on what runs beside.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "transport/wait.hpp"
+
+namespace accord {
+namespace {
+
+struct Waited {
+  bool slept = false;  // the waiter raised its sleeping flag at some point
+  double ms = 0;       // how long the wait took
+};
+
+// One thread waits for a flag another thread sets (then wakes it as a transport does) after
+// `delay_ms`, or, with `until_asleep`, once the waiter sleeps (at most 20 s: a waiter that
+// never sleeps then shows as one that did not). Returns how the wait went.
+Waited wait_for_flag(const WaitPolicy& policy, int delay_ms, bool until_asleep = false) {
+  std::atomic<uint32_t> word{0}, sleeping{0};
+  std::atomic<bool> set{false};
+  Waited w;
+  std::thread setter([&] {
+    if (until_asleep) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (sleeping.load() == 0 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    }
+    set.store(true, std::memory_order_release);
+    word.fetch_add(1, std::memory_order_release);
+    wake_if_sleeping(&word, &sleeping);
+  });
+  auto ready = [&] {
+    // The sleeping path raises the flag, then checks ready() once more before the futex.
+    if (sleeping.load(std::memory_order_relaxed) != 0) w.slept = true;
+    return set.load(std::memory_order_acquire);
+  };
+  WaitContext ctx;
+  ctx.deadline = Deadline::after_ms(60000);
+  ctx.self_rank = 0;
+  ctx.peer_rank = 1;
+  ctx.operation = "test";
+  const auto start = std::chrono::steady_clock::now();
+  Status s = wait_for(ready, &word, &sleeping, policy, ctx, "the flag");
+  w.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  setter.join();
+  EXPECT_TRUE(s.ok()) << s.message();
+  return w;
+}
+
+std::atomic<int> g_load_checks{0};
+bool free_cpus() {
+  g_load_checks.fetch_add(1);
+  return true;
+}
+bool no_free_cpus() {
+  g_load_checks.fetch_add(1);
+  return false;
+}
+
+TEST(Wait, SpinsOnPastTheShortSpinWhileEveryTaskHasACpu) {
+  WaitPolicy p;
+  p.spin_ns = 1000000;           // 1 ms
+  p.idle_spin_ns = 60000000000;  // longer than the test could take
+  p.cpus_free = free_cpus;
+  g_load_checks = 0;
+  const Waited w = wait_for_flag(p, 30);
+  EXPECT_FALSE(w.slept) << "the waiter slept although no task waited for a CPU";
+  // The load is looked at past the short spin, then every 100 us at most (none if the flag
+  // came within the short spin: a waiter kept from running that long).
+  EXPECT_LE(g_load_checks.load(), static_cast<int>(w.ms * 10) + 2);
+}
+
+TEST(Wait, SleepsAfterTheShortSpinWhenATaskWaitsForACpu) {
+  WaitPolicy p;
+  p.spin_ns = 1000000;
+  p.idle_spin_ns = 60000000000;
+  p.cpus_free = no_free_cpus;
+  g_load_checks = 0;
+  const Waited w = wait_for_flag(p, 0, true);
+  EXPECT_TRUE(w.slept) << "the waiter spun on although the machine had no free CPU";
+  EXPECT_EQ(g_load_checks.load(), 1);
+}
+
+TEST(Wait, SleepsAtTheIdleSpinLimitEvenWithFreeCpus) {
+  WaitPolicy p;
+  p.spin_ns = 0;
+  p.idle_spin_ns = 2000000;  // 2 ms
+  p.cpus_free = free_cpus;
+  const Waited w = wait_for_flag(p, 0, true);
+  EXPECT_TRUE(w.slept);
+  EXPECT_LT(w.ms, 15000) << "the waiter spun on past its 2 ms";
+}
+
+TEST(Wait, WithoutALoadCheckTheShortSpinIsAll) {
+  WaitPolicy p;  // as ACCORD_SPIN_US=N gives: no spinning on
+  p.spin_ns = 1000000;
+  p.idle_spin_ns = 60000000000;
+  p.cpus_free = nullptr;
+  EXPECT_TRUE(wait_for_flag(p, 0, true).slept);
+}
+
+TEST(Wait, PolicyFromTheSettingAndOversubscription) {
+  const WaitPolicy dflt = make_wait_policy(-1, false);
+  EXPECT_EQ(dflt.spin_ns, 200000);
+  EXPECT_EQ(dflt.idle_spin_ns, 10000000);
+  EXPECT_EQ(dflt.cpus_free, &every_task_has_cpu);
+  EXPECT_EQ(dflt.yields, 0);
+  const WaitPolicy over = make_wait_policy(-1, true);
+  EXPECT_EQ(over.spin_ns, 0);
+  EXPECT_EQ(over.idle_spin_ns, 0);  // another rank needs this core: never spin on
+  EXPECT_EQ(over.yields, 32);
+  const WaitPolicy fixed = make_wait_policy(500, false);  // ACCORD_SPIN_US=500: exactly that
+  EXPECT_EQ(fixed.spin_ns, 500000);
+  EXPECT_EQ(fixed.idle_spin_ns, 0);
+}
+
+TEST(Wait, LoadavgRunnableCount) {
+  EXPECT_EQ(loadavg_runnable("0.99 1.61 2.21 2/80 22733\n"), 2);
+  EXPECT_EQ(loadavg_runnable("12.00 11.50 10.25 17/1203 9"), 17);
+  EXPECT_EQ(loadavg_runnable(""), -1);
+  EXPECT_EQ(loadavg_runnable("0.99 1.61 2.21"), -1);
+  EXPECT_EQ(loadavg_runnable("0.99 1.61 2.21 x/80 1"), -1);
+  EXPECT_EQ(loadavg_runnable("0.99 1.61 2.21 3 1"), -1);
+}
+
+// More spinning threads than CPUs: the real check must say a task waits for a CPU.
+TEST(Wait, EveryTaskHasCpuIsFalseWithMoreSpinnersThanCpus) {
+  const unsigned cpus = std::thread::hardware_concurrency();
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> spinners;
+  for (unsigned i = 0; i < cpus + 2; ++i)
+    spinners.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) cpu_relax();
+    });
+  bool seen_busy = false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!seen_busy && std::chrono::steady_clock::now() < until) {
+    seen_busy = !every_task_has_cpu();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  stop = true;
+  for (auto& t : spinners) t.join();
+  EXPECT_TRUE(seen_busy) << cpus + 2 << " spinning threads on " << cpus << " CPUs, and /proc/loadavg never said so";
+}
+
+}  // namespace
+}  // namespace accord
