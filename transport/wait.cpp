@@ -79,17 +79,20 @@ WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed) {
 }
 
 // Note [Spin while CPUs are free]
-// A rank that every local rank's core can hold spun 200 us and then slept on a futex. On the
-// project VM (a nested virtual machine: system calls and waking a halted vCPU go through the
-// host) that made single runs collapse between 256 KiB and 4 MiB while the host was noisy:
-// a wait past 200 us slept, the wake came late, the peer's next wait ran past 200 us in turn,
-// and a 1 MiB call took 0.8-3 ms instead of 0.25 (bench/README.md, "Spinning while CPUs are
-// free"). Open MPI never sleeps and rode those stretches out. Spinning on is free when every
-// runnable task has a CPU, and costly when one does not: the spinner holds a core until the
-// scheduler's tick (4 ms here) while, say, a test running beside it waits for that core. So
-// past the first 200 us a waiter spins on only while /proc/loadavg's runnable count (which
-// includes itself) is at most the number of CPUs online, looking every 100 us, and sleeps at
-// 10 ms in any case: a peer that far behind is computing, not passing data.
+// A rank whose local ranks each had a core spun 200 us and then slept on a futex. On the
+// project VM (Firecracker, kernel command line nested_pvm=1) that let single runs collapse
+// between 256 KiB and 4 MiB while the host was noisy: 256 KiB took 0.4-0.6 ms instead of
+// 0.05, about one futex sleep per call, while Open MPI, which never sleeps, took 0.1-0.2. In
+// 12 such interleaved runs the ranks lost to Open MPI at 15 of 36 sizes with the 200 us spin
+// and at 5 with a 100 ms one (bench/README.md, "Spinning while CPUs are free"). Spinning on
+// is free when every runnable task has a CPU, and costly when one does not: the spinner holds
+// a core until the scheduler's tick (4 ms here) while a test running beside it, or the
+// trainer's compute threads, wait for it. So past the first 200 us a waiter spins on only
+// while /proc/loadavg's runnable count (which includes itself) is at most the number of CPUs
+// online, looking every 100 us, and sleeps at 10 ms in any case: a peer that far behind is
+// computing, not passing data. The count is the whole machine's: on a big machine busy with
+// other work the waiter sleeps as before, and a job confined to a few CPUs of an idle big
+// machine may spin on while another job waits for those CPUs, for 10 ms at most per wait.
 long loadavg_runnable(const char* text) {
   const char* p = text;
   for (int field = 0; field < 3; ++field) {
