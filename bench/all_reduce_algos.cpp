@@ -408,6 +408,12 @@ int run(const Options& o) {
           // [Machine state probe]). If it does not come back in time, the sample stays, and
           // the job goes on without waiting until a probe is fast again.
           if (probing && job.slow(state) && attempt < 3 && !gave_up) {
+            // Said once: a wait of up to --state-wait seconds with nothing printed looks hung.
+            if (print && retaken == 0)
+              std::fprintf(stderr,
+                           "# probe %.3f us, over twice the best (%.3f): waiting up to %.0f s for "
+                           "the fast state (--state-wait; later waits are not announced)\n",
+                           state, job.best_probe, o.state_wait);
             ++retaken;
             if ((last_probe = job.wait_for_fast_state(o.state_wait, &waited)) < 0) return 2;
             if (!job.slow(last_probe)) continue;
