@@ -211,12 +211,15 @@ Status Communicator::init(const InitSpec& spec) {
     return s;
   }
   ACCORD_TRY(store->finish());
+  const std::string spin_on = policy_.idle_spin_ns > 0
+                                  ? " (on to " + std::to_string(policy_.idle_spin_ns / 1000) +
+                                        " us while every task has a CPU)"
+                                  : "";
   LOG_INFO(kInit,
            "rank %d of %d ready: %zu local ranks over shm, %zu remote over tcp, chunk %zu KiB, "
            "wait spin %lld us%s%s",
            rank_, nranks_, local_ranks_.size(), remote_ranks_.size(), chunk_bytes_ >> 10,
-           static_cast<long long>(policy_.spin_ns / 1000),
-           policy_.idle_spin_ns ? " (up to 10 ms while every task has a CPU)" : "",
+           static_cast<long long>(policy_.spin_ns / 1000), spin_on.c_str(),
            policy_.yields ? " then yield (oversubscribed)" : "");
   return Status::success();
 }
