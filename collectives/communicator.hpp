@@ -154,6 +154,7 @@ class Communicator {
   // none); and the first failure of the device path made the communicator's error.
   Status kernel_error();
   void adopt_kernel_error();
+  std::string dead_peer_note() const;  // device_path.cpp
   void set_sticky(const Status& s);
   Status connect_transports(StoreClient* store, Deadline deadline);
   void group_by_host(const std::vector<std::string>& infos, std::vector<long>* local_pids);

@@ -19,6 +19,7 @@
 // the FIFO is in the receiver's shared-memory segment, registered with the device runtime and
 // written and read by the kernels directly. Pairs on different hosts have no device path yet.
 #include <dlfcn.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -167,6 +168,14 @@ void Communicator::release_device() {
       deadline = Deadline::after_ms(1000);
     }
     while (!done()) {
+      // A kernel that faulted (a dead peer's IPC memory, say) never writes done, and the
+      // context's error shows at once on the order event (recorded after every launch).
+      bool idle = false;
+      if (order_event_.id != 0 && !rt_->query_event(order_event_, &idle).ok()) {
+        LOG_WARN(kGpu, "rank %d: GPU %d failed while collective seq %llu was in flight; not waiting for it",
+                 rank_, device_, static_cast<unsigned long long>(dev_seq_));
+        break;
+      }
       if (deadline.expired()) {
         if (aborted) break;
         LOG_WARN(kGpu, "rank %d: destroying the communicator while its collective (seq %llu) still runs on "
@@ -715,16 +724,34 @@ void Communicator::forget_stream_uses() {
     it = it->second.comm == this ? uses.erase(it) : std::next(it);
 }
 
+// After a CUDA error at a launch: whether a peer died (seen on its pidfd). Seen on an H100-class
+// GPU (2026-11-26, H200): kill -9 of a rank whose GPU memory a kernel reads through CUDA IPC
+// makes that kernel fault (cudaErrorIllegalAddress), and the fault leaves the survivor's CUDA
+// context unusable; the error then surfaces at its next CUDA call, before the watchdog's
+// pidfd check has named the dead rank.
+std::string Communicator::dead_peer_note() const {
+  for (int r = 0; r < nranks_ && static_cast<size_t>(r) < links_.pidfd.size(); ++r) {
+    const int fd = links_.pidfd[static_cast<size_t>(r)];
+    if (fd < 0 || r == rank_) continue;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 0) > 0 && (p.revents & POLLIN))
+      return format(". Rank %d has died: a kernel that reads a dead process's GPU memory (CUDA IPC) "
+                    "faults, and the fault leaves this process's CUDA context unusable; end this "
+                    "process and look at rank %d's output for why it exited",
+                    r, r);
+  }
+  return std::string();
+}
+
 Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   RankScope scope(rank_, nranks_);
   const char* name = collective_name(a.coll);
   const accord_status_t sticky = sticky_error();
   if (sticky != ACCORD_SUCCESS)
-    return error(
-        sticky,
-        "rank %d: %s refused: this communicator failed earlier (accord_comm_get_async_error gives "
-        "the code, accord_last_error the message); destroy it and create a new one",
-        rank_, name);
+    return error(sticky,
+                 "rank %d: %s refused: this communicator failed earlier and cannot be used again "
+                 "(destroy it and create a new one). The earlier error: %s",
+                 rank_, name, sticky_status().message().c_str());
   if (user_stream == nullptr)
     return error(ACCORD_ERR_INVALID_ARGUMENT,
                  "rank %d: %s: device buffers need a stream of GPU %d (a cudaStream_t, "
@@ -822,7 +849,7 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
     inflight_.pop_back();
     recent_.pop_back();
     if (c.steps != nullptr) ring_records_.pop_back();
-    return s.prefix(format("rank %d: %s: ", rank_, name));
+    return Status(s.code(), format("rank %d: %s: %s%s", rank_, name, s.message().c_str(), dead_peer_note().c_str()));
   }
   dev_seq_ = seq;
   last_stream_ = us;
@@ -837,8 +864,9 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
         s.code(),
         format("rank %d: %s (seq %llu) on GPU %d: launched, but recording the kernel-order "
                "event on its stream failed: %s; the communicator cannot order its next "
-               "collective after this one: destroy it and create a new one",
-               rank_, name, static_cast<unsigned long long>(seq), device_, s.message().c_str()));
+               "collective after this one: destroy it and create a new one%s",
+               rank_, name, static_cast<unsigned long long>(seq), device_, s.message().c_str(),
+               dead_peer_note().c_str()));
     set_sticky(s);
     return s;
   }

@@ -66,6 +66,13 @@ ncclResult_t fail(ncclResult_t r, const char* fmt, ...) {
   return r;
 }
 
+accord_stream_t accord_stream(accord_comm_t c, cudaStream_t stream) {
+  if (stream != nullptr) return reinterpret_cast<accord_stream_t>(stream);
+  int device = -1;
+  if (accord_comm_device(c, &device) != ACCORD_SUCCESS || device < 0) return nullptr;
+  return reinterpret_cast<accord_stream_t>(uintptr_t{1});  // cudaStreamLegacy
+}
+
 // Accord's codes past NCCL's range: a timeout is a peer problem, the rest misuse.
 ncclResult_t result(accord_status_t st, accord_comm_t comm) {
   if (st == ACCORD_SUCCESS || st == ACCORD_IN_PROGRESS) return static_cast<ncclResult_t>(st);

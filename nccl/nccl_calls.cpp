@@ -232,7 +232,7 @@ ncclResult_t reduce_call(Reducing kind, const char* fn, const void* sendbuff, vo
                               ? count * static_cast<size_t>(comm->nranks)
                               : count;
   auto run = [=](accord_comm_t c, const void* send, accord_red_op_t aop) {
-    auto stream_a = reinterpret_cast<accord_stream_t>(stream);
+    const accord_stream_t stream_a = accord_stream(c, stream);
     const auto dt = static_cast<accord_datatype_t>(datatype);
     switch (kind) {
       case Reducing::kAllReduce:
@@ -267,7 +267,7 @@ ncclResult_t reduce_call(Reducing kind, const char* fn, const void* sendbuff, vo
                       "create the op with the collective's data type",
                       fn, comm->rank, static_cast<int>(op), static_cast<int>(pm.dtype),
                       static_cast<int>(datatype));
-        if (stream != nullptr)
+        if (accord_stream(c, stream) != nullptr)
           return fail(
               ncclInvalidUsage,
               "%s: rank %d: a pre-multiplied sum on device buffers is not supported by Accord's "
@@ -325,7 +325,7 @@ NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, siz
   return run_or_defer(comm, "ncclBroadcast", count * dtype_bytes(datatype), [=](accord_comm_t c) {
     return result(
         accord_broadcast(sendbuff, recvbuff, count, static_cast<accord_datatype_t>(datatype), root,
-                         c, reinterpret_cast<accord_stream_t>(stream)),
+                         c, accord_stream(c, stream)),
         c);
   });
 }
@@ -345,7 +345,7 @@ NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, siz
                       [=](accord_comm_t c) {
                         return result(accord_all_gather(sendbuff, recvbuff, sendcount,
                                                         static_cast<accord_datatype_t>(datatype), c,
-                                                        reinterpret_cast<accord_stream_t>(stream)),
+                                                        accord_stream(c, stream)),
                                       c);
                       });
 }
@@ -356,7 +356,7 @@ NCCL_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataTy
   if (!usable_dtype(datatype, "ncclSend", &r)) return r;
   return run_or_defer(comm, "ncclSend", count * dtype_bytes(datatype), [=](accord_comm_t c) {
     return result(accord_send(sendbuff, count, static_cast<accord_datatype_t>(datatype), peer, c,
-                              reinterpret_cast<accord_stream_t>(stream)),
+                              accord_stream(c, stream)),
                   c);
   });
 }
@@ -367,7 +367,7 @@ NCCL_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t d
   if (!usable_dtype(datatype, "ncclRecv", &r)) return r;
   return run_or_defer(comm, "ncclRecv", count * dtype_bytes(datatype), [=](accord_comm_t c) {
     return result(accord_recv(recvbuff, count, static_cast<accord_datatype_t>(datatype), peer, c,
-                              reinterpret_cast<accord_stream_t>(stream)),
+                              accord_stream(c, stream)),
                   c);
   });
 }
@@ -393,7 +393,7 @@ NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size
                       "supported: use separate buffers",
                       fn, comm->rank);
         const auto dt = static_cast<accord_datatype_t>(datatype);
-        const auto st = reinterpret_cast<accord_stream_t>(stream);
+        const auto st = accord_stream(c, stream);
         accord_group_start();
         ncclResult_t first = ncclSuccess;
         for (int p = 0; p < n && first == ncclSuccess; ++p) {

@@ -68,6 +68,16 @@ ncclResult_t check_handle(ncclComm_t comm, const char* fn);
 // The Accord communicator of a usable comm: waits for a non-blocking init to finish.
 ncclResult_t ready(ncclComm_t comm, const char* fn, accord_comm_t* out);
 
+// Note [Stream 0]: NCCL's stream 0 is CUDA's default stream, and PyTorch passes it for every
+// collective with async_op=False (it launches those on the current stream, which is the
+// default stream unless the script set another). Accord's C API reads a NULL stream as "host
+// buffers, synchronous", so for a communicator with a GPU a NULL stream becomes
+// cudaStreamLegacy (0x1). The legacy stream also orders work with a caller's per-thread
+// default stream, so a caller built with --default-stream per-thread is served too. Where
+// several ranks of one process share the GPU, Accord refuses the legacy stream with a message
+// (Note [One stream per rank]); a host-only communicator keeps NULL.
+accord_stream_t accord_stream(accord_comm_t c, cudaStream_t stream);
+
 // float8 has no Accord counterpart; other values outside NCCL's range are errors.
 bool usable_dtype(ncclDataType_t t, const char* fn, ncclResult_t* r);
 size_t dtype_bytes(ncclDataType_t t);

@@ -317,6 +317,18 @@ int sim_gpus_check(int n) {
     expect_invalid_usage(ncclSend(d, 16, ncclFloat32, 1, comms[0], streams[0]), "ncclSend of device buffers");
     expect_invalid_usage(ncclRecv(d, 16, ncclFloat32, 1, comms[0], streams[0]), "ncclRecv into device buffers");
     expect_invalid_usage(ncclAlltoAll(d, e, 4, ncclFloat32, comms[0], streams[0]), "ncclAlltoAll of device buffers");
+    // Stream 0 is CUDA's legacy default stream to NCCL (and PyTorch passes it for every
+    // async_op=False collective): it reaches Accord as cudaStreamLegacy, which the simulation
+    // does not have, instead of as "no stream" (Note [Stream 0] in nccl_layer.hpp).
+    {
+      const ncclResult_t r = ncclAllReduce(d, d, 16, ncclFloat32, ncclSum, comms[0], nullptr);
+      const std::string msg = ncclGetLastError(nullptr);
+      if (r != ncclInvalidArgument || msg.find("legacy default") == std::string::npos)
+        fail("ncclAllReduce on device buffers with stream 0 returned " + std::to_string(r) + " (" + msg +
+             "), not ncclInvalidArgument naming CUDA's legacy default stream");
+      else
+        std::printf("stream 0 -> cudaStreamLegacy: %s\n", msg.c_str());
+    }
     accord_device_free(d);
     accord_device_free(e);
   }

@@ -247,6 +247,11 @@ Status SimulatedRuntime::wrap_user_stream(int device, void* user_stream, Stream*
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: wrap_user_stream: null output", device);
   std::shared_ptr<sim::SimStream> s;
   const Stream st{static_cast<uint64_t>(reinterpret_cast<uintptr_t>(user_stream))};
+  if (st.id == 1 || st.id == 2)
+    return error(ACCORD_ERR_INVALID_ARGUMENT,
+                 "stream %p is CUDA's %s stream (NCCL's stream 0 is the legacy one), which the "
+                 "simulated GPUs do not have; create a stream with accord_stream_create",
+                 user_stream, st.id == 1 ? "legacy default" : "per-thread default");
   Status found = find_stream(st, "accord stream", &s);
   if (!found.ok())
     return error(ACCORD_ERR_INVALID_ARGUMENT, "stream %p is not a stream of the simulated GPUs (create it with "

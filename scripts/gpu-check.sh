@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The device path on a real GPU, as users run it, every step under a time limit: on a step that
+# outlives its limit, the stacks of its processes (cuda-gdb, host and device threads) go to the
+# log before they are killed, so a hang is a finding, not a lost call.
+#
+#   scripts/gpu-check.sh BUILD_DIR LOG_DIR [STEP...]    (default: every step)
+#
+# Steps (each prints one "=== step: ok|FAIL rc|HANG after N s" line; a summary ends the run):
+#   suite     meson test --suite gpu (4 at once)
+#   one       1 rank, all_reduce_perf -g 1, 8 B .. 128 MiB, results checked
+#   procs2    2 processes on GPU 0 (ipc), no MPS: time slices between the kernels
+#   mps2      the same under MPS; mps4: 4 processes; staged: ACCORD_P2P_DISABLE=1 (host-staged)
+#   colls     reduce_scatter, all_gather, broadcast, reduce: 2 processes under MPS
+#   trainer   accord-train --device gpu, 2 ranks under MPS, --sync accord
+#   torch     PyTorch DDP-style all_reduce through libaccord_nccl.so (examples/torch_allreduce.py)
+#   kill      kill -9 one of 2 ranks in the middle of 64 MiB all-reduces (MPS): the other ends
+#   gpusuite3 the gpu suite 3 times over, 4 at once (not in the default list)
+# Where the machine has one GPU every multi-rank step shares it (ACCORD_DEVICE=0).
+set -u
+build=${1:?usage: gpu-check.sh BUILD_DIR LOG_DIR [STEP...]}
+logs=${2:?usage: gpu-check.sh BUILD_DIR LOG_DIR [STEP...]}
+shift 2
+steps=${*:-one mps2 procs2 trainer torch suite staged mps4 colls}
+deadline=${GPU_CHECK_SECONDS:-300}  # steps not started by then are skipped (device time is short)
+mkdir -p "$logs"
+build=$(cd "$build" && pwd)
+summary=()
+export ACCORD_LOG=${ACCORD_LOG:-gpu:info}
+export ACCORD_TIMEOUT_MS=${ACCORD_TIMEOUT_MS:-15000}  # a lost hand-off ends in an error, not a hang
+mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x ACCORD_TIMEOUT_MS -x ACCORD_DEVICE=0
+     -x ACCORD_LOG -x LD_LIBRARY_PATH -x PATH)
+
+mps_on() {
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
+  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+  pgrep -f nvidia-cuda-mps-control >/dev/null || nvidia-cuda-mps-control -d
+  [[ " ${mpi[*]} " == *" CUDA_MPS_PIPE_DIRECTORY "* ]] || mpi+=(-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY)
+}
+mps_off() {
+  pgrep -f nvidia-cuda-mps-control >/dev/null && { echo quit | nvidia-cuda-mps-control; sleep 1; }
+}
+
+# step NAME LIMIT_S PATTERN CMD...: PATTERN (pgrep -f) finds the processes whose stacks to take.
+step() {
+  local name=$1 limit=$2 pattern=$3
+  shift 3
+  local log=$logs/$name.log t0=$SECONDS
+  if ((SECONDS > deadline)); then summary+=("$name: skipped (past GPU_CHECK_SECONDS=$deadline)"); return; fi
+  echo "=== $name: $*" | tee "$log"
+  "$@" >>"$log" 2>&1 &
+  local pid=$!
+  while kill -0 $pid 2>/dev/null && ((SECONDS - t0 < limit)); do sleep 0.2; done
+  if kill -0 $pid 2>/dev/null; then
+    echo "--- HANG after $limit s; stacks:" >>"$log"
+    local n=0
+    for p in $(pgrep -f "$pattern"); do
+      ((n++ < 2)) || break
+      [ "$p" = "$$" ] && continue
+      echo "--- pid $p: $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null)" >>"$log"
+      timeout 30 "$gdb" -p "$p" -batch -ex "info threads" -ex "thread apply all bt 12" \
+        -ex "info cuda kernels" >>"$log" 2>&1
+    done
+    pkill -9 -f "$pattern"
+    kill -9 $pid 2>/dev/null
+    summary+=("$name: HANG after $limit s")
+  else
+    wait $pid
+    local rc=$?
+    summary+=("$name: $([ $rc = 0 ] && echo ok || echo "FAIL rc $rc") in $((SECONDS - t0)) s")
+  fi
+  echo "${summary[-1]}" | tee -a "$log"
+  tail -n 40 "$log" | grep -v "^===" | sed 's/^/    /'
+}
+
+perf=$build/bench/all_reduce_perf
+gdb=$(command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)
+nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv,noheader
+for s in $steps; do
+  case $s in
+    suite) step suite 200 "build/(tests|trainer)" meson test -C "$build" --suite gpu --num-processes 4 \
+             --print-errorlogs --no-rebuild ;;
+    one) step one ${ONE_LIMIT:-60} all_reduce_perf "$perf" -g 1 -b 8 -e 128M -f 4 -n 20 -w 3 --show-plan ;;
+    procs2) mps_off; step procs2 60 all_reduce_perf "${mpi[@]}" -np 2 "$perf" -g 1 -b 8 -e 16M -f 8 -n 5 -w 1 \
+             --show-plan ;;
+    mps2) mps_on; step mps2 60 all_reduce_perf "${mpi[@]}" -np 2 "$perf" -g 1 -b 8 -e 256M -f 4 -n 10 -w 2 \
+             --show-plan ;;
+    mps4) mps_on; step mps4 60 all_reduce_perf "${mpi[@]}" -np 4 "$perf" -g 1 -b 8 -e 64M -f 8 -n 10 -w 2 ;;
+    staged) mps_on; step staged 60 all_reduce_perf "${mpi[@]}" -x ACCORD_P2P_DISABLE=1 -np 2 "$perf" -g 1 \
+             -b 8 -e 64M -f 8 -n 10 -w 2 --show-plan ;;
+    colls) mps_on
+      for c in reduce_scatter all_gather broadcast reduce; do
+        step "$c" 45 "${c}_perf" "${mpi[@]}" -np 2 "$build/bench/${c}_perf" -g 1 -b 8 -e 16M -f 16 -n 5 -w 1
+      done ;;
+    trainer) mps_on; step trainer 120 accord-train "${mpi[@]}" -np 2 "$build/trainer/accord-train" --device gpu \
+             --epochs 1 --max-steps 200 --sync accord --log-every 50 ;;
+    torch) mps_on; step torch 90 torch_allreduce env LD_PRELOAD="$build/nccl/libaccord_nccl.so" \
+             python3 -m torch.distributed.run --nproc-per-node 2 examples/torch_allreduce.py ;;
+    kill) mps_on  # without mpirun, which would kill the survivor itself
+      step kill 60 all_reduce_perf bash -c "export ACCORD_DEVICE=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29533
+        RANK=0 $perf -g 1 -b 64M -e 64M -n 100000 -w 1 & p0=\$!
+        RANK=1 $perf -g 1 -b 64M -e 64M -n 100000 -w 1 & p1=\$!
+        sleep 6; kill -9 \$p1; t=\$(date +%s%N); wait \$p0; rc=\$?
+        echo rank 0 exit \$rc, \$(( (\$(date +%s%N) - t) / 1000000 )) ms after the kill; [ \$rc != 0 ]" ;;
+    gpusuite3) step gpusuite3 120 "build/(tests|trainer)" meson test -C "$build" --suite gpu --num-processes 4 \
+             --repeat 3 --no-rebuild ;;
+    *) echo "unknown step $s" ;;
+  esac
+done
+mps_off
+echo "=== summary"
+printf '%s\n' "${summary[@]}"
