@@ -75,8 +75,15 @@ class GpuBackendTest : public ::testing::Test {
     for (uint8_t& y : labels_) y = static_cast<uint8_t>(rng.next() % classes_);
   }
 
+  // to_host copies on the communication stream, which is ordered after backward (on the
+  // compute stream) only by mark_ready / wait_ready, as the gradient sync uses them. Without
+  // that the copy raced the backward: wrong gradients whenever other work slowed the GPU
+  // (seen beside the other GPU tests, 2026-11-26).
   std::vector<float> gpu_grads() {
     std::vector<float> g(gpu_->model().param_count());
+    void* stream = nullptr;
+    EXPECT_TRUE(gpu_->device()->mark_ready(0).ok());
+    EXPECT_TRUE(gpu_->device()->wait_ready(0, &stream).ok());
     EXPECT_TRUE(gpu_->device()->to_host(gpu_->grads(), g.data(), g.size()).ok());
     return g;
   }
