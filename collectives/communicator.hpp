@@ -154,6 +154,8 @@ class Communicator {
   // none); and the first failure of the device path made the communicator's error.
   Status kernel_error();
   void adopt_kernel_error();
+  unsigned kernel_blocks_limit() const;  // device_path.cpp, Note [Blocks]
+  uint32_t call_blocks(const Schedule& sched) const;
   std::string dead_peer_note() const;  // device_path.cpp
   void set_sticky(const Status& s);
   Status connect_transports(StoreClient* store, Deadline deadline);
@@ -249,6 +251,8 @@ class Communicator {
   DeviceRuntime* probe_rt_ = nullptr;  // host-only communicator, CUDA present: refuses device buffers
   int device_ = -1;
   std::vector<int> device_of_;
+  void* grid_dev_ = nullptr;        // DevCall::grid, inside counts_dev_
+  unsigned max_blocks_ = 1;         // Note [Blocks]
   std::string gpu_sharers_;         // ranks of this process on this GPU ("0 and 1"), empty if alone
   mutable std::string job_key_;     // job_key(), once built
   std::vector<int> ring_, pos_of_;  // Note [Ring order]: position -> rank, rank -> position; empty: rank order

@@ -126,6 +126,7 @@ Status Communicator::warm_up_kernel() {
   launch.call.rank = rank_;
   launch.call.ctl = static_cast<dev::DevCtl*>(ctl_dev_);
   launch.call.seq = 0;
+  launch.call.nblocks = 1;
   ACCORD_TRY(rt_->launch_kernel(dev::collective_kernel(), &launch, sizeof launch, stream_)
                  .prefix("warm-up launch of the collective kernel: "));
   ACCORD_TRY(rt_->synchronize_stream(stream_).prefix("warm-up launch of the collective kernel: "));
@@ -379,6 +380,46 @@ std::string Communicator::device_pair(int a, int b) const {
   return format("%s (%s)", name, why.c_str());
 }
 
+// Note [Blocks] (dev_call.hpp): how many blocks a collective kernel of this communicator may
+// have. Every block of every rank's kernel must be resident at once (a block waits for
+// messages that need all of a peer's blocks), so the ranks on one GPU (MPS, or threads) share
+// its multiprocessors: at most half of them, split between those ranks. ACCORD_GPU_BLOCKS caps
+// it (1: the one-block kernel); the runtime may cap it lower (the simulation runs a block per
+// host thread); the dynamic shared memory of the counts (8 bytes a rank) must fit CUDA's 48 KiB.
+unsigned Communicator::kernel_blocks_limit() const {
+  if (settings_.gpu_blocks <= 1 || nranks_ > 4096) return 1;
+  unsigned limit = static_cast<unsigned>(std::min<int64_t>(settings_.gpu_blocks, 1024));
+  limit = std::min(limit, rt_->max_kernel_blocks());
+  DeviceInfo info;
+  if (rt_->device_info(device_, &info).ok() && info.multiprocessors > 0) {
+    int sharing = 0;
+    for (int r : local_ranks_) sharing += device_of_[static_cast<size_t>(r)] == device_ ? 1 : 0;
+    limit = std::min(limit, static_cast<unsigned>(std::max(1, info.multiprocessors / (2 * std::max(1, sharing)))));
+  }
+  return std::max(1u, limit);
+}
+
+// A call's blocks: one per kBytesPerBlock of its largest step, within the limit above. A call
+// that uses a host-staged FIFO keeps one block: every block's leader polls the flags over the
+// bus, and 16 blocks halved the bandwidth of 2 ranks on one H200 (16 MiB: 1.95 GB/s against
+// 4.07 with one block, bench/README.md).
+constexpr uint64_t kBytesPerBlock = 16 << 10;
+uint32_t Communicator::call_blocks(const Schedule& sched) const {
+  const unsigned limit = max_blocks_;
+  if (limit <= 1) return 1;
+  auto staged = [&](int peer) {
+    return peer >= 0 && static_cast<size_t>(peer) < dev_route_of_.size() &&
+           dev_route_of_[static_cast<size_t>(peer)] == static_cast<int>(DeviceRoute::kHostStaged);
+  };
+  uint64_t largest = 0;
+  for (const Step& st : sched.steps) {
+    if (staged(st.send_peer) || staged(st.recv_peer)) return 1;
+    largest = std::max<uint64_t>(largest, st.bytes);
+  }
+  const uint64_t want = (largest + kBytesPerBlock - 1) / kBytesPerBlock;
+  return static_cast<uint32_t>(std::max<uint64_t>(1, std::min<uint64_t>(want, limit)));
+}
+
 // Note [Device FIFOs] (transport/shm/fifo.hpp): for every local peer with a GPU, the FIFO from
 // that peer to this rank is this rank's: in its GPU memory for p2p and ipc pairs (allocated,
 // zeroed and published as a pointer or an IPC handle), in its shared-memory segment for
@@ -389,10 +430,16 @@ Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline)
   if (device_ < 0) return Status::success();
   dev_route_of_.assign(static_cast<size_t>(nranks_), -1);
   std::vector<dev::DevPeer> peers(static_cast<size_t>(nranks_));
-  // This rank's own counts (DevFifo::count): two per peer, zero.
-  ACCORD_TRY(rt_->alloc_device(device_, sizeof(uint32_t) * 2 * static_cast<size_t>(nranks_), &counts_dev_));
-  ACCORD_TRY(rt_->memset_async(counts_dev_, 0, sizeof(uint32_t) * 2 * static_cast<size_t>(nranks_), stream_));
+  // This rank's own counts (DevFifo::count): two per peer; then the blocks' arrival counters
+  // (DevFifo::arrive), nslots per count; then DevCall::grid's two words. All zero.
+  const size_t n = static_cast<size_t>(nranks_);
+  const size_t words = 2 * n + 2 * n * shape_.nslots + 2;
+  ACCORD_TRY(rt_->alloc_device(device_, sizeof(uint32_t) * words, &counts_dev_));
+  ACCORD_TRY(rt_->memset_async(counts_dev_, 0, sizeof(uint32_t) * words, stream_));
   auto* counts = static_cast<uint32_t*>(counts_dev_);
+  grid_dev_ = counts + words - 2;
+  auto arrive_of = [&](const uint32_t* count) { return counts + 2 * n + (count - counts) * shape_.nslots; };
+  max_blocks_ = kernel_blocks_limit();
   const size_t fifo_bytes = shape_.header_bytes() + shape_.data_bytes();
   auto describe = [&](uint8_t* base, uint8_t* data, uint32_t* count) {
     FifoView v(base, shape_, nullptr, data);
@@ -401,6 +448,7 @@ Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline)
     f.headers = reinterpret_cast<uint8_t*>(v.headers);
     f.data = v.data;
     f.count = count;
+    f.arrive = arrive_of(count);
     f.slot_stride = shape_.slot_stride();
     f.nslots = static_cast<uint32_t>(shape_.nslots);
     f.slot_bytes = static_cast<uint32_t>(shape_.slot_bytes);
@@ -498,8 +546,10 @@ Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline)
     }
   }
   ACCORD_TRY(upload_peers(peers));
-  LOG_INFO(kGpu, "rank %d: device FIFOs with %zu peer%s in GPU memory (%zu slots x %zu KiB of GPU %d memory each)",
-           rank_, direct.size(), direct.size() == 1 ? "" : "s", shape_.nslots, shape_.slot_bytes >> 10, device_);
+  LOG_INFO(kGpu, "rank %d: device FIFOs with %zu peer%s in GPU memory (%zu slots x %zu KiB of GPU %d memory each); "
+           "kernels of up to %u blocks",
+           rank_, direct.size(), direct.size() == 1 ? "" : "s", shape_.nslots, shape_.slot_bytes >> 10, device_,
+           max_blocks_);
   return Status::success();
 }
 
@@ -785,6 +835,20 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   if (sched.scratch_bytes > 0 && sched.scratch_bytes > (dev_scratch_ != nullptr ? shape_.slot_bytes : 0))
     return error(ACCORD_ERR_INTERNAL, "rank %d: %s needs %zu bytes of GPU scratch, more than the %zu allocated "
                  "at init", rank_, name, sched.scratch_bytes, dev_scratch_ != nullptr ? shape_.slot_bytes : 0);
+  // One rank: every collective is a copy of its input into its output (or nothing, in place).
+  // The copy engine moves it at the GPU's memory bandwidth; there is no peer to wait for, so
+  // no kernel, FIFO count or kernel order is involved.
+  if (nranks_ == 1 && std::all_of(sched.steps.begin(), sched.steps.end(),
+                                  [](const Step& st) { return st.kind == StepKind::kCopy; })) {
+    for (const Step& st : sched.steps) {
+      const auto* src = static_cast<const uint8_t*>(st.src == Buf::kInput ? a.send : a.recv) + st.src_off;
+      auto* dst = static_cast<uint8_t*>(st.dst == Buf::kOutput ? a.recv : const_cast<void*>(a.send)) + st.dst_off;
+      if (src != dst && st.bytes > 0)
+        ACCORD_TRY(rt_->copy_async(CopyKind::kDeviceToDevice, dst, src, st.bytes, us)
+                       .prefix(format("rank %d: %s: ", rank_, name)));
+    }
+    return Status::success();
+  }
   const uint64_t seq = dev_seq_ + 1;
   const bool reducing = reduces(a.coll);
   dev::DevLaunch launch;
@@ -804,6 +868,8 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   c.peers = static_cast<const dev::DevPeer*>(peers_dev_);
   c.ctl = static_cast<dev::DevCtl*>(ctl_dev_);
   c.seq = seq;
+  c.nblocks = call_blocks(sched);
+  c.grid = static_cast<uint32_t*>(grid_dev_);
   dev::DevStep* steps = launch.steps;
   if (c.nsteps > dev::kInlineSteps) {
     size_t at = 0;
@@ -843,7 +909,8 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
     recent_.push_back(inflight_.back());
     if (recent_.size() > 64) recent_.pop_front();
   }
-  Status s = rt_->launch_kernel(dev::collective_kernel(), &launch, sizeof launch, us);
+  Status s = rt_->launch_kernel(dev::collective_kernel(), &launch, sizeof launch, us, c.nblocks,
+                                c.nblocks > 1 ? sizeof(uint32_t) * 2 * static_cast<size_t>(nranks_) : 0);
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(watch_mu_);
     inflight_.pop_back();

@@ -81,6 +81,8 @@ const std::vector<Entry>& entries() {
       INT_ENTRY("ACCORD_DEVICE", device, "-1",
                 "GPU of this rank (-1: local rank modulo the GPUs, when ACCORD_SIM_TOPO or ACCORD_DEVICE asks for GPUs)"),
       BOOL_ENTRY("ACCORD_P2P_DISABLE", p2p_disable, "0", "never use GPU peer-to-peer; stage through host"),
+      INT_ENTRY("ACCORD_GPU_BLOCKS", gpu_blocks, "16",
+                "most blocks of a collective kernel (one per 16 KiB of its largest step; 1: one block)"),
       BOOL_ENTRY("ACCORD_SIM_THROTTLE", sim_throttle, "0",
                  "simulated GPUs: copies take at least bytes / the topology's link bandwidth"),
       INT_ENTRY("ACCORD_SIM_STALL_MS", sim_stall_ms, "60000",

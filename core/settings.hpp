@@ -40,6 +40,7 @@ struct Settings {
   std::string sim_topo;              // ACCORD_SIM_TOPO
   bool p2p_disable = false;          // ACCORD_P2P_DISABLE
   int64_t device = -1;               // ACCORD_DEVICE (-1 = local rank % devices)
+  int64_t gpu_blocks = 16;           // ACCORD_GPU_BLOCKS
   bool sim_throttle = false;         // ACCORD_SIM_THROTTLE
   int64_t sim_stall_ms = 60000;      // ACCORD_SIM_STALL_MS (Note [Simulated CUDA rules])
   // Testing

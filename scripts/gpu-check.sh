@@ -9,7 +9,8 @@
 #   suite     meson test --suite gpu (4 at once)
 #   one       1 rank, all_reduce_perf -g 1, 8 B .. 128 MiB, results checked
 #   procs2    2 processes on GPU 0 (ipc), no MPS: time slices between the kernels
-#   mps2      the same under MPS; mps4: 4 processes; staged: ACCORD_P2P_DISABLE=1 (host-staged)
+#   mps2      the same under MPS; mps4, mps8: 4 and 8 processes; staged: ACCORD_P2P_DISABLE=1
+#             (host-staged); mps2b1: mps2 with one-block kernels (ACCORD_GPU_BLOCKS=1)
 #   colls     reduce_scatter, all_gather, broadcast, reduce: 2 processes under MPS
 #   trainer   accord-train --device gpu, 2 ranks under MPS, --sync accord
 #   torch     PyTorch DDP-style all_reduce through libaccord_nccl.so (examples/torch_allreduce.py)
@@ -85,6 +86,9 @@ for s in $steps; do
     mps2) mps_on; step mps2 60 all_reduce_perf "${mpi[@]}" -np 2 "$perf" -g 1 -b 8 -e 256M -f 4 -n 10 -w 2 \
              --show-plan ;;
     mps4) mps_on; step mps4 60 all_reduce_perf "${mpi[@]}" -np 4 "$perf" -g 1 -b 8 -e 64M -f 8 -n 10 -w 2 ;;
+    mps8) mps_on; step mps8 60 all_reduce_perf "${mpi[@]}" -np 8 "$perf" -g 1 -b 8 -e 64M -f 64 -n 10 -w 2 ;;
+    mps2b1) mps_on; step mps2b1 60 all_reduce_perf "${mpi[@]}" -x ACCORD_GPU_BLOCKS=1 -np 2 "$perf" -g 1 -b 8 \
+             -e 256M -f 4 -n 10 -w 2 ;;
     staged) mps_on; step staged 60 all_reduce_perf "${mpi[@]}" -x ACCORD_P2P_DISABLE=1 -np 2 "$perf" -g 1 \
              -b 8 -e 64M -f 8 -n 10 -w 2 --show-plan ;;
     colls) mps_on

@@ -20,6 +20,21 @@
 // Kernels of one communicator run one after another (the communicator orders them, Note
 // [Kernel order] in device_path.cpp), so each count has one writer at a time.
 //
+// Note [Blocks]: a large call runs as DevCall::nblocks blocks (one is the default for small
+// ones; device_path.cpp chooses). Every block runs every step and moves its own slice of each
+// step's bytes (16-byte multiples, in order of block index); every block waits on the same
+// flags. A message is whole when every block has written its slice, so the last block to do
+// so (an arrival counter per slot, DevFifo::arrive, in this rank's GPU memory, which that
+// block sets back to zero) writes the slot's header; likewise the last block done reading a
+// message stores the FIFO's head, after the head of the message before it (a block may finish
+// message m+1 before another finishes m; head must only grow). A slot's counter is used again
+// only for the message nslots later, which cannot be sent before the head passed this one.
+// With several blocks each keeps its counts as the count at the kernel's start (DevFifo::count,
+// unchanged while the kernel runs) plus what it has sent or received since (Lanes::deltas);
+// the last block to finish the kernel (DevCall::grid[0]) adds them to the counts and writes
+// DevCtl::done. One block (nblocks 1) is the protocol above, unchanged: counts written at once,
+// no counters.
+//
 // Errors: every wait polls DevCtl::abort, which the communicator's watchdog sets (timeout, a
 // dead peer, abort); the kernel then records where it was in DevCtl and returns, so the
 // caller's stream goes on. A message of the wrong size or call signature is recorded the same
@@ -70,6 +85,7 @@ struct DevFifo {
   uint8_t* headers = nullptr;    // nslots SlotHeaders
   uint8_t* data = nullptr;       // slot i at data + i * slot_stride
   uint32_t* count = nullptr;     // this end's own count, in this rank's device memory
+  uint32_t* arrive = nullptr;    // nslots block arrival counters of this end (Note [Blocks])
   uint64_t slot_stride = 0;
   uint32_t nslots = 0;
   uint32_t slot_bytes = 0;
@@ -118,6 +134,9 @@ struct DevCall {
   const DevPeer* peers = nullptr;  // [nranks], device memory
   DevCtl* ctl = nullptr;           // device address of the communicator's DevCtl
   uint64_t seq = 0;
+  uint32_t nblocks = 1;            // Note [Blocks]
+  uint32_t pad = 0;
+  uint32_t* grid = nullptr;        // [0] blocks done with the kernel, [1] failure claimed; GPU memory
 };
 
 constexpr uint32_t kInlineSteps = 16;
@@ -144,6 +163,10 @@ static_assert(sizeof(DevLaunch) <= 4096, "a kernel parameter");
 //   void pause(uint32_t spins);           between two polls of a flag
 //   void move(const MoveArgs&);           dst0 (, dst1) = a op b, or a; then / divisor
 //   DevStep step(const DevStep*);         a step, read once and shared
+//   uint32_t block();                     this block's index (Note [Blocks])
+//   uint32_t fetch_add(uint32_t*, uint32_t);  atomic add on this GPU's memory, the old value
+//   uint32_t* deltas();                   2 * nranks counts of this block, zero at the start
+//                                         (only read when nblocks > 1)
 struct MoveArgs {
   void* dst0 = nullptr;
   void* dst1 = nullptr;
@@ -164,7 +187,7 @@ class CallRunner {
   ACCORD_HD bool run() {
     uint32_t aborted = 0;
     if (L_.leader()) {
-      L_.store64(&c_.ctl->started, c_.seq);
+      if (L_.block() == 0) L_.store64(&c_.ctl->started, c_.seq);
       aborted = L_.load(&c_.ctl->abort);
     }
     bool ok = L_.share(aborted) == 0;
@@ -176,7 +199,20 @@ class CallRunner {
     }
     L_.publish();
     L_.sync();
-    if (L_.leader()) L_.store64(&c_.ctl->done, c_.seq);
+    if (L_.leader()) {
+      if (c_.nblocks == 1) {
+        L_.store64(&c_.ctl->done, c_.seq);
+      } else if (L_.fetch_add(&c_.grid[0], 1) == c_.nblocks - 1) {
+        // The last block: every other one has ended. Their counts are this block's.
+        c_.grid[0] = 0;
+        const uint32_t* d = L_.deltas();
+        for (int32_t p = 0; p < c_.nranks; ++p) {
+          if (d[2 * p] != 0) *c_.peers[p].send.count += d[2 * p];
+          if (d[2 * p + 1] != 0) *c_.peers[p].recv.count += d[2 * p + 1];
+        }
+        L_.store64(&c_.ctl->done, c_.seq);  // (a full fence first)
+      }
+    }
     return ok;
   }
 
@@ -195,6 +231,7 @@ class CallRunner {
     if (!L_.leader()) return;
     DevCtl* ctl = c_.ctl;
     if (ctl->err_seq != 0) return;
+    if (c_.nblocks > 1 && L_.fetch_add(&c_.grid[1], 1) != 0) return;  // another block's failure
     ctl->err_code = code;
     ctl->err_peer = peer;
     ctl->err_step = static_cast<int64_t>(index_);
@@ -217,6 +254,20 @@ class CallRunner {
     }
   }
 
+  // Leader: the number of messages this block has sent to (dir 0) or received from (dir 1)
+  // `peer`, and one more (Note [Blocks]).
+  ACCORD_HD uint32_t count_of(const DevFifo& f, int32_t peer, int dir) {
+    uint32_t m = *f.count;
+    if (c_.nblocks > 1) m += L_.deltas()[2 * peer + dir];
+    return m;
+  }
+  ACCORD_HD void count_one(const DevFifo& f, int32_t peer, int dir, uint32_t m) {
+    if (c_.nblocks > 1)
+      L_.deltas()[2 * peer + dir] += 1;
+    else
+      *f.count = m + 1;
+  }
+
   // Leader: the next message from `peer`, checked against what the schedule expects. Every
   // thread gets the payload's address, or null after a failure.
   ACCORD_HD const uint8_t* receive(int32_t peer, uint64_t want) {
@@ -230,7 +281,7 @@ class CallRunner {
       return nullptr;
     }
     const DevFifo& f = c_.peers[peer].recv;
-    const uint32_t m = *f.count;
+    const uint32_t m = count_of(f, peer, 1);
     const uint32_t* hdr = reinterpret_cast<const uint32_t*>(f.headers + (m % f.nslots) * kSlotHeaderBytes);
     if (!wait(hdr, [m](uint32_t seq) { return seq == m + 1; }, peer)) {
       fail_leader(kDevAborted, peer, 0, 0);
@@ -252,9 +303,17 @@ class CallRunner {
   ACCORD_HD void release(int32_t peer) {
     if (!L_.leader()) return;
     const DevFifo& f = c_.peers[peer].recv;
-    const uint32_t m = *f.count + 1;
-    *f.count = m;
-    L_.store(f.head, m);
+    const uint32_t m = count_of(f, peer, 1);
+    count_one(f, peer, 1, m);
+    if (c_.nblocks > 1) {
+      L_.publish();  // this block's reads are done before the others learn it
+      uint32_t* arrive = f.arrive + m % f.nslots;
+      if (L_.fetch_add(arrive, 1) != c_.nblocks - 1) return;
+      *arrive = 0;
+      // Head grows one message at a time: the last reader of m - 1 may not have stored it yet.
+      if (!wait(f.head, [m](uint32_t head) { return head == m; }, peer)) return;
+    }
+    L_.store(f.head, m + 1);
   }
 
   // A free slot toward `peer`, to every thread; null after a failure.
@@ -273,7 +332,7 @@ class CallRunner {
       fail_leader(kDevBadSize, peer, f.slot_bytes, bytes);
       return nullptr;
     }
-    const uint32_t m = *f.count;
+    const uint32_t m = count_of(f, peer, 0);
     const uint32_t n = f.nslots;
     if (!wait(f.head, [m, n](uint32_t head) { return m - head < n; }, peer)) {
       fail_leader(kDevAborted, peer, 0, 0);
@@ -285,15 +344,33 @@ class CallRunner {
   ACCORD_HD void post(int32_t peer, uint64_t bytes) {
     if (!L_.leader()) return;
     const DevFifo& f = c_.peers[peer].send;
-    const uint32_t m = *f.count;
+    const uint32_t m = count_of(f, peer, 0);
+    count_one(f, peer, 0, m);
+    if (c_.nblocks > 1) {
+      uint32_t* arrive = f.arrive + m % f.nslots;
+      if (L_.fetch_add(arrive, 1) != c_.nblocks - 1) return;  // (the caller published first)
+      *arrive = 0;
+      L_.publish();  // every block's slice before the header
+    }
     uint32_t* hdr = reinterpret_cast<uint32_t*>(f.headers + (m % f.nslots) * kSlotHeaderBytes);
     hdr[1] = static_cast<uint32_t>(bytes);
     hdr[2] = c_.tag;
     L_.store(hdr, m + 1);
-    *f.count = m + 1;
   }
 
   ACCORD_HD void move(void* d0, void* d1, const void* a, const void* b, uint64_t bytes, int32_t div) {
+    if (c_.nblocks > 1) {  // this block's slice (Note [Blocks])
+      uint64_t per = (bytes + c_.nblocks - 1) / c_.nblocks;
+      per = (per + 15) & ~uint64_t{15};
+      uint64_t lo = per * L_.block();
+      if (lo >= bytes) return;
+      const uint64_t hi = lo + per < bytes ? lo + per : bytes;
+      d0 = static_cast<uint8_t*>(d0) + lo;
+      if (d1 != nullptr) d1 = static_cast<uint8_t*>(d1) + lo;
+      a = static_cast<const uint8_t*>(a) + lo;
+      if (b != nullptr) b = static_cast<const uint8_t*>(b) + lo;
+      bytes = hi - lo;
+    }
     MoveArgs k;
     k.dst0 = d0;
     k.dst1 = d1;

@@ -8,6 +8,9 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
+#include <thread>
+#include <vector>
 
 #include "collectives/device/dev_call.hpp"
 #include "collectives/device/dev_kernels.hpp"
@@ -34,8 +37,13 @@ namespace {
 
 struct HostLanes {
   kernels::ReduceFn reduce = nullptr;
+  uint32_t block_index = 0;
+  std::vector<uint32_t> delta;  // 2 * nranks (Note [Blocks])
 
   bool leader() const { return true; }
+  uint32_t block() const { return block_index; }
+  uint32_t fetch_add(uint32_t* p, uint32_t v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
+  uint32_t* deltas() { return delta.data(); }
   void sync() {}
   template <class T>
   T share(T v) {
@@ -73,13 +81,25 @@ struct HostLanes {
   DevStep step(const DevStep* p) { return *p; }
 };
 
-void run_collective_host(const void* params) {
-  const DevLaunch& p = *static_cast<const DevLaunch*>(params);
+void run_block(const DevLaunch& p, uint32_t block) {
   HostLanes lanes;
   lanes.reduce = kernels::get_reduce_fn(static_cast<accord_datatype_t>(p.call.dtype),
                                         static_cast<accord_red_op_t>(p.call.op));
+  lanes.block_index = block;
+  if (p.call.nblocks > 1) lanes.delta.assign(2 * static_cast<size_t>(p.call.nranks), 0);
   CallRunner<HostLanes> runner(p.call, p.call.steps != nullptr ? p.call.steps : p.steps, lanes);
   (void)runner.run();  // failures are in DevCtl
+}
+
+// The blocks of a launch run at once, as a GPU's do (Note [Blocks] needs that: a block waits
+// for messages that need every block of the peer): block 0 on the stream's thread, the others
+// on threads of their own.
+void run_collective_host(const void* params) {
+  const DevLaunch& p = *static_cast<const DevLaunch*>(params);
+  std::vector<std::thread> others;
+  for (uint32_t b = 1; b < p.call.nblocks; ++b) others.emplace_back(run_block, std::cref(p), b);
+  run_block(p, 0);
+  for (std::thread& t : others) t.join();
 }
 
 }  // namespace

@@ -54,7 +54,12 @@ __device__ void move_typed(const MoveArgs& m) {
   if (aligned16(a) && (b == nullptr || aligned16(b)) && aligned16(d0) && (d1 == nullptr || aligned16(d1))) {
     constexpr size_t kPer = 16 / sizeof(T);
     const size_t nvec = n / kPer;
-    for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+    // One vector of each operand per thread at a time: unrolling this loop for every dtype
+    // and op made the file take five times as long to compile (12 minutes on 2 cores); the
+    // blocks of a large call (Note [Blocks]) keep enough loads in flight instead.
+    const size_t stride = blockDim.x;
+    size_t v = threadIdx.x;
+    for (; v < nvec; v += stride) {
       uint4 x = __ldcv(reinterpret_cast<const uint4*>(a) + v);
       T ex[kPer];
       memcpy(ex, &x, 16);
@@ -104,7 +109,20 @@ __device__ void move_bytes(const MoveArgs& m) {
   size_t start = 0;
   if (aligned16(a) && aligned16(d0) && (d1 == nullptr || aligned16(d1))) {
     const size_t nvec = m.count / 16;
-    for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+    constexpr unsigned kUnroll = 4;  // as move_typed
+    const size_t stride = blockDim.x;
+    size_t v = threadIdx.x;
+    for (; v + (kUnroll - 1) * stride < nvec; v += kUnroll * stride) {
+      uint4 x[kUnroll];
+#pragma unroll
+      for (unsigned u = 0; u < kUnroll; ++u) x[u] = __ldcv(reinterpret_cast<const uint4*>(a) + v + u * stride);
+#pragma unroll
+      for (unsigned u = 0; u < kUnroll; ++u) {
+        reinterpret_cast<uint4*>(d0)[v + u * stride] = x[u];
+        if (d1 != nullptr) reinterpret_cast<uint4*>(d1)[v + u * stride] = x[u];
+      }
+    }
+    for (; v < nvec; v += stride) {
       const uint4 x = __ldcv(reinterpret_cast<const uint4*>(a) + v);
       reinterpret_cast<uint4*>(d0)[v] = x;
       if (d1 != nullptr) reinterpret_cast<uint4*>(d1)[v] = x;
@@ -121,10 +139,14 @@ __device__ void move_bytes(const MoveArgs& m) {
 struct CudaLanes {
   uint64_t* share_buf;  // __shared__
   DevStep* step_buf;    // __shared__
+  uint32_t* delta_buf;  // dynamic __shared__, 2 * nranks (nblocks > 1 only)
   int32_t dtype;
   int32_t op;
 
   __device__ bool leader() const { return threadIdx.x == 0; }
+  __device__ uint32_t block() const { return blockIdx.x; }
+  __device__ uint32_t fetch_add(uint32_t* p, uint32_t v) { return atomicAdd(p, v); }
+  __device__ uint32_t* deltas() { return delta_buf; }
   __device__ void sync() { __syncthreads(); }
   template <class T>
   __device__ T share(T v) {
@@ -192,7 +214,12 @@ __global__ void __launch_bounds__(kCollectiveThreads)
     collective_kernel_fn(const __grid_constant__ DevLaunch p) {
   __shared__ uint64_t share_buf;
   __shared__ DevStep step_buf;
-  CudaLanes lanes{&share_buf, &step_buf, p.call.dtype, p.call.op};
+  extern __shared__ uint32_t delta_buf[];  // Note [Blocks]: launched with 8 * nranks bytes
+  if (p.call.nblocks > 1) {
+    for (int32_t i = threadIdx.x; i < 2 * p.call.nranks; i += blockDim.x) delta_buf[i] = 0;
+    __syncthreads();
+  }
+  CudaLanes lanes{&share_buf, &step_buf, delta_buf, p.call.dtype, p.call.op};
   CallRunner<CudaLanes> runner(p.call, p.call.steps != nullptr ? p.call.steps : p.steps, lanes);
   (void)runner.run();  // failures are in DevCtl
 }

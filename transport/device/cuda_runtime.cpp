@@ -143,6 +143,7 @@ Status CudaRuntime::device_info(int device, DeviceInfo* out) const {
   ACCORD_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, device), device, "device_info");
   out->name = prop.name;
   out->sm = prop.major * 10 + prop.minor;
+  out->multiprocessors = prop.multiProcessorCount;
   out->pci_bus_id = bus;
   for (char& c : out->pci_bus_id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return Status();

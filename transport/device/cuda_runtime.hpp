@@ -76,7 +76,7 @@ class CudaRuntime final : public DeviceRuntime {
 
   Status load_kernel(int device, const KernelDesc& kernel) override;
   Status launch_kernel(const KernelDesc& kernel, const void* params, size_t params_bytes,
-                       Stream stream) override;
+                       Stream stream, unsigned blocks = 1, size_t shared_bytes = 0) override;
   Status memset_async(void* ptr, int value, size_t bytes, Stream stream) override;
   Status device_address(void* host, void** out) override;
 

@@ -415,7 +415,7 @@ Status CudaRuntime::load_kernel(int device, const KernelDesc& kernel) {
 }
 
 Status CudaRuntime::launch_kernel(const KernelDesc& kernel, const void* params, size_t params_bytes,
-                                  Stream stream) {
+                                  Stream stream, unsigned blocks, size_t shared_bytes) {
   Handle s;
   ACCORD_TRY(find(streams_, stream.id, "stream", "launch_kernel", &s));
   CudaDeviceGuard device_guard;
@@ -425,7 +425,7 @@ Status CudaRuntime::launch_kernel(const KernelDesc& kernel, const void* params, 
                  s.device, kernel.name);
   // The kernel takes one argument, a struct of params_bytes: args[0] points at its bytes.
   void* args[] = {const_cast<void*>(params)};
-  ACCORD_CUDA_CHECK(cudaLaunchKernel(kernel.cuda_func, dim3(1), dim3(kernel.threads), args, 0,
+  ACCORD_CUDA_CHECK(cudaLaunchKernel(kernel.cuda_func, dim3(blocks), dim3(kernel.threads), args, shared_bytes,
                                      static_cast<cudaStream_t>(s.native)),
                     s.device, "launch_kernel");
   return Status();

@@ -58,6 +58,7 @@ struct DeviceInfo {
   std::string name;        // "Tesla V100-SXM2-16GB", or "simulated GPU 3"
   std::string pci_bus_id;  // "0000:07:00.0"; simulated GPUs without one get "00ff:0N:00.0"
   int sm = 0;              // compute capability x 10, 0 unknown
+  int multiprocessors = 0; // 0 unknown (simulated GPUs)
 };
 
 // Handles are small values. 0 is never a valid id; a destroyed handle's id is never reused,
@@ -223,10 +224,13 @@ class DeviceRuntime {
   // launch never waits for the device: with lazy loading (CUDA's default), the first launch of a
   // kernel waits until the device is idle, which a stream held by a collective never is.
   virtual Status load_kernel(int device, const KernelDesc& kernel) = 0;
-  // One block of kernel.threads threads on `stream`, with `params` (copied at once) as its only
-  // argument. Returns at once.
+  // `blocks` blocks of kernel.threads threads on `stream`, with `params` (copied at once) as its
+  // only argument, and `shared_bytes` of dynamic shared memory per block (at most 48 KiB,
+  // CUDA's limit without opting in). Returns at once.
   virtual Status launch_kernel(const KernelDesc& kernel, const void* params, size_t params_bytes,
-                               Stream stream) = 0;
+                               Stream stream, unsigned blocks = 1, size_t shared_bytes = 0) = 0;
+  // The most blocks of one launch that this runtime runs at once.
+  virtual unsigned max_kernel_blocks() const { return 1024; }
   // bytes of device (or pinned) memory set to `value`, on `stream`.
   virtual Status memset_async(void* ptr, int value, size_t bytes, Stream stream) = 0;
   // The address by which device code reaches registered or pinned host memory (CUDA:

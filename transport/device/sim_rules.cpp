@@ -75,7 +75,7 @@ Status SimulatedRuntime::load_kernel(int device, const KernelDesc& kernel) {
 }
 
 Status SimulatedRuntime::launch_kernel(const KernelDesc& kernel, const void* params, size_t params_bytes,
-                                       Stream stream) {
+                                       Stream stream, unsigned blocks, size_t shared_bytes) {
   ACCORD_TRY(not_in_host_func("launch_kernel"));
   std::shared_ptr<sim::SimStream> s;
   ACCORD_TRY(find_stream(stream, "launch_kernel", &s));
@@ -85,6 +85,12 @@ Status SimulatedRuntime::launch_kernel(const KernelDesc& kernel, const void* par
   if (params_bytes > 4096)
     return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: launch_kernel(%s): %zu bytes of parameters; CUDA "
                  "takes at most 4096", s->device(), kernel.name, params_bytes);
+  if (blocks == 0 || blocks > max_kernel_blocks())
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: launch_kernel(%s): %u blocks; the simulation runs 1 to %u",
+                 s->device(), kernel.name, blocks, max_kernel_blocks());
+  if (shared_bytes > (48u << 10))
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: launch_kernel(%s): %zu bytes of dynamic shared memory; "
+                 "CUDA launches at most 48 KiB without cudaFuncSetAttribute", s->device(), kernel.name, shared_bytes);
   ACCORD_TRY(first_launch(s->device(), kernel.name, "launch_kernel"));
   auto copy = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(params),
                                                      static_cast<const uint8_t*>(params) + params_bytes);

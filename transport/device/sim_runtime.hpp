@@ -113,7 +113,9 @@ class SimulatedRuntime final : public DeviceRuntime {
 
   Status load_kernel(int device, const KernelDesc& kernel) override;
   Status launch_kernel(const KernelDesc& kernel, const void* params, size_t params_bytes,
-                       Stream stream) override;
+                       Stream stream, unsigned blocks = 1, size_t shared_bytes = 0) override;
+  // Each block of Accord's collective kernel is a host thread (dev_host.cpp).
+  unsigned max_kernel_blocks() const override { return 3; }
   Status memset_async(void* ptr, int value, size_t bytes, Stream stream) override;
   Status device_address(void* host, void** out) override;
 
