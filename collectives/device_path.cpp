@@ -774,22 +774,28 @@ void Communicator::forget_stream_uses() {
     it = it->second.comm == this ? uses.erase(it) : std::next(it);
 }
 
-// After a CUDA error at a launch: whether a peer died (seen on its pidfd). Seen on an H100-class
-// GPU (2026-11-26, H200): kill -9 of a rank whose GPU memory a kernel reads through CUDA IPC
-// makes that kernel fault (cudaErrorIllegalAddress), and the fault leaves the survivor's CUDA
-// context unusable; the error then surfaces at its next CUDA call, before the watchdog's
-// pidfd check has named the dead rank.
+// After a CUDA error at a launch: whether a peer died (seen on its pidfd). Seen on an H200
+// (2026-11-26): kill -9 of a rank whose GPU memory a kernel reads through CUDA IPC makes that
+// kernel fault (cudaErrorIllegalAddress), and the fault leaves the survivor's CUDA context
+// unusable. The fault comes while the dead process is still being torn down (its memory is
+// freed before its pidfd signals), so the survivor's next call saw the CUDA error alone: this
+// waits up to 2 s for a peer's death to show. Only ever on a failure path.
 std::string Communicator::dead_peer_note() const {
+  std::vector<pollfd> fds;
+  std::vector<int> ranks;
   for (int r = 0; r < nranks_ && static_cast<size_t>(r) < links_.pidfd.size(); ++r) {
     const int fd = links_.pidfd[static_cast<size_t>(r)];
     if (fd < 0 || r == rank_) continue;
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 0) > 0 && (p.revents & POLLIN))
+    fds.push_back(pollfd{fd, POLLIN, 0});
+    ranks.push_back(r);
+  }
+  if (fds.empty() || poll(fds.data(), fds.size(), 2000) <= 0) return std::string();
+  for (size_t i = 0; i < fds.size(); ++i)
+    if (fds[i].revents & POLLIN)
       return format(". Rank %d has died: a kernel that reads a dead process's GPU memory (CUDA IPC) "
                     "faults, and the fault leaves this process's CUDA context unusable; end this "
                     "process and look at rank %d's output for why it exited",
-                    r, r);
-  }
+                    ranks[i], ranks[i]);
   return std::string();
 }
 
