@@ -3,18 +3,22 @@
 # outlives its limit, the stacks of its processes (cuda-gdb, host and device threads) go to the
 # log before they are killed, so a hang is a finding, not a lost call.
 #
-#   scripts/gpu-check.sh BUILD_DIR LOG_DIR [STEP...]    (default: every step)
+#   scripts/gpu-check.sh BUILD_DIR LOG_DIR [STEP...]
+#   (default: one mps2 procs2 trainer torch suite staged mps4 colls; GPU_CHECK_SECONDS=300:
+#   a step not started by then is skipped)
 #
 # Steps (each prints one "=== step: ok|FAIL rc|HANG after N s" line; a summary ends the run):
 #   suite     meson test --suite gpu (4 at once)
 #   one       1 rank, all_reduce_perf -g 1, 8 B .. 128 MiB, results checked
 #   procs2    2 processes on GPU 0 (ipc), no MPS: time slices between the kernels
 #   mps2      the same under MPS; mps4, mps8: 4 and 8 processes; staged: ACCORD_P2P_DISABLE=1
-#             (host-staged); mps2b1: mps2 with one-block kernels (ACCORD_GPU_BLOCKS=1)
+#             (host-staged); mps2b1: mps2 with one-block kernels (ACCORD_GPU_BLOCKS=1);
+#             mps8 and mps2b1 are not in the default list
 #   colls     reduce_scatter, all_gather, broadcast, reduce: 2 processes under MPS
 #   trainer   accord-train --device gpu, 2 ranks under MPS, --sync accord
-#   torch     PyTorch DDP-style all_reduce through libaccord_nccl.so (examples/torch_allreduce.py)
+#   torch     PyTorch's NCCL process group on libaccord_nccl.so (examples/torch_allreduce.py)
 #   kill      kill -9 one of 2 ranks in the middle of 64 MiB all-reduces (MPS): the other ends
+#             (not in the default list)
 #   gpusuite3 the gpu suite 3 times over, 4 at once (not in the default list)
 # Where the machine has one GPU every multi-rank step shares it (ACCORD_DEVICE=0).
 set -u
