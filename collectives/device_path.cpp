@@ -847,8 +847,8 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   if (nranks_ == 1 && std::all_of(sched.steps.begin(), sched.steps.end(),
                                   [](const Step& st) { return st.kind == StepKind::kCopy; })) {
     for (const Step& st : sched.steps) {
-      const auto* src = static_cast<const uint8_t*>(st.src == Buf::kInput ? a.send : a.recv) + st.src_off;
-      auto* dst = static_cast<uint8_t*>(st.dst == Buf::kOutput ? a.recv : const_cast<void*>(a.send)) + st.dst_off;
+      const uint8_t* src = step_src(st, a.send, a.recv);
+      uint8_t* dst = step_dst(st, a.send, a.recv);
       if (src != dst && st.bytes > 0)
         ACCORD_TRY(rt_->copy_async(CopyKind::kDeviceToDevice, dst, src, st.bytes, us)
                        .prefix(format("rank %d: %s: ", rank_, name)));

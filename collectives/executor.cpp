@@ -49,14 +49,8 @@ class Runner {
   }
 
  private:
-  const uint8_t* src(const Step& s) const {
-    const void* base = s.src == Buf::kInput ? a_.input : a_.output;
-    return static_cast<const uint8_t*>(base) + s.src_off;
-  }
-  uint8_t* dst(const Step& s) const {
-    void* base = s.dst == Buf::kOutput ? a_.output : const_cast<void*>(a_.input);
-    return static_cast<uint8_t*>(base) + s.dst_off;
-  }
+  const uint8_t* src(const Step& s) const { return step_src(s, a_.input, a_.output); }
+  uint8_t* dst(const Step& s) const { return step_dst(s, a_.input, a_.output); }
   // The call's wait context, pointed at `peer` (set up once per call, not copied per wait).
   const WaitContext& ctx(int peer) {
     ctx_.peer_rank = peer;

@@ -50,6 +50,16 @@ struct Step {
 };
 
 // The one way algorithms build steps. src and dst offsets are bytes into their buffers.
+// The bytes a step reads and writes, in the call's input and output (the executor and the
+// device path's one-rank copies).
+inline const uint8_t* step_src(const Step& s, const void* input, const void* output) {
+  return static_cast<const uint8_t*>(s.src == Buf::kInput ? input : output) + s.src_off;
+}
+inline uint8_t* step_dst(const Step& s, const void* input, void* output) {
+  return static_cast<uint8_t*>(s.dst == Buf::kOutput ? output : const_cast<void*>(input)) +
+         s.dst_off;
+}
+
 inline Step make_step(StepKind kind, Buf src, size_t src_off, Buf dst, size_t dst_off, size_t bytes,
                       int send_peer = -1, int recv_peer = -1, bool postop = false) {
   Step s;
