@@ -1,8 +1,8 @@
 // Waiting for a flag in shared memory without burning the machine and without hanging.
 //
 // Policy (Note [Waiting]): spin with a pause instruction for spin_ns (none when oversubscribed),
-// then on while every runnable task of the machine has a CPU, up to idle_spin_ns in all (Note
-// [Spin while CPUs are free]), then yield the CPU a few times (when oversubscribed), then
+// then on while at most one runnable task of the machine lacks a CPU, up to idle_spin_ns in
+// all (Note [Spin while CPUs are free]), then yield the CPU a few times (when oversubscribed), then
 // sleep on a futex in slices of at most 20 ms. Between slices the waiter checks its deadline, the
 // communicator's abort flag and whether the peer process is still alive (a pidfd becomes
 // readable when the process dies), so a dead peer is noticed within one slice and a stopped
@@ -28,14 +28,15 @@ struct WaitPolicy {
   // Then on, up to this long from the start of the wait, while cpus_free() (0: no).
   int64_t idle_spin_ns = 0;
   int yields = 0;            // sched_yield() calls before sleeping
-  bool (*cpus_free)() = nullptr;  // every_task_has_cpu; tests give their own
+  bool (*cpus_free)() = nullptr;  // room_to_spin; tests give their own
 };
 
-// Note [Spin while CPUs are free]: whether the machine runs no more tasks than it has CPUs
-// online (the runnable count of /proc/loadavg, which counts this spinning thread), so that
-// spinning on takes a CPU from nobody. About 1.3 us per call on the project VM. False when
-// /proc cannot be read.
-bool every_task_has_cpu();
+// Note [Spin while CPUs are free]: whether the machine runs at most one task more than it
+// has CPUs online (the runnable count of /proc/loadavg, which counts this spinning thread),
+// so that spinning on takes little from anybody. About 1.3 us per call on the project VM.
+// False when /proc cannot be read.
+constexpr long kSpinBesideTasks = 1;
+bool room_to_spin();
 // The runnable count of a /proc/loadavg line ("0.99 1.61 2.21 2/80 22733": 2), -1 if none.
 long loadavg_runnable(const char* text);
 

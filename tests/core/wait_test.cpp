@@ -111,7 +111,7 @@ TEST(Wait, PolicyFromTheSettingAndOversubscription) {
   const WaitPolicy dflt = make_wait_policy(-1, false);
   EXPECT_EQ(dflt.spin_ns, 200000);
   EXPECT_EQ(dflt.idle_spin_ns, 10000000);
-  EXPECT_EQ(dflt.cpus_free, &every_task_has_cpu);
+  EXPECT_EQ(dflt.cpus_free, &room_to_spin);
   EXPECT_EQ(dflt.yields, 0);
   const WaitPolicy over = make_wait_policy(-1, true);
   EXPECT_EQ(over.spin_ns, 0);
@@ -131,24 +131,25 @@ TEST(Wait, LoadavgRunnableCount) {
   EXPECT_EQ(loadavg_runnable("0.99 1.61 2.21 3 1"), -1);
 }
 
-// More spinning threads than CPUs: the real check must say a task waits for a CPU.
-TEST(Wait, EveryTaskHasCpuIsFalseWithMoreSpinnersThanCpus) {
+// Spinning threads two more than the check allows beside the CPUs: it must say no.
+TEST(Wait, NoRoomToSpinWithMoreSpinnersThanCpus) {
   const unsigned cpus = std::thread::hardware_concurrency();
   std::atomic<bool> stop{false};
   std::vector<std::thread> spinners;
-  for (unsigned i = 0; i < cpus + 2; ++i)
+  const unsigned n = cpus + static_cast<unsigned>(kSpinBesideTasks) + 2;
+  for (unsigned i = 0; i < n; ++i)
     spinners.emplace_back([&] {
       while (!stop.load(std::memory_order_relaxed)) cpu_relax();
     });
   bool seen_busy = false;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!seen_busy && std::chrono::steady_clock::now() < until) {
-    seen_busy = !every_task_has_cpu();
+    seen_busy = !room_to_spin();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   stop = true;
   for (auto& t : spinners) t.join();
-  EXPECT_TRUE(seen_busy) << cpus + 2 << " spinning threads on " << cpus << " CPUs, and /proc/loadavg never said so";
+  EXPECT_TRUE(seen_busy) << n << " spinning threads on " << cpus << " CPUs, and /proc/loadavg never said so";
 }
 
 }  // namespace
