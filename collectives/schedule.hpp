@@ -49,7 +49,6 @@ struct Step {
   size_t bytes = 0;
 };
 
-// The one way algorithms build steps. src and dst offsets are bytes into their buffers.
 // The bytes a step reads and writes, in the call's input and output (the executor and the
 // device path's one-rank copies).
 inline const uint8_t* step_src(const Step& s, const void* input, const void* output) {
@@ -60,6 +59,7 @@ inline uint8_t* step_dst(const Step& s, const void* input, void* output) {
          s.dst_off;
 }
 
+// The one way algorithms build steps. src and dst offsets are bytes into their buffers.
 inline Step make_step(StepKind kind, Buf src, size_t src_off, Buf dst, size_t dst_off, size_t bytes,
                       int send_peer = -1, int recv_peer = -1, bool postop = false) {
   Step s;
