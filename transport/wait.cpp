@@ -89,8 +89,8 @@ WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed) {
 // a core until the scheduler's tick (4 ms here) while a test running beside it, or the
 // trainer's compute threads, wait for it. So past the first 200 us a waiter spins on only
 // while /proc/loadavg's runnable count (which includes itself) is at most the number of CPUs
-// online (plus one, below), looking every 100 us, and sleeps at 10 ms in any case: a peer that far behind is
-// computing, not passing data. The count is the whole machine's: on a big machine busy with
+// online (plus one, below), looking every 100 us, and sleeps at 10 ms in any case: a peer that
+// far behind is computing, not passing data. The count is the whole machine's: on a big machine busy with
 // other work the waiter sleeps as before, and a job confined to a few CPUs of an idle big
 // machine may spin on while another job waits for those CPUs, for 10 ms at most per wait.
 //
@@ -99,8 +99,8 @@ WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed) {
 // Open MPI at 1 MiB, and lost single runs (0.81x), where spinning 10 ms gave 1.42-1.50x; with
 // this rule ten busy runs gave 1.11-1.55x at 1 MiB and lost at no size (bench/README.md,
 // "Spinning beside one task"; Open MPI never sleeps). Why sleeping costs that much there was
-// not measured. Two or more extra tasks (tests beside one another, a
-// compile, a trainer's compute threads next to 2 ranks) still make the waiter sleep.
+// not measured. Two or more extra tasks (tests beside one another, a compile, a trainer's
+// compute threads next to 2 ranks) still make the waiter sleep.
 long loadavg_runnable(const char* text) {
   const char* p = text;
   for (int field = 0; field < 3; ++field) {

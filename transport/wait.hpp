@@ -2,11 +2,11 @@
 //
 // Policy (Note [Waiting]): spin with a pause instruction for spin_ns (none when oversubscribed),
 // then on while at most one runnable task of the machine lacks a CPU, up to idle_spin_ns in
-// all (Note [Spin while CPUs are free]), then yield the CPU a few times (when oversubscribed), then
-// sleep on a futex in slices of at most 20 ms. Between slices the waiter checks its deadline, the
-// communicator's abort flag and whether the peer process is still alive (a pidfd becomes
-// readable when the process dies), so a dead peer is noticed within one slice and a stopped
-// one turns into ACCORD_ERR_TIMEOUT at the deadline.
+// all (Note [Spin while CPUs are free]), then yield the CPU a few times (when oversubscribed),
+// then sleep on a futex in slices of at most 20 ms. Between slices the waiter checks its
+// deadline, the communicator's abort flag and whether the peer process is still alive (a pidfd
+// becomes readable when the process dies), so a dead peer is noticed within one slice and a
+// stopped one turns into ACCORD_ERR_TIMEOUT at the deadline.
 //
 // The sleeping side sets `sleeping` before its final check and the waking side reads it after
 // publishing, each with a full fence in between, so a wake is never lost and the fast path
