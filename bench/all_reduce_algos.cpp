@@ -199,7 +199,9 @@ struct Job {
     accord_unique_id_t id;
     if (!new_id(&id)) return false;
     set_env("ACCORD_ALGO", c->algo);
-    set_env("ACCORD_CHUNK_BYTES", c->chunk ? std::to_string(c->chunk) : "");
+    // A candidate without a chunk runs with the slot's (what the tune file records for it),
+    // not the 64 KiB that host calls get by default (Note [Host chunk], communicator.cpp).
+    set_env("ACCORD_CHUNK_BYTES", c->algo.empty() ? "" : std::to_string(c->chunk ? c->chunk : kDefaultChunk));
     set_env("ACCORD_TUNE_FILE", c->algo.empty() ? tune_file : "");
     accord_status_t s = accord_comm_init_rank(&c->comm, n, id, rank);
     unsetenv("ACCORD_ALGO");

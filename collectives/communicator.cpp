@@ -18,6 +18,7 @@ namespace {
 
 constexpr size_t kDefaultSlotBytes = 256 << 10;  // measured best of 32K..512K at 16-256 MiB
 constexpr size_t kDefaultSlots = 8;
+constexpr size_t kHostChunkBytes = 64 << 10;  // Note [Host chunk]
 constexpr size_t kDefaultStreamingBytes = 4 << 20;  // where it pays: Note [Streaming trial]
 constexpr int kStreamingTrials = 16;                // Note [Streaming trial]
 
@@ -216,9 +217,9 @@ Status Communicator::init(const InitSpec& spec) {
                                         " us while every task has a CPU)"
                                   : "";
   LOG_INFO(kInit,
-           "rank %d of %d ready: %zu local ranks over shm, %zu remote over tcp, chunk %zu KiB, "
-           "wait spin %lld us%s%s",
-           rank_, nranks_, local_ranks_.size(), remote_ranks_.size(), chunk_bytes_ >> 10,
+           "rank %d of %d ready: %zu local ranks over shm, %zu remote over tcp, chunk %zu KiB "
+           "(host buffers %zu KiB), wait spin %lld us%s%s",
+           rank_, nranks_, local_ranks_.size(), remote_ranks_.size(), chunk_bytes_ >> 10, call_chunk(false) >> 10,
            static_cast<long long>(policy_.spin_ns / 1000), spin_on.c_str(),
            policy_.yields ? " then yield (oversubscribed)" : "");
   return Status::success();
@@ -540,8 +541,27 @@ Status Communicator::check_args(const CollArgs& a, size_t* in_bytes, size_t* out
 
 // Note [Tuner model] (tuner.hpp): all-reduce asks the tuner for algorithm and chunk; the other
 // collectives have one algorithm each.
-Algo Communicator::choose_algo(const CollArgs& a, size_t bytes, size_t* chunk) {
-  *chunk = chunk_bytes_;
+// Note [Host chunk]: the FIFOs' 8 slots of 256 KiB suit the GPU path (one flag hand-off per
+// slot over PCIe) and TCP, but on host buffers a slot-sized chunk cycles 2 MiB through each
+// direction's FIFO, the size of this VM's whole L2, and each slot's lines are gone from the
+// cache by the time they are used again. Host calls with every rank on one host therefore cut
+// their messages at 64 KiB (512 KiB of each FIFO in use). Measured on the project VM (Intel
+// Xeon @ 2.50 GHz, 2 vCPUs, 2 MiB L2 per core), 2 ranks, all-reduce float32, medians of 4
+// alternated runs, out of place: 4 MiB 1679 us against 2199 with 256 KiB chunks, 16 MiB 6657
+// against 7741, 64 MiB 27602 against 30538; 64 slots of 64 KiB (2 MiB again) were as slow as
+// the default, 4 slots of 256 KiB (1 MiB) as fast as 64 KiB chunks: the FIFO's footprint
+// decides, not the chunk count. Reduce-scatter and all-gather gained as much, broadcast and
+// point-to-point neither gained nor lost (bench/README.md, 2026-11-27). Device calls, calls
+// across hosts, ACCORD_CHUNK_BYTES and all-reduces chosen from a tune file keep chunk_bytes_.
+// Every rank computes the same value (nhosts_ and the settings are the same everywhere), as
+// the schedules require.
+size_t Communicator::call_chunk(bool on_device) const {
+  if (on_device || nhosts_ > 1 || settings_.chunk_bytes > 0) return chunk_bytes_;
+  return std::min(chunk_bytes_, kHostChunkBytes);
+}
+
+Algo Communicator::choose_algo(const CollArgs& a, size_t bytes, bool on_device, size_t* chunk) {
+  *chunk = call_chunk(on_device);
   Algo pick;
   std::string why;
   switch (a.coll) {
@@ -554,20 +574,24 @@ Algo Communicator::choose_algo(const CollArgs& a, size_t bytes, size_t* chunk) {
           why = "ACCORD_ALGO=hier needs as many ranks on every host; ring instead";
         }
       } else {
-        // Training and benchmarks repeat a few sizes: the tuner runs once per size.
-        auto hit = tune_cache_.find(bytes);
+        // Training and benchmarks repeat a few sizes: the tuner runs once per size (and path).
+        const size_t key = bytes << 1 | (on_device ? 1 : 0);
+        auto hit = tune_cache_.find(key);
         if (hit != tune_cache_.end()) {
           *chunk = hit->second.second;
           return hit->second.first;
         }
+        // A tune file's chunks were measured up to the slot size (bench/calibrate.sh).
+        if (!settings_.tune_file.empty()) *chunk = chunk_bytes_;
+        const size_t max_chunk = *chunk;
         TuneChoice c = nhosts_ > 1
-                           ? tuner_.choose_all_reduce_hosts(bytes, nranks_, host_layout_, oversubscribed_, chunk_bytes_)
-                           : tuner_.choose_all_reduce(bytes, nranks_, oversubscribed_, chunk_bytes_);
+                           ? tuner_.choose_all_reduce_hosts(bytes, nranks_, host_layout_, oversubscribed_, max_chunk)
+                           : tuner_.choose_all_reduce(bytes, nranks_, oversubscribed_, max_chunk);
         pick = c.pick.algo;
-        if (c.pick.chunk_bytes != 0) *chunk = std::min(chunk_bytes_, c.pick.chunk_bytes);
+        if (c.pick.chunk_bytes != 0) *chunk = std::min(max_chunk, c.pick.chunk_bytes);
         why = std::move(c.why);
         if (tune_cache_.size() >= 256) tune_cache_.clear();
-        tune_cache_.emplace(bytes, std::make_pair(pick, *chunk));
+        tune_cache_.emplace(key, std::make_pair(pick, *chunk));
       }
       break;
     case Collective::kReduceScatter:
@@ -699,7 +723,7 @@ Status Communicator::plan_call(const CollArgs& a, bool on_device, CallPlan* plan
 
   ScheduleRequest req;
   req.coll = a.coll;
-  req.algo = choose_algo(a, bytes, &req.chunk_bytes);
+  req.algo = choose_algo(a, bytes, on_device, &req.chunk_bytes);
   req.host_of = host_of_.data();
   req.rank = rank_;
   req.nranks = nranks_;

@@ -166,7 +166,8 @@ class Communicator {
   Status check_args(const CollArgs& a, size_t* in_bytes, size_t* out_bytes) const;
   // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
   Status check_consistency(const CollArgs& a);
-  Algo choose_algo(const CollArgs& a, size_t bytes, size_t* chunk);
+  Algo choose_algo(const CollArgs& a, size_t bytes, bool on_device, size_t* chunk);
+  size_t call_chunk(bool on_device) const;  // Note [Host chunk]
   const Schedule* schedule_for(const ScheduleRequest& req, bool mapped = false);
   // What run_on decides about a call before moving data (Note [Repeated calls]).
   struct CallPlan {
@@ -243,7 +244,7 @@ class Communicator {
   Algo forced_algo_ = Algo::kRing;
   std::map<std::pair<int, int>, int> logged_choices_;  // (collective, log2 size) -> algo and chunk, for info logs
   Tuner tuner_;
-  std::unordered_map<size_t, std::pair<Algo, size_t>> tune_cache_;  // all-reduce bytes -> algorithm, chunk
+  std::unordered_map<size_t, std::pair<Algo, size_t>> tune_cache_;  // all-reduce bytes * 2 + on_device -> algorithm, chunk
   bool oversubscribed_ = false;
   bool may_use_gpu_ = false;  // init: this rank may get a GPU (reserve device FIFOs in its segment)  // more ranks on this host than CPUs to run them (the tuner's model)
   // Device path: the process's runtime, this rank's GPU (-1: host only), every rank's GPU.

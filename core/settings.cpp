@@ -47,7 +47,7 @@ const std::vector<Entry>& entries() {
                  "compare count, dtype, op and root across ranks before each collective"),
       STR_ENTRY("ACCORD_ALGO", algo, "", "force an all-reduce algorithm: ring, tree, direct, rd, hier (empty: the tuner picks)"),
       SIZE_ENTRY("ACCORD_CHUNK_BYTES", chunk_bytes, "0",
-                 "largest pipeline chunk (0: the slot size; the tuner may pick less); K/M/G suffixes"),
+                 "largest pipeline chunk (0: 64 KiB on host buffers with every rank on one host, else the slot size; the tuner may pick less); K/M/G suffixes"),
       STR_ENTRY("ACCORD_TUNE_FILE", tune_file, "", "times measured by bench/calibrate.sh for the tuner (empty: built-in model)"),
       INT_ENTRY("ACCORD_NET_MBPS", net_mbps, "10000",
                 "speed of each host's network link in Mbit/s, for the tuner's choice across hosts"),

@@ -25,7 +25,8 @@ constexpr accord_datatype_t kDtypes[] = {
     ACCORD_INT8,   ACCORD_UINT8,   ACCORD_INT32,   ACCORD_UINT32,  ACCORD_INT64,
     ACCORD_UINT64, ACCORD_FLOAT16, ACCORD_FLOAT32, ACCORD_FLOAT64, ACCORD_BFLOAT16};
 constexpr accord_red_op_t kOps[] = {ACCORD_SUM, ACCORD_PROD, ACCORD_MAX, ACCORD_MIN, ACCORD_AVG};
-constexpr size_t kChunkElemsF32 = (256 << 10) / 4;  // default shm slot / sizeof(float)
+constexpr size_t kChunkElemsF32 = (256 << 10) / 4;      // default shm slot / sizeof(float)
+constexpr size_t kHostChunkElemsF32 = (64 << 10) / 4;   // Note [Host chunk] / sizeof(float)
 
 // One all-reduce, checked exactly. `offset` shifts both buffers off their natural alignment.
 std::string check(accord_comm_t comm, int rank, int nranks, accord_datatype_t dt,
@@ -62,8 +63,9 @@ std::string sweep(accord_comm_t comm, int rank, int nranks) {
           if (!e.empty()) return e;
         }
   // Around one chunk and several chunks, unaligned, float32 and a 2-byte type.
-  for (size_t count :
-       {kChunkElemsF32 - 1, kChunkElemsF32, kChunkElemsF32 + 1, 3 * kChunkElemsF32 * n + 5}) {
+  for (size_t count : {kHostChunkElemsF32 - 1, kHostChunkElemsF32 + 1, kHostChunkElemsF32 * n + 3,
+                       kChunkElemsF32 - 1, kChunkElemsF32, kChunkElemsF32 + 1,
+                       3 * kChunkElemsF32 * n + 5}) {
     for (bool in_place : {false, true}) {
       std::string e = check(comm, rank, nranks, ACCORD_FLOAT32, ACCORD_SUM, count, in_place, 4);
       if (e.empty()) e = check(comm, rank, nranks, ACCORD_BFLOAT16, ACCORD_AVG, count, in_place, 1);
@@ -306,6 +308,87 @@ TEST(AllReduce, StreamingTrialAlternatesStoresThenDecidesOncePerCollectiveWithEx
   rmdir(dir);
   EXPECT_EQ(trial_logs, 2) << "one log per rank process";
   EXPECT_EQ(set_logs, 2) << "one log per rank process";
+}
+
+// Note [Host chunk]: host calls with every rank on one host cut their messages at 64 KiB;
+// ACCORD_CHUNK_BYTES, and a tune file's measured chunk, still decide where given. Read from
+// the tuner's log line for each call's plan; every call exact (1 MiB and a little more, out of
+// place and in place; a reduce-scatter and an all-gather of the same size).
+TEST(AllReduce, HostCallsCutAtSixtyFourKiBUnlessToldOtherwise) {
+  char dir[] = "/tmp/accord-chunk-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string tune = std::string(dir) + "/tune";
+  {
+    std::ofstream f(tune);
+    f << "accord-tune 1\nall_reduce 2 ring 262144 8 2.0\nall_reduce 2 ring 262144 67108864 10000\n";
+  }
+  struct Case {
+    const char* name;
+    const char* chunk_env;  // ACCORD_CHUNK_BYTES
+    bool tune_file;
+    const char* want;  // in the all-reduce's plan line
+  };
+  const Case cases[] = {{"default", "0", false, "chunk 64 KiB"},
+                        {"env-256K", "256K", false, "chunk 256 KiB"},
+                        {"env-32K", "32K", false, "chunk 32 KiB"},
+                        {"tune-file", "0", true, "ring, chunk 256 KiB"}};
+  const size_t count = (1u << 20) / 4 + 5;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string log = std::string(dir) + "/log-" + c.name + "-%p";
+    ScopedEnv level("ACCORD_LOG", "warn,tune:info");
+    ScopedEnv file("ACCORD_LOG_FILE", log.c_str());
+    ScopedEnv chunk("ACCORD_CHUNK_BYTES", c.chunk_env);
+    ScopedEnv tuned("ACCORD_TUNE_FILE", c.tune_file ? tune.c_str() : "");
+    auto failures = run_processes(2, [&](accord_comm_t comm, int rank, int nranks) {
+      log_reconfigure();  // this process's log, as set above
+      for (bool in_place : {false, true}) {
+        std::string e = check(comm, rank, nranks, ACCORD_FLOAT32, ACCORD_SUM, count, in_place, 4);
+        if (!e.empty()) return e;
+      }
+      const size_t part = count / 2;
+      std::vector<int32_t> in(2 * part), out(2 * part, -1);
+      for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<int32_t>(k) + rank;
+      if (accord_reduce_scatter(in.data(), out.data(), part, ACCORD_INT32, ACCORD_SUM, comm, nullptr) !=
+          ACCORD_SUCCESS)
+        return std::string("reduce_scatter: ") + accord_last_error(comm);
+      for (size_t k = 0; k < part; ++k)
+        if (out[k] != 2 * static_cast<int32_t>(rank * part + k) + 1)
+          return "reduce_scatter: wrong element " + std::to_string(k);
+      if (accord_all_gather(in.data(), out.data(), part, ACCORD_INT32, comm, nullptr) != ACCORD_SUCCESS)
+        return std::string("all_gather: ") + accord_last_error(comm);
+      for (size_t k = 0; k < 2 * part; ++k)
+        if (out[k] != static_cast<int32_t>(k % part) + static_cast<int32_t>(k / part))
+          return "all_gather: wrong element " + std::to_string(k);
+      return std::string();
+    });
+    for (const auto& f : failures) ADD_FAILURE() << f;
+  }
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir)) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') names.push_back(e->d_name);
+    closedir(d);
+  }
+  int logs = 0;
+  const std::string plan_line = "tune all_reduce of " + std::to_string(count * 4) + " bytes (2 ranks): ";
+  for (const std::string& name : names) {
+    const std::string path = std::string(dir) + "/" + name;
+    std::ifstream in(path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::remove(path.c_str());
+    const size_t at = text.find(plan_line);
+    if (name.rfind("log-", 0) != 0 || at == std::string::npos) continue;  // the test process's own
+    ++logs;
+    const std::string line = text.substr(at, text.find('\n', at) - at);
+    for (const Case& c : cases) {
+      if (name.rfind(std::string("log-") + c.name + "-", 0) == 0) {
+        EXPECT_NE(line.find(c.want), std::string::npos) << name << ": " << line;
+      }
+    }
+  }
+  rmdir(dir);
+  EXPECT_EQ(logs, 8) << "one log per rank process and case";
 }
 
 TEST(AllReduce, RepeatedCallsStayInStep) {
