@@ -539,27 +539,28 @@ Status Communicator::check_args(const CollArgs& a, size_t* in_bytes, size_t* out
   return Status::success();
 }
 
-// Note [Tuner model] (tuner.hpp): all-reduce asks the tuner for algorithm and chunk; the other
-// collectives have one algorithm each.
-// Note [Host chunk]: the FIFOs' 8 slots of 256 KiB suit the GPU path (one flag hand-off per
-// slot over PCIe) and TCP, but on host buffers a slot-sized chunk cycles 2 MiB through each
-// direction's FIFO, the size of this VM's whole L2, and each slot's lines are gone from the
-// cache by the time they are used again. Host calls with every rank on one host therefore cut
-// their messages at 64 KiB (512 KiB of each FIFO in use). Measured on the project VM (Intel
-// Xeon @ 2.50 GHz, 2 vCPUs, 2 MiB L2 per core), 2 ranks, all-reduce float32, medians of 4
-// alternated runs, out of place: 4 MiB 1679 us against 2199 with 256 KiB chunks, 16 MiB 6657
-// against 7741, 64 MiB 27602 against 30538; 64 slots of 64 KiB (2 MiB again) were as slow as
-// the default, 4 slots of 256 KiB (1 MiB) as fast as 64 KiB chunks: the FIFO's footprint
-// decides, not the chunk count. Reduce-scatter and all-gather gained as much, broadcast and
-// point-to-point neither gained nor lost (bench/README.md, 2026-11-27). Device calls, calls
-// across hosts, ACCORD_CHUNK_BYTES and all-reduces chosen from a tune file keep chunk_bytes_.
-// Every rank computes the same value (nhosts_ and the settings are the same everywhere), as
-// the schedules require.
+// Note [Host chunk]: GPU and TCP calls cut messages at the slot (8 slots of 256 KiB per FIFO),
+// where every chunk costs a flag hand-off or a message; smaller chunks were not measured there.
+// On host buffers, slot-sized chunks cycle 2 MiB through each direction's FIFO, as much as
+// this VM's L2 per core, and ran slower than any layout that used less of the FIFO:
+// host calls with every rank on one host cut their messages at 64 KiB (512 KiB of each FIFO in
+// use). Measured on the project VM (Intel Xeon @ 2.50 GHz, 2 vCPUs, 2 MiB L2 per core), 2
+// ranks, all-reduce float32, medians of 4 alternated runs, out of place: 4 MiB 1679 us against
+// 2199 with 256 KiB chunks, 16 MiB 6657 against 7741, 64 MiB 27602 against 30538. 32 slots of
+// 64 KiB (2 MiB again) were as slow as the default and 4 slots of 256 KiB (1 MiB) as fast as
+// 64 KiB chunks, so the FIFO's footprint decides, not the number of chunks. Reduce-scatter and
+// all-gather gained 3-25% from 1 MiB up, broadcast and point-to-point neither gained nor lost
+// (bench/README.md, 2026-11-27). Device calls, calls across hosts, ACCORD_CHUNK_BYTES and
+// all-reduces chosen from a tune file keep chunk_bytes_. Every rank computes the same value
+// when all run with the same settings, as ACCORD_CHUNK_BYTES and ACCORD_TUNE_FILE already
+// require: the schedules of a call must agree.
 size_t Communicator::call_chunk(bool on_device) const {
   if (on_device || nhosts_ > 1 || settings_.chunk_bytes > 0) return chunk_bytes_;
   return std::min(chunk_bytes_, kHostChunkBytes);
 }
 
+// Note [Tuner model] (tuner.hpp): all-reduce asks the tuner for algorithm and chunk; the other
+// collectives have one algorithm each.
 Algo Communicator::choose_algo(const CollArgs& a, size_t bytes, bool on_device, size_t* chunk) {
   *chunk = call_chunk(on_device);
   Algo pick;
