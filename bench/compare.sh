@@ -3,7 +3,10 @@
 # REPS runs of `all_reduce_perf --compare-mpi` (each run alternates the two libraries on the
 # same buffers, 3 rounds, and reports each one's median), as a Markdown table (bench/README.md)
 # with the median run and the worst run side by side. The worst ratio is the smallest
-# MPI time / Accord time of any one run: below 1.00, Accord lost that run at that size.
+# MPI time / Accord time of any one run: below 1.00, Accord lost that run at that size, and
+# the run's three rounds at that size go to stderr ("run R lost at SIZE B: ..."), with each
+# round's context switches per call (voluntary/involuntary, the rank with the most), to tell
+# a collapse that slept from one that lost its core.
 # Usage: bench/compare.sh [BUILD_DIR] [--four] [--reps N] [--program NAME] [--busy] [--max SIZE] [--raw DIR]
 #   --busy     one busy process (a spinning shell) runs beside the ranks for the whole job, at
 #              the ranks' own priority (no nice -n -10: a user's trainer does not run under it),
@@ -61,13 +64,26 @@ import statistics, sys
 np_, busy = sys.argv[1], sys.argv[2] == "1"
 runs = sys.argv[3:]
 rows = {}
+lost = []  # (run, size, its line and the rounds behind it)
 for path in runs:
+    run = path.rsplit(".", 2)[-2]  # np2.7.txt: run 7
+    last = None
     for line in open(path):
+        if line.startswith("#   ") and " B rounds: " in line and last is not None:
+            if last[1] / last[2] < 1:  # Open MPI time / Accord time
+                lost.append((run, last[0], line[4:].strip()))
+            continue
         if line.startswith("#") or not line.strip():
             continue
         f = line.split()
         # out-of-place time (us), Open MPI's time (us), from the same run
-        rows.setdefault(int(f[0]), []).append((float(f[5]), float(f[13])))
+        size, a, m = int(f[0]), float(f[5]), float(f[13])
+        rows.setdefault(size, []).append((a, m))
+        last = (size, m, a)
+for run, size, rounds in lost:
+    # What a lost run did, round by round (all_reduce_perf --compare-mpi): times, and context
+    # switches per call (voluntary/involuntary) of the rank with the most.
+    print(f"run {run} lost at {size} B: {rounds}", file=sys.stderr)
 beside = "one busy process beside the ranks, no nice" if busy else "quiet, nice -n -10"
 print(f"\n{np_} ranks, float32 sum, out of place, {len(runs)} runs ({beside})\n")
 print("| size | Accord median (us) | Accord worst (us) | Open MPI median (us) | Open MPI worst (us) "

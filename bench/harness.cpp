@@ -10,6 +10,7 @@
 
 #include <accord/accord.h>
 #include <accord/accord_device.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -342,8 +343,22 @@ struct Rank {
     return out;
   }
 
-  // Mean seconds per call, slowest rank; negative on error.
-  double time_calls(const void* send, void* recv, size_t count, accord_datatype_t d, accord_red_op_t op, bool mpi) {
+  // Context switches of the calling thread during the timed calls, per call, the most of any
+  // rank (getrusage RUSAGE_THREAD). --compare-mpi prints them for every round, so that a run
+  // that collapsed says whether its ranks slept (voluntary) or lost their cores (involuntary).
+  struct Switches {
+    double voluntary = 0, involuntary = 0;
+  };
+  static void thread_switches(long* voluntary, long* involuntary) {
+    rusage u{};
+    getrusage(RUSAGE_THREAD, &u);
+    *voluntary = u.ru_nvcsw;
+    *involuntary = u.ru_nivcsw;
+  }
+
+  // Mean seconds per call, slowest rank; negative on error. `sw`: also the context switches.
+  double time_calls(const void* send, void* recv, size_t count, accord_datatype_t d, accord_red_op_t op, bool mpi,
+                    Switches* sw = nullptr) {
     auto w0 = std::chrono::steady_clock::now();
     for (int i = 0; i < o.warmup; ++i)
       if (!call(send, recv, count, d, op, mpi)) return -1;
@@ -360,11 +375,18 @@ struct Rank {
       iters = std::max(iters, static_cast<int>(want));
     }
     if (!barrier()) return -1;
+    long v0 = 0, i0 = 0, v1 = 0, i1 = 0;
+    thread_switches(&v0, &i0);
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i)
       if (!call(send, recv, count, d, op, mpi)) return -1;
     if (!sync()) return -1;
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+    thread_switches(&v1, &i1);
+    if (sw != nullptr) {
+      sw->voluntary = max_over_ranks(static_cast<double>(v1 - v0) / iters);
+      sw->involuntary = max_over_ranks(static_cast<double>(i1 - i0) / iters);
+    }
     return max_over_ranks(secs);
   }
 
@@ -486,6 +508,8 @@ struct Rank {
           double t[2];
           long wrong[2] = {0, 0};
           double t_mpi = -1;
+          double rounds_a[3] = {0, 0, 0}, rounds_m[3] = {0, 0, 0};  // in the order run
+          Switches sw_a[3], sw_m[3];
           for (int place = 0; place < 2; ++place) {
             char* send = in.data();
             char* recv = place == 0 ? out.data() : in.data();
@@ -495,8 +519,8 @@ struct Rank {
               // Alternate the two libraries on the same buffers; medians of 3 rounds.
               double ta[3], tm[3];
               for (int k = 0; k < 3; ++k) {
-                ta[k] = time_calls(send, recv, cc, d, op, false);
-                tm[k] = time_calls(send, recv, cc, d, op, true);
+                ta[k] = rounds_a[k] = time_calls(send, recv, cc, d, op, false, &sw_a[k]);
+                tm[k] = rounds_m[k] = time_calls(send, recv, cc, d, op, true, &sw_m[k]);
                 if (ta[k] < 0 || tm[k] < 0) return 2;
               }
               std::sort(ta, ta + 3);
@@ -546,6 +570,18 @@ struct Rank {
               }
             }
             std::printf("%s\n", line);
+            if (o.compare_mpi && t_mpi > 0) {
+              // The three rounds behind the medians, and their context switches per call
+              // (voluntary/involuntary, the most of any rank): bench/compare.sh shows these
+              // lines for every size a run lost.
+              std::printf("#   %zu B rounds: Accord", count * es);
+              for (int k = 0; k < 3; ++k)
+                std::printf(" %.2f us (%.3f/%.3f)", rounds_a[k] * 1e6, sw_a[k].voluntary, sw_a[k].involuntary);
+              std::printf(", Open MPI");
+              for (int k = 0; k < 3; ++k)
+                std::printf(" %.2f us (%.3f/%.3f)", rounds_m[k] * 1e6, sw_m[k].voluntary, sw_m[k].involuntary);
+              std::printf("\n");
+            }
             std::fflush(stdout);
           }
           if (bytes == o.max_bytes || (o.factor == 0 && o.step_bytes == 0)) break;
