@@ -52,6 +52,17 @@ std::string check(accord_comm_t comm, int rank, int nranks, accord_datatype_t dt
   return "";
 }
 
+// The names of the files in `dir` (not . and ..).
+std::vector<std::string> files_in(const char* dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir)) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') names.push_back(e->d_name);
+    closedir(d);
+  }
+  return names;
+}
+
 std::string sweep(accord_comm_t comm, int rank, int nranks) {
   const size_t n = static_cast<size_t>(nranks);
   std::vector<size_t> sizes = {0, 1, 2, 7, n - 1 > 0 ? n - 1 : 3, n + 1, 1031};
@@ -267,12 +278,7 @@ TEST(AllReduce, StreamingTrialAlternatesStoresThenDecidesOncePerCollectiveWithEx
     });
     for (const auto& f : failures) ADD_FAILURE() << f;
   }
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir)) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') names.push_back(e->d_name);
-    closedir(d);
-  }
+  const std::vector<std::string> names = files_in(dir);
   int trial_logs = 0, set_logs = 0;
   for (const std::string& name : names) {
     std::ifstream in(std::string(dir) + "/" + name);
@@ -364,12 +370,7 @@ TEST(AllReduce, HostCallsCutAtSixtyFourKiBUnlessToldOtherwise) {
     });
     for (const auto& f : failures) ADD_FAILURE() << f;
   }
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir)) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') names.push_back(e->d_name);
-    closedir(d);
-  }
+  const std::vector<std::string> names = files_in(dir);
   int logs = 0;
   const std::string plan_line = "tune all_reduce of " + std::to_string(count * 4) + " bytes (2 ranks): ";
   for (const std::string& name : names) {
