@@ -228,6 +228,8 @@ TEST(AllReduce, DirectOnTheBoardAndThroughFifosGivesTheRankOrderFold) {
 
 // 256 MiB (32 MiB under ThreadSanitizer, where it would take minutes).
 TEST(AllReduce, TwoHundredFiftySixMiBOfFloat32InProcesses) {
+  // Under ThreadSanitizer, slot-sized chunks (Note [Host chunk]: 64 KiB took it from 11 to 26 s).
+  ScopedEnv chunk("ACCORD_CHUNK_BYTES", kThreadSanitizer ? "256K" : "0");
   auto failures = run_processes(2, [](accord_comm_t comm, int rank, int nranks) {
     const size_t count = (kThreadSanitizer ? 32u << 20 : 256u << 20) / 4;
     std::string e = check(comm, rank, nranks, ACCORD_FLOAT32, ACCORD_SUM, count, false, 0);
@@ -253,6 +255,9 @@ TEST(AllReduce, StreamingTrialAlternatesStoresThenDecidesOncePerCollectiveWithEx
     ScopedEnv level("ACCORD_LOG", "warn,tune:debug");
     ScopedEnv file("ACCORD_LOG_FILE", log.c_str());
     ScopedEnv nt("ACCORD_NT_THRESHOLD", threshold);
+    // Slot-sized chunks: 4x fewer hand-offs than the 64 KiB of host calls (Note [Host chunk]),
+    // which took this test from 67 to 114 s under ThreadSanitizer; stores are what it tests.
+    ScopedEnv chunk("ACCORD_CHUNK_BYTES", "256K");
     auto failures = run_processes(2, [&](accord_comm_t comm, int rank, int nranks) {
       log_reconfigure();  // this process's log, as set above (the test binary's was configured
                           // earlier)
