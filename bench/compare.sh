@@ -70,7 +70,7 @@ for path in runs:
     last = None
     for line in open(path):
         if line.startswith("#   ") and " B rounds: " in line and last is not None:
-            if last[1] / last[2] < 1:  # Open MPI time / Accord time
+            if last[2] / last[1] < 1:  # Open MPI time / Accord time
                 lost.append((run, last[0], line[4:].strip()))
             continue
         if line.startswith("#") or not line.strip():
@@ -79,7 +79,7 @@ for path in runs:
         # out-of-place time (us), Open MPI's time (us), from the same run
         size, a, m = int(f[0]), float(f[5]), float(f[13])
         rows.setdefault(size, []).append((a, m))
-        last = (size, m, a)
+        last = (size, a, m)
 for run, size, rounds in lost:
     # What a lost run did, round by round (all_reduce_perf --compare-mpi): times, and context
     # switches per call (voluntary/involuntary) of the rank with the most.

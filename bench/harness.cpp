@@ -376,14 +376,14 @@ struct Rank {
     }
     if (!barrier()) return -1;
     long v0 = 0, i0 = 0, v1 = 0, i1 = 0;
-    thread_switches(&v0, &i0);
+    if (sw != nullptr) thread_switches(&v0, &i0);
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i)
       if (!call(send, recv, count, d, op, mpi)) return -1;
     if (!sync()) return -1;
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-    thread_switches(&v1, &i1);
     if (sw != nullptr) {
+      thread_switches(&v1, &i1);
       sw->voluntary = max_over_ranks(static_cast<double>(v1 - v0) / iters);
       sw->involuntary = max_over_ranks(static_cast<double>(i1 - i0) / iters);
     }

@@ -63,6 +63,14 @@ std::vector<std::string> files_in(const char* dir) {
   return names;
 }
 
+// The text of the file at `path`, which is then removed.
+std::string take_file(const std::string& path) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  return text;
+}
+
 std::string sweep(accord_comm_t comm, int rank, int nranks) {
   const size_t n = static_cast<size_t>(nranks);
   std::vector<size_t> sizes = {0, 1, 2, 7, n - 1 > 0 ? n - 1 : 3, n + 1, 1031};
@@ -286,9 +294,7 @@ TEST(AllReduce, StreamingTrialAlternatesStoresThenDecidesOncePerCollectiveWithEx
   const std::vector<std::string> names = files_in(dir);
   int trial_logs = 0, set_logs = 0;
   for (const std::string& name : names) {
-    std::ifstream in(std::string(dir) + "/" + name);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::remove((std::string(dir) + "/" + name).c_str());
+    const std::string text = take_file(std::string(dir) + "/" + name);
     // A rank's log names its call's plan; the test process's own log (it made no call) is skipped.
     if (text.find("tune all_reduce of 4194316 bytes") == std::string::npos) continue;
     auto occurrences = [&](const std::string& what) {
@@ -379,10 +385,7 @@ TEST(AllReduce, HostCallsCutAtSixtyFourKiBUnlessToldOtherwise) {
   int logs = 0;
   const std::string plan_line = "tune all_reduce of " + std::to_string(count * 4) + " bytes (2 ranks): ";
   for (const std::string& name : names) {
-    const std::string path = std::string(dir) + "/" + name;
-    std::ifstream in(path);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::remove(path.c_str());
+    const std::string text = take_file(std::string(dir) + "/" + name);
     const size_t at = text.find(plan_line);
     if (name.rfind("log-", 0) != 0 || at == std::string::npos) continue;  // the test process's own
     ++logs;
