@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 
 #include "core/log.hpp"
 
@@ -182,7 +183,8 @@ Status Communicator::init(const InitSpec& spec) {
   std::unique_ptr<StoreClient> store;
   ACCORD_TRY(StoreClient::connect(spec.endpoint, rank_, nranks_, deadline, &store));
   if (fault_.at("init.connected", rank_)) trigger_fault(fault_);
-  Status s = connect_transports(store.get(), deadline);
+  Status s = agree_on_settings(store.get(), deadline);
+  if (s.ok()) s = connect_transports(store.get(), deadline);
   if (s.ok()) s = setup_device(spec.device);
   if (s.ok()) {
     std::vector<std::string> devices;
@@ -223,6 +225,67 @@ Status Communicator::init(const InitSpec& spec) {
            static_cast<long long>(policy_.spin_ns / 1000), spin_on.c_str(),
            policy_.yields ? " then yield (oversubscribed)" : "");
   return Status::success();
+}
+
+// Note [Settings every rank shares] (core/settings.hpp): compared before any transport is set
+// up, so that ranks started with different values fail at init, every one of them with the
+// same message, instead of waiting in their first collective for messages planned otherwise
+// (ACCORD_TIMEOUT_MS later, or never for a rank that thinks the call is done). The tune file
+// is compared by its content: hosts may keep their copies at different paths.
+Status Communicator::agree_on_settings(StoreClient* store, Deadline deadline) {
+  const std::vector<SharedSetting> shared = shared_settings(settings_);
+  std::string mine;
+  for (const SharedSetting& s : shared) {
+    std::string value = s.value;
+    if (std::strcmp(s.name, "ACCORD_TUNE_FILE") == 0 && !value.empty()) {
+      std::ifstream f(value, std::ios::binary);  // Tuner::load has read it already
+      const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      uint64_t h = 1469598103934665603ULL;
+      for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+      value = format("a file of %zu bytes, FNV-1a %016llx", text.size(), static_cast<unsigned long long>(h));
+    }
+    mine += value + "\n";  // a value never holds a newline: one line per setting, in table order
+  }
+  std::vector<std::string> all;
+  ACCORD_TRY(store->all_gather("settings", rank_, nranks_, mine, &all, deadline));
+  auto values = [](const std::string& text) {
+    std::vector<std::string> v;
+    for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1)
+      v.push_back(text.substr(at, nl - at));
+    return v;
+  };
+  const std::vector<std::string> first = values(all[0]);
+  std::string differing;  // every setting that differs, after the first one's details
+  std::string detail;
+  for (size_t i = 0; i < shared.size(); ++i) {
+    std::vector<int> others;
+    std::string other_value;
+    for (int r = 1; r < nranks_; ++r) {
+      const std::vector<std::string> v = values(all[static_cast<size_t>(r)]);
+      const std::string value = i < v.size() ? v[i] : "?";
+      if (i < first.size() && value == first[i]) continue;
+      if (others.empty()) other_value = value;
+      others.push_back(r);
+    }
+    if (others.empty()) continue;
+    if (!detail.empty()) {
+      differing += format("%s%s", differing.empty() ? "" : ", ", shared[i].name);
+      continue;
+    }
+    auto shown = [](const std::string& v) { return v.empty() ? std::string("unset") : "'" + v + "'"; };
+    std::string list;
+    for (size_t k = 0; k < others.size() && k < 8; ++k) list += format("%s%d", k ? ", " : "", others[k]);
+    if (others.size() > 8) list += format(" and %zu more", others.size() - 8);
+    detail = format("%s is %s on rank 0 and %s on rank %d (ranks that differ from rank 0: %s)", shared[i].name,
+                    shown(i < first.size() ? first[i] : "?").c_str(), shown(other_value).c_str(), others[0],
+                    list.c_str());
+  }
+  if (detail.empty()) return Status::success();
+  return error(ACCORD_ERR_MISMATCH,
+               "rank %d: ranks disagree on a setting that shapes every collective's messages: %s%s%s. Ranks "
+               "with different values would plan different schedules and wait for each other; give every "
+               "rank the same environment (mpirun -x NAME, or the same value in each host's environment)",
+               rank_, detail.c_str(), differing.empty() ? "" : "; these differ too: ", differing.c_str());
 }
 
 Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {

@@ -158,6 +158,7 @@ class Communicator {
   uint32_t call_blocks(const Schedule& sched) const;
   std::string dead_peer_note() const;  // device_path.cpp
   void set_sticky(const Status& s);
+  Status agree_on_settings(StoreClient* store, Deadline deadline);  // Note [Settings every rank shares]
   Status connect_transports(StoreClient* store, Deadline deadline);
   void group_by_host(const std::vector<std::string>& infos, std::vector<long>* local_pids);
   Status connect_remote(StoreClient* store, Deadline deadline);

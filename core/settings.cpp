@@ -179,25 +179,53 @@ Status load_settings(Settings* out) {
   return Status::success();
 }
 
+namespace {
+
+std::string value_text(const Settings& s, const Entry& e) {
+  std::string value;
+  switch (e.kind) {
+    case Kind::kInt:
+    case Kind::kSize: value = std::to_string(s.*e.int_field); break;
+    case Kind::kBool: value.assign(1, (s.*e.bool_field) ? '1' : '0'); break;
+    case Kind::kString: {
+      if (e.string_field == nullptr) {
+        const char* v = std::getenv(e.info.name);
+        value = v ? v : "";
+      } else {
+        value = s.*e.string_field;
+      }
+      if (e.secret && !value.empty()) value.assign("(set, not shown)", 16);
+      break;
+    }
+  }
+  return value;
+}
+
+// Note [Settings every rank shares] (settings.hpp). ACCORD_SHM_DISABLE is not among them: a
+// rank without shared memory is remote to every other rank, and they all see it so.
+// ACCORD_GPU_BLOCKS neither: each rank's blocks count their own slices (Note [Blocks]).
+bool shared(const Entry& e) {
+  static const char* const kShared[] = {"ACCORD_ALGO",           "ACCORD_CHUNK_BYTES", "ACCORD_TUNE_FILE",
+                                        "ACCORD_NET_MBPS",       "ACCORD_SHM_SLOT_BYTES",
+                                        "ACCORD_SHM_NSLOTS",     "ACCORD_CHECK",       "ACCORD_P2P_DISABLE"};
+  for (const char* name : kShared)
+    if (std::strcmp(name, e.info.name) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<SharedSetting> shared_settings(const Settings& s) {
+  std::vector<SharedSetting> out;
+  for (const Entry& e : entries())
+    if (shared(e)) out.push_back({e.info.name, value_text(s, e)});
+  return out;
+}
+
 void log_settings(const Settings& s) {
   if (!log_enabled(LogLevel::kInfo, LogCat::kEnv)) return;
   for (const Entry& e : entries()) {
-    std::string value;
-    switch (e.kind) {
-      case Kind::kInt:
-      case Kind::kSize: value = std::to_string(s.*e.int_field); break;
-      case Kind::kBool: value.assign(1, (s.*e.bool_field) ? '1' : '0'); break;
-      case Kind::kString: {
-        if (e.string_field == nullptr) {
-          const char* v = std::getenv(e.info.name);
-          value = v ? v : "";
-        } else {
-          value = s.*e.string_field;
-        }
-        if (e.secret && !value.empty()) value.assign("(set, not shown)", 16);
-        break;
-      }
-    }
+    const std::string value = value_text(s, e);
     bool from_env = std::getenv(e.info.name) != nullptr;
     log_message(LogLevel::kInfo, LogCat::kEnv, "%s=%s%s", e.info.name, value.c_str(),
                 from_env ? " (from environment)" : "");
@@ -206,8 +234,10 @@ void log_settings(const Settings& s) {
 
 std::string settings_help() {
   std::string out = "Environment variables read by Accord:\n";
-  for (const SettingInfo& i : setting_table()) {
-    out += format("  %-24s %-6s default '%s'\n      %s\n", i.name, i.type, i.default_value, i.help);
+  for (const Entry& e : entries()) {
+    const SettingInfo& i = e.info;
+    out += format("  %-24s %-6s default '%s'\n      %s%s\n", i.name, i.type, i.default_value, i.help,
+                  shared(e) ? " (the same on every rank, or init fails)" : "");
   }
   return out;
 }

@@ -66,6 +66,17 @@ void log_settings(const Settings& s);
 // Text for --help-env.
 std::string settings_help();
 
+// Note [Settings every rank shares]: the settings that shape the messages of a collective
+// (which algorithm, how it is cut into chunks, the FIFOs' shape, the tuner's inputs, whether
+// arguments are exchanged first, how GPU pairs are routed). Ranks that differ in one of them
+// plan different schedules and would wait for messages that never come, so communicator init
+// compares them across ranks and fails on every rank, naming the setting, when they differ.
+struct SharedSetting {
+  const char* name;
+  std::string value;  // as the log prints it
+};
+std::vector<SharedSetting> shared_settings(const Settings& s);
+
 // Parse "64K", "1M", "2G", "123" (binary multiples). Returns false on garbage.
 bool parse_size(const char* text, int64_t* out);
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -122,6 +123,77 @@ TEST(ApiErrors, MismatchedNranksAtInitFailsOnEveryRank) {
     EXPECT_EQ(st[r], ACCORD_ERR_INVALID_USAGE) << msg[r];
     EXPECT_TRUE(contains(msg[r], "nranks=3")) << msg[r];
   }
+}
+
+// Note [Settings every rank shares]: a setting that shapes the messages, given to some ranks
+// only, fails init on every rank at once, naming it and the ranks; a tune file is compared by
+// content; settings that do not shape messages may differ.
+TEST(ApiErrors, SettingsThatShapeMessagesMustBeTheSameOnEveryRank) {
+  ScopedEnv t("ACCORD_INIT_TIMEOUT_MS", "30000");
+  char dir[] = "/tmp/accord-settings-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string tune_a = std::string(dir) + "/a.tune", tune_b = std::string(dir) + "/b.tune",
+                    tune_c = std::string(dir) + "/c.tune";
+  auto tune_text = [](double tree_us) {  // 3 ranks, 8 B and 1 MiB: tree or rd
+    return "accord-tune 1\nall_reduce 3 tree 4096 8 " + std::to_string(tree_us) +
+           "\nall_reduce 3 rd 262144 8 2.0\nall_reduce 3 tree 4096 1048576 900\nall_reduce 3 rd 262144 1048576 600\n";
+  };
+  for (const std::string& path : {tune_a, tune_b}) std::ofstream(path) << tune_text(1.0);
+  std::ofstream(tune_c) << tune_text(3.0);
+  struct Case {
+    std::vector<std::vector<std::pair<const char*, std::string>>> env;  // per rank
+    std::vector<std::string> needles;  // in every rank's message; none: init and a call succeed
+  } cases[] = {
+      {{{}, {}, {{"ACCORD_CHUNK_BYTES", "64K"}}},
+       {"ACCORD_CHUNK_BYTES is '0' on rank 0 and '65536' on rank 2 (ranks that differ from rank 0: 2)",
+        "mpirun -x"}},
+      {{{}, {{"ACCORD_ALGO", "ring"}, {"ACCORD_SHM_NSLOTS", "16"}}, {{"ACCORD_ALGO", "ring"}}},
+       {"ACCORD_ALGO is unset on rank 0 and 'ring' on rank 1 (ranks that differ from rank 0: 1, 2)",
+        "these differ too: ACCORD_SHM_NSLOTS"}},
+      {{{{"ACCORD_CHECK", "1"}}, {}, {}}, {"ACCORD_CHECK is '1' on rank 0 and '0' on rank 1"}},
+      {{{{"ACCORD_TUNE_FILE", tune_a}}, {{"ACCORD_TUNE_FILE", tune_a}}, {{"ACCORD_TUNE_FILE", tune_c}}},
+       {"ACCORD_TUNE_FILE is 'a file of", "on rank 2 (ranks that differ from rank 0: 2)"}},
+      // Same content at another path; and settings each rank may have its own of.
+      {{{{"ACCORD_TUNE_FILE", tune_a}, {"ACCORD_SPIN_US", "0"}},
+        {{"ACCORD_TUNE_FILE", tune_b}, {"ACCORD_TIMEOUT_MS", "60000"}},
+        {{"ACCORD_TUNE_FILE", tune_a}, {"ACCORD_NT_THRESHOLD", "1M"}, {"ACCORD_LOG", "error"}}},
+       {}},
+  };
+  for (const Case& c : cases) {
+    const auto start = std::chrono::steady_clock::now();
+    auto failures = run_processes(
+        3,
+        [](accord_comm_t comm, int, int n) -> std::string {
+          float x[5] = {1, 2, 3, 4, 5};
+          if (accord_all_reduce(x, x, 5, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr) != ACCORD_SUCCESS)
+            return accord_last_error(comm);
+          for (int i = 0; i < 5; ++i)
+            if (x[i] != static_cast<float>((i + 1) * n)) return "wrong sum";
+          return "";
+        },
+        60,
+        [&c](int rank) {
+          for (const auto& [name, value] : c.env[static_cast<size_t>(rank)]) setenv(name, value.c_str(), 1);
+        });
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string what = c.needles.empty() ? "settings that may differ" : c.needles[0];
+    if (c.needles.empty()) {
+      for (const auto& f : failures) ADD_FAILURE() << what << ": " << f;
+      continue;
+    }
+    ASSERT_EQ(failures.size(), 3u) << what << ": every rank must fail";
+    for (int r = 0; r < 3; ++r) {
+      const std::string& f = failures[static_cast<size_t>(r)];
+      // Its own finding, or the first rank's, when the store passed that on first.
+      EXPECT_TRUE(contains(f, "rank " + std::to_string(r) + ": init failed: rank " + std::to_string(r) + ": "))
+          << f;
+      EXPECT_TRUE(contains(f, "ranks disagree on a setting that shapes every collective's messages")) << f;
+      for (const std::string& needle : c.needles) EXPECT_TRUE(contains(f, needle)) << f;
+    }
+    EXPECT_LT(secs, 20.0) << what << ": init must fail at once, not at ACCORD_INIT_TIMEOUT_MS";
+  }
+  for (const std::string& path : {tune_a, tune_b, tune_c}) std::remove(path.c_str());
+  rmdir(dir);
 }
 
 TEST(ApiErrors, MissingRankAtInitTimesOutNamingIt) {

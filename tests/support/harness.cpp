@@ -129,7 +129,8 @@ std::vector<std::string> own_shm_segments() {
   return out;
 }
 
-std::vector<std::string> run_processes(int nranks, const RankBody& body, int timeout_s) {
+std::vector<std::string> run_processes(int nranks, const RankBody& body, int timeout_s,
+                                       const std::function<void(int rank)>& before_init) {
   // Fork every rank before the unique id exists: accord_get_unique_id starts the bootstrap
   // store's thread in this process, and a fork while that thread is inside malloc leaves the
   // child a locked allocator (glibc copes; GCC 12's AddressSanitizer does not, and the child
@@ -152,6 +153,7 @@ std::vector<std::string> run_processes(int nranks, const RankBody& body, int tim
         got += static_cast<size_t>(n);
       }
       close(idfds[0]);
+      if (before_init) before_init(r);
       std::string msg = run_one(id, r, nranks, body);
       if (!msg.empty()) (void)!write(fds[1], msg.data(), msg.size());
       close(fds[1]);

@@ -30,8 +30,10 @@ using RankBody = std::function<std::string(accord_comm_t comm, int rank, int nra
 std::vector<std::string> run_threads(int nranks, const RankBody& body, const accord_unique_id_t* id = nullptr);
 
 // Same with nranks forked processes (forked first; the unique id reaches them by pipe). A process that
-// crashes or hangs past timeout_s is reported too.
-std::vector<std::string> run_processes(int nranks, const RankBody& body, int timeout_s = 120);
+// crashes or hangs past timeout_s is reported too. before_init, if given, runs in each child
+// before its communicator is made (to give one rank an environment of its own).
+std::vector<std::string> run_processes(int nranks, const RankBody& body, int timeout_s = 120,
+                                       const std::function<void(int rank)>& before_init = nullptr);
 
 // The shared-memory segments (transport/shm: /dev/shm/accord-<pid>-<random>) that this process
 // or the processes it forked for ranks (run_processes, note_rank_process) since the last
