@@ -87,8 +87,8 @@ bool log_info_enabled() {
   return false;
 }
 
-const Settings& settings() {
-  static const Settings s = [] {
+Settings& local_settings() {
+  static Settings s = [] {
     Settings r;
     const char* d = std::getenv("ACCORD_MPI_DISABLE");
     r.disabled = d != nullptr && *d != '\0' && std::strcmp(d, "0") != 0;
@@ -101,6 +101,7 @@ const Settings& settings() {
   }();
   return s;
 }
+const Settings& settings() { return local_settings(); }
 
 std::atomic<uint64_t> g_via_accord[kNumColls];
 std::atomic<uint64_t> g_via_mpi[kNumColls];
@@ -156,6 +157,48 @@ void say(MPI_Comm comm, const std::string& message) {
   gethostname(host, sizeof host - 1);
   std::fprintf(stderr, "[%s:%d r%d/%d] libaccord_mpi: %s\n", host, static_cast<int>(getpid()), rank,
                size, message.c_str());
+}
+
+// Note [Settings agreed at MPI_Init]: ACCORD_MPI_DISABLE and the thresholds decide where a
+// call goes, so by Note [Same decision on every rank] every rank must hold the same values.
+// Environments can differ: mpirun passes a variable to other hosts only with -x, and a rank
+// may set its own. So MPI_Init and MPI_Init_thread agree on them across MPI_COMM_WORLD (one
+// PMPI_Allreduce MAX of the values and their complements: the largest and the smallest): where
+// ranks differ every rank takes the largest (Accord off if any rank turned it off; the highest
+// threshold), and rank 0 says so once. A program whose MPI_Init does not come through this
+// library (MPI initialized before it was loaded) keeps each rank's own values.
+void agree_settings() {
+  Settings& s = local_settings();
+  constexpr int n = 1 + kNumColls;
+  const char* names[n] = {"ACCORD_MPI_DISABLE"};
+  uint64_t mine[n] = {s.disabled ? 1u : 0u};
+  for (int c = 0; c < kNumColls; ++c) {
+    names[1 + c] = kCollEnv[c];
+    mine[1 + c] = s.min_bytes[c];
+  }
+  uint64_t in[2 * n], out[2 * n];
+  for (int i = 0; i < n; ++i) {
+    in[i] = mine[i];
+    in[n + i] = ~mine[i];
+  }
+  if (PMPI_Allreduce(in, out, 2 * n, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS) return;
+  int rank = 0;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (int i = 0; i < n; ++i) {
+    const uint64_t hi = out[i], lo = ~out[n + i];
+    if (hi == lo) continue;
+    if (rank == 0 && i == 0)
+      say(MPI_COMM_WORLD,
+          "ACCORD_MPI_DISABLE is set on some ranks only: Accord is off on every rank, since every rank "
+          "must route each call alike; set it on every rank or on none (mpirun -x ACCORD_MPI_DISABLE)");
+    else if (rank == 0)
+      say(MPI_COMM_WORLD, std::string(names[i]) + " (or ACCORD_MPI_MIN_BYTES) differs between ranks, from " +
+                              std::to_string(lo) + " to " + std::to_string(hi) + " bytes: every rank uses " +
+                              std::to_string(hi) + ", since every rank must route each call alike; give every " +
+                              "rank the same value (mpirun -x " + names[i] + ")");
+    if (i == 0) s.disabled = true;
+    else s.min_bytes[i - 1] = static_cast<size_t>(hi);
+  }
 }
 
 // Returns comm's state with a usable Accord communicator, creating it on the first call
@@ -510,6 +553,18 @@ ACCORD_MPI_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int count,
     }
   }
   return fell_through(kReduce, PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm));
+}
+
+ACCORD_MPI_EXPORT int MPI_Init(int* argc, char*** argv) {
+  const int rc = PMPI_Init(argc, argv);
+  if (rc == MPI_SUCCESS) agree_settings();  // Note [Settings agreed at MPI_Init]
+  return rc;
+}
+
+ACCORD_MPI_EXPORT int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
+  const int rc = PMPI_Init_thread(argc, argv, required, provided);
+  if (rc == MPI_SUCCESS) agree_settings();  // Note [Settings agreed at MPI_Init]
+  return rc;
 }
 
 // MPI_Comm_free needs no wrapper: PMPI_Comm_free runs delete_state through the keyval.
