@@ -5,8 +5,9 @@
 # with the median run and the worst run side by side. The worst ratio is the smallest
 # MPI time / Accord time of any one run: below 1.00, Accord lost that run at that size, and
 # the run's three rounds at that size go to stderr ("run R lost at SIZE B: ..."), with each
-# round's context switches per call (voluntary/involuntary, the rank with the most), to tell
-# a collapse that slept from one that lost its core.
+# round's context switches per call (voluntary/involuntary, the rank with the most), how many
+# calls it timed and the machine's steal time meanwhile, to tell a collapse that slept from
+# one that lost its core to another task or its vCPU to the host.
 # Usage: bench/compare.sh [BUILD_DIR] [--four] [--reps N] [--program NAME] [--busy] [--max SIZE] [--raw DIR]
 #   --busy     one busy process (a spinning shell) runs beside the ranks for the whole job, at
 #              the ranks' own priority (no nice -n -10: a user's trainer does not run under it),
@@ -81,8 +82,8 @@ for path in runs:
         rows.setdefault(size, []).append((a, m))
         last = (size, a, m)
 for run, size, rounds in lost:
-    # What a lost run did, round by round (all_reduce_perf --compare-mpi): times, and context
-    # switches per call (voluntary/involuntary) of the rank with the most.
+    # What a lost run did, round by round (all_reduce_perf --compare-mpi): times, context
+    # switches per call (voluntary/involuntary) of the rank with the most, calls, steal time.
     print(f"run {run} lost at {size} B: {rounds}", file=sys.stderr)
 beside = "one busy process beside the ranks, no nice" if busy else "quiet, nice -n -10"
 print(f"\n{np_} ranks, float32 sum, out of place, {len(runs)} runs ({beside})\n")

@@ -348,7 +348,22 @@ struct Rank {
   // that collapsed says whether its ranks slept (voluntary) or lost their cores (involuntary).
   struct Switches {
     double voluntary = 0, involuntary = 0;
+    int calls = 0;        // how many calls the round timed
+    double steal_ms = 0;  // time the hypervisor ran something else on this machine's CPUs
   };
+  // The machine's steal time so far (/proc/stat, all CPUs, in clock ticks: 10 ms here), in
+  // ms; -1 where unknown. On a VM a vCPU the host takes away shows up only here: its tasks
+  // are neither switched out nor sleeping.
+  static double steal_ms() {
+    FILE* f = std::fopen("/proc/stat", "r");
+    if (f == nullptr) return -1;
+    unsigned long long v[8] = {};
+    const int got = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                                &v[4], &v[5], &v[6], &v[7]);
+    std::fclose(f);
+    const long hz = sysconf(_SC_CLK_TCK);
+    return got == 8 && hz > 0 ? static_cast<double>(v[7]) * 1000.0 / static_cast<double>(hz) : -1;
+  }
   static void thread_switches(long* voluntary, long* involuntary) {
     rusage u{};
     getrusage(RUSAGE_THREAD, &u);
@@ -360,23 +375,37 @@ struct Rank {
   double time_calls(const void* send, void* recv, size_t count, accord_datatype_t d, accord_red_op_t op, bool mpi,
                     Switches* sw = nullptr) {
     auto w0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < o.warmup; ++i)
+    std::vector<double> warm_calls;  // seconds of each host warm-up call
+    for (int i = 0; i < o.warmup; ++i) {
+      const auto c0 = std::chrono::steady_clock::now();
       if (!call(send, recv, count, d, op, mpi)) return -1;
+      warm_calls.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count());
+    }
     if (!sync()) return -1;
     int iters = o.iters;
     if (o.min_ms > 0 && o.warmup > 0) {
       // Note [Timing across scheduler ticks]: beside a busy process a rank loses its core for
       // whole scheduler ticks (4 ms here), so a 13 ms measurement (20 calls of 1 MiB) says more
       // about how many ticks fell into it than about the library. The slowest rank's warm-up
-      // sets one count for all ranks.
-      const auto warm = std::chrono::steady_clock::now() - w0;
-      const double per_call = max_over_ranks(std::chrono::duration<double>(warm).count() / o.warmup);
+      // sets one count for all ranks: its median call on host buffers, not its mean. A stall
+      // of tens of ms in the warm-up (a rank that lost its core to a system task, seen in a
+      // scheduler trace on 2026-11-27) made the mean call 4 ms at 16 B, so the round timed 25
+      // calls instead of 200000, and the stall, which took most of those 25 calls' time too,
+      // was reported as 4 ms a call, for Accord and Open MPI alike (bench/README.md, "Busy
+      // collapses at 16 B"). Device calls return before they finish: their mean it is.
+      std::sort(warm_calls.begin(), warm_calls.end());
+      const double mean = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() / o.warmup;
+      const double per_call = max_over_ranks(on_device() ? mean : warm_calls[warm_calls.size() / 2]);
       const double want = std::min(1e7, std::ceil(o.min_ms / 1e3 / std::max(per_call, 1e-9)));
       iters = std::max(iters, static_cast<int>(want));
     }
     if (!barrier()) return -1;
     long v0 = 0, i0 = 0, v1 = 0, i1 = 0;
-    if (sw != nullptr) thread_switches(&v0, &i0);
+    double steal0 = 0;
+    if (sw != nullptr) {
+      thread_switches(&v0, &i0);
+      steal0 = steal_ms();
+    }
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i)
       if (!call(send, recv, count, d, op, mpi)) return -1;
@@ -386,6 +415,9 @@ struct Rank {
       thread_switches(&v1, &i1);
       sw->voluntary = max_over_ranks(static_cast<double>(v1 - v0) / iters);
       sw->involuntary = max_over_ranks(static_cast<double>(i1 - i0) / iters);
+      sw->calls = iters;
+      const double steal1 = steal_ms();
+      sw->steal_ms = max_over_ranks(steal0 >= 0 && steal1 >= 0 ? steal1 - steal0 : -1);
     }
     return max_over_ranks(secs);
   }
@@ -571,15 +603,18 @@ struct Rank {
             }
             std::printf("%s\n", line);
             if (o.compare_mpi && t_mpi > 0) {
-              // The three rounds behind the medians, and their context switches per call
-              // (voluntary/involuntary, the most of any rank): bench/compare.sh shows these
-              // lines for every size a run lost.
+              // The three rounds behind the medians, their context switches per call
+              // (voluntary/involuntary, the most of any rank), how many calls each timed and
+              // the machine's steal time meanwhile:
+              // bench/compare.sh shows these lines for every size a run lost.
               std::printf("#   %zu B rounds: Accord", count * es);
               for (int k = 0; k < 3; ++k)
-                std::printf(" %.2f us (%.3f/%.3f)", rounds_a[k] * 1e6, sw_a[k].voluntary, sw_a[k].involuntary);
+                std::printf(" %.2f us (%.3f/%.3f x%d, steal %.0f ms)", rounds_a[k] * 1e6, sw_a[k].voluntary,
+                            sw_a[k].involuntary, sw_a[k].calls, sw_a[k].steal_ms);
               std::printf(", Open MPI");
               for (int k = 0; k < 3; ++k)
-                std::printf(" %.2f us (%.3f/%.3f)", rounds_m[k] * 1e6, sw_m[k].voluntary, sw_m[k].involuntary);
+                std::printf(" %.2f us (%.3f/%.3f x%d, steal %.0f ms)", rounds_m[k] * 1e6, sw_m[k].voluntary,
+                            sw_m[k].involuntary, sw_m[k].calls, sw_m[k].steal_ms);
               std::printf("\n");
             }
             std::fflush(stdout);
