@@ -10,10 +10,11 @@
 // identically on every rank, or one rank waits in Accord while another waits in MPI. Every
 // input of the decision is one that MPI requires to be equal on every rank of a correct
 // program: the communicator (its kind and size), count, datatype and op of a reduction (MPI
-// requires the same datatype and op everywhere for built-in ops), root, and the settings. Never
-// a buffer address, MPI_IN_PLACE (which MPI_Reduce passes at the root only), nor a datatype of
-// MPI_Bcast or MPI_Allgather, which only need equal type signatures: for those the byte count
-// decides (Note [Signatures, not datatypes] in layout.hpp). The lazy creation of the Accord
+// requires the same datatype and op everywhere for built-in ops), root, and the settings (made
+// equal at MPI_Init: Note [Settings agreed at MPI_Init]). Never a buffer address, MPI_IN_PLACE
+// (which MPI_Reduce passes at the root only), nor a datatype of MPI_Bcast or MPI_Allgather,
+// which only need equal type signatures: for those the byte count decides (Note [Signatures,
+// not datatypes] in layout.hpp). The lazy creation of the Accord
 // communicator happens inside the first eligible call, which is collective, and ends with an
 // agreement (PMPI_Allreduce MIN of "it worked") so that either every rank uses Accord or none.
 // What a rank finds wrong after the decision (Accord failed, memory ran out) is raised on the
