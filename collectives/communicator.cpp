@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "core/crypto.hpp"
 #include "core/log.hpp"
 
 namespace accord {
@@ -240,9 +241,8 @@ Status Communicator::agree_on_settings(StoreClient* store, Deadline deadline) {
     if (std::strcmp(s.name, "ACCORD_TUNE_FILE") == 0 && !value.empty()) {
       std::ifstream f(value, std::ios::binary);  // Tuner::load has read it already
       const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      uint64_t h = 1469598103934665603ULL;
-      for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
-      value = format("a file of %zu bytes, FNV-1a %016llx", text.size(), static_cast<unsigned long long>(h));
+      const Digest d = sha256(text.data(), text.size());
+      value = format("a file of %zu bytes, SHA-256 %s", text.size(), to_hex(d.data(), 8).c_str());
     }
     mine += value + "\n";  // a value never holds a newline: one line per setting, in table order
   }
@@ -254,14 +254,16 @@ Status Communicator::agree_on_settings(StoreClient* store, Deadline deadline) {
       v.push_back(text.substr(at, nl - at));
     return v;
   };
-  const std::vector<std::string> first = values(all[0]);
+  std::vector<std::vector<std::string>> per_rank;
+  for (const std::string& text : all) per_rank.push_back(values(text));
+  const std::vector<std::string>& first = per_rank[0];
   std::string differing;  // every setting that differs, after the first one's details
   std::string detail;
   for (size_t i = 0; i < shared.size(); ++i) {
     std::vector<int> others;
     std::string other_value;
     for (int r = 1; r < nranks_; ++r) {
-      const std::vector<std::string> v = values(all[static_cast<size_t>(r)]);
+      const std::vector<std::string>& v = per_rank[static_cast<size_t>(r)];
       const std::string value = i < v.size() ? v[i] : "?";
       if (i < first.size() && value == first[i]) continue;
       if (others.empty()) other_value = value;
