@@ -202,8 +202,8 @@ accord_status_t init_rank_on(accord_comm_t* comm, int nranks, accord_unique_id_t
     spec.rank = rank;
     spec.nranks = nranks;
     spec.device = device;
-    Status s = load_settings(&spec.settings);
-    if (s.ok()) s = decode_unique_id(id.internal, &spec.endpoint);
+    spec.settings_error = load_settings(&spec.settings);  // init tells the others (Note [A rank that fails alone at init])
+    Status s = decode_unique_id(id.internal, &spec.endpoint);
     std::unique_ptr<Communicator> c;
     if (s.ok()) s = Communicator::create(spec, &c);
     if (!s.ok()) return report(nullptr, s);
@@ -229,8 +229,9 @@ accord_status_t accord_comm_init_from_env(accord_comm_t* comm) {
     *comm = nullptr;
     InitSpec spec;
     LaunchCleanup cleanup;
-    Status s = load_settings(&spec.settings);
-    if (s.ok()) s = spec_from_environment(&spec, &cleanup);
+    spec.settings_error = load_settings(&spec.settings);  // init tells the others (Note [A rank that fails alone at init])
+    Status s = spec_from_environment(&spec, &cleanup);
+    if (!s.ok() && !spec.settings_error.ok()) s = spec.settings_error;  // likely the cause
     std::unique_ptr<Communicator> c;
     if (s.ok()) s = Communicator::create(spec, &c);
     cleanup.run();

@@ -134,13 +134,9 @@ Status Communicator::create(const InitSpec& spec, std::unique_ptr<Communicator>*
   return Status::success();
 }
 
-Status Communicator::init(const InitSpec& spec) {
-  rank_ = spec.rank;
-  nranks_ = spec.nranks;
-  endpoint_ = spec.endpoint;
-  settings_ = spec.settings;
-  RankScope scope(rank_, nranks_);
-  log_settings(settings_);
+// The settings this rank checks alone (Note [A rank that fails alone at init]: a failure here
+// still reaches the other ranks through the store).
+Status Communicator::configure() {
   ACCORD_TRY(parse_fault(settings_.fault, &fault_));
   if (!settings_.algo.empty()) {
     has_forced_algo_ = parse_algo(settings_.algo, &forced_algo_);
@@ -166,6 +162,19 @@ Status Communicator::init(const InitSpec& spec) {
   nt_fixed_ = settings_.nt_threshold_bytes > 0;  // else Note [Streaming trial]
   nt_threshold_ =
       nt_fixed_ ? static_cast<size_t>(settings_.nt_threshold_bytes) : kDefaultStreamingBytes;
+  return Status::success();
+}
+
+Status Communicator::init(const InitSpec& spec) {
+  rank_ = spec.rank;
+  nranks_ = spec.nranks;
+  endpoint_ = spec.endpoint;
+  settings_ = spec.settings;
+  RankScope scope(rank_, nranks_);
+  const Deadline deadline = Deadline::after_ms(settings_.init_timeout_ms);
+  log_settings(settings_);
+  Status local = spec.settings_error;
+  if (local.ok()) local = configure();
   links_.send.assign(static_cast<size_t>(nranks_), nullptr);
   links_.recv.assign(static_cast<size_t>(nranks_), nullptr);
   links_.pidfd.assign(static_cast<size_t>(nranks_), -1);
@@ -173,18 +182,23 @@ Status Communicator::init(const InitSpec& spec) {
   hosts_ = {host_identity(settings_)};
   shm_domains_ = {shm_domain(settings_, rank_)};
   host_of_ = {0};
-  if (nranks_ == 1) return setup_device(spec.device);
+  if (nranks_ == 1) return local.ok() ? setup_device(spec.device) : local;
   {
     void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
     if (driver != nullptr) dlclose(driver);
     may_use_gpu_ = spec.device >= 0 || settings_.device >= 0 || !settings_.sim_topo.empty() || driver != nullptr;
   }
-
-  const Deadline deadline = Deadline::after_ms(settings_.init_timeout_ms);
   std::unique_ptr<StoreClient> store;
-  ACCORD_TRY(StoreClient::connect(spec.endpoint, rank_, nranks_, deadline, &store));
+  Status s = StoreClient::connect(spec.endpoint, rank_, nranks_, deadline, &store);
+  if (!s.ok()) {
+    if (local.ok()) return s;
+    // Note [A rank that fails alone at init]: its own reason first, then why the others were
+    // not told.
+    return Status(local.code(), local.message() + " (the other ranks were not told: " + s.message() + ")");
+  }
   if (fault_.at("init.connected", rank_)) trigger_fault(fault_);
-  Status s = agree_on_settings(store.get(), deadline);
+  s = std::move(local);
+  if (s.ok()) s = agree_on_settings(store.get(), deadline);
   if (s.ok()) s = connect_transports(store.get(), deadline);
   if (s.ok()) s = setup_device(spec.device);
   if (s.ok()) {
@@ -210,8 +224,12 @@ Status Communicator::init(const InitSpec& spec) {
         LOG_INFO(kGpu, "rank %d: pair %d-%d: %s", rank_, std::min(rank_, peer), std::max(rank_, peer),
                  device_pair(std::min(rank_, peer), std::max(rank_, peer)).c_str());
   if (!s.ok()) {
-    // Unless the failure came from the store itself (another rank's), tell the others why.
+    // Unless the failure came from the store itself (another rank's), tell the others why;
+    // then, in the store's process, stay until they know (Note [A rank that fails alone at
+    // init]).
     store->report_failure(s);
+    store.reset();
+    wait_for_store_server(spec.endpoint, rank_, deadline);
     return s;
   }
   ACCORD_TRY(store->finish());

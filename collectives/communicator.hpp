@@ -41,6 +41,9 @@ struct InitSpec {
   // The rank's GPU: >= 0 from accord_comm_init_all's devlist; -1: ACCORD_DEVICE, else local
   // rank modulo the GPUs when ACCORD_SIM_TOPO or ACCORD_DEVICE asks for GPUs, else host only.
   int device = -1;
+  // A bad setting that load_settings found (the rest of `settings` holds what it could parse):
+  // init fails with it, but first tells the other ranks (Note [A rank that fails alone at init]).
+  Status settings_error = Status::success();
 };
 
 // One collective call, as the API received it.
@@ -158,6 +161,7 @@ class Communicator {
   uint32_t call_blocks(const Schedule& sched) const;
   std::string dead_peer_note() const;  // device_path.cpp
   void set_sticky(const Status& s);
+  Status configure();  // this rank's own settings, checked alone
   Status agree_on_settings(StoreClient* store, Deadline deadline);  // Note [Settings every rank shares]
   Status connect_transports(StoreClient* store, Deadline deadline);
   void group_by_host(const std::vector<std::string>& infos, std::vector<long>* local_pids);

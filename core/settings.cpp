@@ -144,24 +144,28 @@ const std::vector<SettingInfo>& setting_table() {
 
 Status load_settings(Settings* out) {
   Settings s;
+  Status first = Status::success();  // the first bad value; the others keep their defaults
+  auto bad = [&first](Status why) {
+    if (first.ok()) first = std::move(why);
+  };
   for (const Entry& e : entries()) {
     const char* v = std::getenv(e.info.name);
     if (v == nullptr) continue;
     switch (e.kind) {
       case Kind::kInt:
         if (!parse_int(v, &(s.*e.int_field)))
-          return error(ACCORD_ERR_INVALID_ARGUMENT, "%s='%s' is not an integer; unset it or give e.g. %s=%s",
-                       e.info.name, v, e.info.name, e.info.default_value);
+          bad(error(ACCORD_ERR_INVALID_ARGUMENT, "%s='%s' is not an integer; unset it or give e.g. %s=%s",
+                    e.info.name, v, e.info.name, e.info.default_value));
         break;
       case Kind::kSize:
         if (!parse_size(v, &(s.*e.int_field)))
-          return error(ACCORD_ERR_INVALID_ARGUMENT,
-                       "%s='%s' is not a size; give bytes with an optional K, M or G suffix (e.g. 512K)",
-                       e.info.name, v);
+          bad(error(ACCORD_ERR_INVALID_ARGUMENT,
+                    "%s='%s' is not a size; give bytes with an optional K, M or G suffix (e.g. 512K)",
+                    e.info.name, v));
         break;
       case Kind::kBool:
         if (!parse_bool(v, &(s.*e.bool_field)))
-          return error(ACCORD_ERR_INVALID_ARGUMENT, "%s='%s' is not a boolean; use 0 or 1", e.info.name, v);
+          bad(error(ACCORD_ERR_INVALID_ARGUMENT, "%s='%s' is not a boolean; use 0 or 1", e.info.name, v));
         break;
       case Kind::kString:
         if (e.string_field != nullptr) s.*e.string_field = v;
@@ -169,14 +173,19 @@ Status load_settings(Settings* out) {
     }
   }
   if (s.bootstrap_dir.empty()) s.bootstrap_dir = "/tmp";
-  if (s.timeout_ms <= 0)
-    return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_TIMEOUT_MS=%lld must be positive",
-                 static_cast<long long>(s.timeout_ms));
-  if (s.init_timeout_ms <= 0)
-    return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_INIT_TIMEOUT_MS=%lld must be positive",
-                 static_cast<long long>(s.init_timeout_ms));
+  const Settings defaults;
+  if (s.timeout_ms <= 0) {
+    bad(error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_TIMEOUT_MS=%lld must be positive",
+              static_cast<long long>(s.timeout_ms)));
+    s.timeout_ms = defaults.timeout_ms;
+  }
+  if (s.init_timeout_ms <= 0) {
+    bad(error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_INIT_TIMEOUT_MS=%lld must be positive",
+              static_cast<long long>(s.init_timeout_ms)));
+    s.init_timeout_ms = defaults.init_timeout_ms;
+  }
   *out = std::move(s);
-  return Status::success();
+  return first;
 }
 
 namespace {

@@ -57,7 +57,10 @@ struct SettingInfo {
 // The table, in display order.
 const std::vector<SettingInfo>& setting_table();
 
-// Parses the environment. Bad values are an error naming the variable and what it accepts.
+// Parses the environment. Bad values are an error naming the variable and what it accepts
+// (the first one). *out is written either way, each bad value left at its default, so that a
+// rank whose settings are wrong can still meet the others to tell them (Note [A rank that
+// fails alone at init]).
 Status load_settings(Settings* out);
 
 // Logs every variable and its value at info level (secrets masked).

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -190,6 +191,57 @@ TEST(Launch, BadEnvironmentsSayWhatIsWrong) {
     EXPECT_NE(codes[0], 0) << c.needle;
     EXPECT_NE(errors[0].find(c.needle), std::string::npos) << "'" << errors[0] << "' lacks '" << c.needle << "'";
   }
+}
+
+// Note [A rank that fails alone at init] (transport/bootstrap/store.hpp): a rank whose own
+// setting is bad still meets the others to tell them, so the whole job fails at once, naming
+// that rank and its reason, not after ACCORD_INIT_TIMEOUT_MS (30 s here). When the bad rank is
+// rank 0, which runs the bootstrap server, it stays until the late ranks have been told: they
+// start a second after it failed, when before it had exited and taken the server with it.
+TEST(Launch, RankWithABadSettingFailsEveryRankAtOnceNamingIt) {
+  char dir[] = "/tmp/accord-bad-setting-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string missing_tune = std::string(dir) + "/no-such.tune";
+  struct Case {
+    int bad_rank;
+    std::pair<const char*, std::string> setting;
+    const char* needle;  // in every rank's message
+    int late_ms;         // the other ranks start this late
+  } cases[] = {
+      {0, {"ACCORD_ALGO", "bogus"}, "ACCORD_ALGO='bogus' is not an algorithm", 1000},
+      {2, {"ACCORD_TUNE_FILE", missing_tune}, "no-such.tune", 0},
+      {1, {"ACCORD_CHUNK_BYTES", "lots"}, "ACCORD_CHUNK_BYTES='lots' is not a size", 0},
+      {0, {"ACCORD_SHM_NSLOTS", "2"}, "ACCORD_SHM_NSLOTS=2 is too small", 300},
+  };
+  for (const Case& c : cases) {
+    const std::string port = free_port();
+    std::vector<Env> envs;
+    for (int r = 0; r < 3; ++r) {
+      envs.push_back({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"},
+                      {"MASTER_PORT", port}, {"ACCORD_INIT_TIMEOUT_MS", "30000"}, {"ACCORD_LOG", "error"}});
+      if (r == c.bad_rank) envs.back().push_back({c.setting.first, c.setting.second});
+    }
+    RankHooks hooks;
+    hooks.before_init = [&c](size_t index) {
+      if (static_cast<int>(index) != c.bad_rank) usleep(static_cast<useconds_t>(c.late_ms) * 1000);
+      return 0;
+    };
+    std::vector<std::string> errors;
+    const auto start = std::chrono::steady_clock::now();
+    auto codes = run_env_ranks(envs, &errors, hooks);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_EQ(codes.size(), 3u);
+    for (int r = 0; r < 3; ++r) {
+      const std::string& e = errors[static_cast<size_t>(r)];
+      EXPECT_NE(codes[static_cast<size_t>(r)], 0) << c.needle << ": rank " << r << " succeeded";
+      EXPECT_NE(e.find(c.needle), std::string::npos) << "rank " << r << ": '" << e << "' lacks '" << c.needle << "'";
+      if (r != c.bad_rank)
+        EXPECT_NE(e.find("rank " + std::to_string(c.bad_rank) + " failed during init"), std::string::npos)
+            << "rank " << r << ": '" << e << "' does not name rank " << c.bad_rank;
+    }
+    EXPECT_LT(secs, 15.0) << c.needle << ": the job must fail at once, not at ACCORD_INIT_TIMEOUT_MS";
+  }
+  EXPECT_EQ(system((std::string("rm -rf ") + dir).c_str()), 0);
 }
 
 // In a new mount namespace, a tmpfs of this process's own on /dev/shm: a container that shares

@@ -18,8 +18,11 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -33,6 +36,20 @@ constexpr size_t kMaxKey = 4096;
 constexpr size_t kMaxValue = 16u << 20;
 constexpr int64_t kHandshakeMs = 1000;  // strangers and idlers are dropped after this
 constexpr char kIdMagic[4] = {'A', 'C', 'D', '1'};
+
+// Note [A rank that fails alone at init] (store.hpp): the servers this process runs, by job
+// secret, with what wait_for_store_server needs to know of them.
+struct ServerState {
+  int nranks = 0;  // 0 until the first rank joined
+  int joined = 0;
+  bool done = false;
+};
+std::mutex g_servers_mu;
+std::condition_variable g_servers_cv;
+std::map<Secret, std::shared_ptr<ServerState>>& servers() {
+  static auto* m = new std::map<Secret, std::shared_ptr<ServerState>>();  // never destroyed: detached threads
+  return *m;
+}
 
 void put_u32(std::string* s, uint32_t v) { s->append(reinterpret_cast<const char*>(&v), 4); }
 uint32_t get_u32(const char* p) {
@@ -70,7 +87,10 @@ struct Conn {
 class Server {
  public:
   Server(Fd listener, Secret secret, int64_t linger_ms, std::string where)
-      : listener_(std::move(listener)), secret_(secret), linger_ms_(linger_ms), where_(std::move(where)) {}
+      : listener_(std::move(listener)), secret_(secret), linger_ms_(linger_ms), where_(std::move(where)) {
+    std::lock_guard<std::mutex> lock(g_servers_mu);
+    servers()[secret_] = state_;
+  }
 
   void run() {
     last_activity_ns_ = now_ns();
@@ -100,6 +120,11 @@ class Server {
       sweep();
     }
     LOG_DEBUG(kBootstrap, "bootstrap server %s: exiting (%d ranks joined)", where_.c_str(), joined_);
+    std::lock_guard<std::mutex> lock(g_servers_mu);
+    state_->done = true;
+    auto it = servers().find(secret_);
+    if (it != servers().end() && it->second == state_) servers().erase(it);
+    g_servers_cv.notify_all();
   }
 
  private:
@@ -108,8 +133,8 @@ class Server {
     for (auto& c : conns_) authed_open += c->authed ? 1 : 0;
     if (authed_open > 0) return false;
     if (nranks_ > 0 && joined_ >= nranks_) return true;  // everyone came and left
-    // A failed job: keep answering late ranks with the error for a moment, then go.
-    if (!fatal_.empty()) return now_ns() - last_activity_ns_ > 2000 * 1000000LL;
+    // A failed job keeps answering late ranks with the error as long as a job that is starting
+    // waits for them (Note [A rank that fails alone at init]).
     return now_ns() - last_activity_ns_ > linger_ms_ * 1000000LL;
   }
 
@@ -206,6 +231,11 @@ class Server {
       }
       seen_.insert({rank, true});
       ++joined_;
+      {
+        std::lock_guard<std::mutex> lock(g_servers_mu);
+        state_->nranks = nranks_;
+        state_->joined = joined_;
+      }
       c->authed = true;
       c->rank = rank;
       last_activity_ns_ = now_ns();
@@ -319,6 +349,7 @@ class Server {
   int first_rank_ = -1;
   int joined_ = 0;
   int64_t last_activity_ns_ = 0;
+  std::shared_ptr<ServerState> state_ = std::make_shared<ServerState>();
 };
 
 }  // namespace
@@ -339,7 +370,7 @@ Status StoreClient::connect(const StoreEndpoint& endpoint, int rank, int nranks,
   c->rank_ = rank;
   c->server_ = "the bootstrap server at " + endpoint.addr.to_string();
   const char* what = c->server_.c_str();
-  ACCORD_TRY(tcp_connect(endpoint.addr, deadline, what, &c->fd_));
+  ACCORD_TRY(tcp_connect(endpoint.addr, deadline, "the bootstrap server", &c->fd_).prefix(format("rank %d: ", rank)));
   char hello[20];
   ACCORD_TRY(recv_all(c->fd_.get(), hello, sizeof hello, deadline, what));
   if (std::memcmp(hello, "ACDS", 4) != 0)
@@ -373,6 +404,21 @@ Status StoreClient::connect(const StoreEndpoint& endpoint, int rank, int nranks,
                  rank, what);
   *out = std::move(c);
   return Status::success();
+}
+
+void wait_for_store_server(const StoreEndpoint& endpoint, int rank, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(g_servers_mu);
+  auto it = servers().find(endpoint.secret);
+  if (it == servers().end()) return;  // another process runs it
+  const std::shared_ptr<ServerState> state = it->second;
+  if (state->done || deadline.expired()) return;
+  const int missing = state->nranks > 0 ? state->nranks - state->joined : 0;
+  if (missing > 0)
+    LOG_WARN(kBootstrap, "rank %d: this process runs the job's bootstrap server, so after its failed init it "
+             "waits (at most %d ms more, ACCORD_INIT_TIMEOUT_MS) for the %d rank(s) that have not joined yet, "
+             "to tell them why", rank, deadline.remaining_ms(), missing);
+  while (!state->done && !deadline.expired())
+    g_servers_cv.wait_for(lock, std::chrono::milliseconds(std::max(1, std::min(100, deadline.remaining_ms()))));
 }
 
 StoreClient::~StoreClient() = default;

@@ -35,6 +35,19 @@ class StoreServer;
 // until nobody has been connected for `linger_ms`.
 Status start_store_server(StoreEndpoint* endpoint, int64_t linger_ms);
 
+// Note [A rank that fails alone at init]: a rank whose init fails for a reason of its own
+// (a bad setting, a tune file it cannot read, a GPU it cannot use) still joins the store and
+// reports why, so every other rank fails at once with that reason instead of waiting
+// ACCORD_INIT_TIMEOUT_MS for it. And the process that runs the store (rank 0, typically)
+// stays in its failed init until every rank has joined and been told, or the init deadline
+// passed: a process that returned and exited would take the store with it, and ranks starting
+// later would wait for a server that is gone. The server itself answers a failed job as long
+// as a starting job waits (its linger, the init timeout), no longer 2 s.
+//
+// If this process runs the store of `endpoint`'s job, waits until that server has ended
+// (every rank came and left) or the deadline; else returns at once.
+void wait_for_store_server(const StoreEndpoint& endpoint, int rank, Deadline deadline);
+
 class StoreClient {
  public:
   // Connects and authenticates as `rank` of `nranks`, retrying until the deadline.
