@@ -175,6 +175,7 @@ Status Communicator::init(const InitSpec& spec) {
   log_settings(settings_);
   Status local = spec.settings_error;
   if (local.ok()) local = configure();
+  if (!local.ok()) local = std::move(local).prefix(format("rank %d: ", rank_));
   links_.send.assign(static_cast<size_t>(nranks_), nullptr);
   links_.recv.assign(static_cast<size_t>(nranks_), nullptr);
   links_.pidfd.assign(static_cast<size_t>(nranks_), -1);

@@ -43,6 +43,7 @@ struct ServerState {
   int nranks = 0;  // 0 until the first rank joined
   int joined = 0;
   bool done = false;
+  bool ranks_unknown = false;  // a rank was refused (nranks or rank number wrong): who else comes?
 };
 std::mutex g_servers_mu;
 std::condition_variable g_servers_cv;
@@ -218,6 +219,11 @@ class Server {
           fatal_ = err;
           fatal_code_ = ACCORD_ERR_INVALID_USAGE;
         }
+        {
+          std::lock_guard<std::mutex> lock(g_servers_mu);
+          state_->ranks_unknown = true;
+          g_servers_cv.notify_all();
+        }
         reply += static_cast<char>(ACCORD_ERR_INVALID_USAGE);
         put_u32(&reply, static_cast<uint32_t>(err.size()));
         reply += err;
@@ -263,7 +269,10 @@ class Server {
         c->finished = true;
         if (fatal_.empty() && klen >= 1) {
           fatal_code_ = static_cast<uint8_t>(c->in[5]);
-          fatal_ = "rank " + std::to_string(c->rank) + " failed during init: " + c->in.substr(6, klen - 1);
+          std::string why = c->in.substr(6, klen - 1);
+          const std::string own = "rank " + std::to_string(c->rank) + ": ";
+          if (why.compare(0, own.size(), own) == 0) why.erase(0, own.size());  // said once is enough
+          fatal_ = "rank " + std::to_string(c->rank) + " failed during init: " + why;
         }
         fail_pending();
       } else if (op == 'S') {
@@ -411,13 +420,14 @@ void wait_for_store_server(const StoreEndpoint& endpoint, int rank, Deadline dea
   auto it = servers().find(endpoint.secret);
   if (it == servers().end()) return;  // another process runs it
   const std::shared_ptr<ServerState> state = it->second;
-  if (state->done || deadline.expired()) return;
+  // A job whose ranks disagree on nranks or their numbers has no set of ranks to wait for.
+  if (state->done || state->ranks_unknown || deadline.expired()) return;
   const int missing = state->nranks > 0 ? state->nranks - state->joined : 0;
   if (missing > 0)
     LOG_WARN(kBootstrap, "rank %d: this process runs the job's bootstrap server, so after its failed init it "
              "waits (at most %d ms more, ACCORD_INIT_TIMEOUT_MS) for the %d rank(s) that have not joined yet, "
              "to tell them why", rank, deadline.remaining_ms(), missing);
-  while (!state->done && !deadline.expired())
+  while (!state->done && !state->ranks_unknown && !deadline.expired())
     g_servers_cv.wait_for(lock, std::chrono::milliseconds(std::max(1, std::min(100, deadline.remaining_ms()))));
 }
 
