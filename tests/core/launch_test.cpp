@@ -17,12 +17,15 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <atomic>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/log.hpp"
 #include "tests/support/harness.hpp"
+#include "transport/bootstrap/store.hpp"
 #include "transport/socket.hpp"
 
 namespace accord {
@@ -235,13 +238,58 @@ TEST(Launch, RankWithABadSettingFailsEveryRankAtOnceNamingIt) {
       const std::string& e = errors[static_cast<size_t>(r)];
       EXPECT_NE(codes[static_cast<size_t>(r)], 0) << c.needle << ": rank " << r << " succeeded";
       EXPECT_NE(e.find(c.needle), std::string::npos) << "rank " << r << ": '" << e << "' lacks '" << c.needle << "'";
-      if (r != c.bad_rank)
+      if (r != c.bad_rank) {
         EXPECT_NE(e.find("rank " + std::to_string(c.bad_rank) + " failed during init"), std::string::npos)
             << "rank " << r << ": '" << e << "' does not name rank " << c.bad_rank;
+      }
     }
     EXPECT_LT(secs, 15.0) << c.needle << ": the job must fail at once, not at ACCORD_INIT_TIMEOUT_MS";
   }
   EXPECT_EQ(system((std::string("rm -rf ") + dir).c_str()), 0);
+}
+
+// The registry of this process's bootstrap servers (Note [A rank that fails alone at init])
+// survives a fork: servers start and end on other threads (their constructors and exits take
+// the registry's lock) while this thread forks children that take the lock, as a failing rank
+// does. A child forked while a server thread held the lock would wait for it forever (found by
+// `meson test --num-processes 12`: three ranks of a settings test hung).
+TEST(Launch, ForkWhileBootstrapServersStartAndEndLeavesTheChildAUsableRegistry) {
+  testing::ScopedEnv linger("ACCORD_INIT_TIMEOUT_MS", "50");  // each idle server ends 50 ms after it started
+  std::atomic<bool> stop{false};
+  std::thread churn([&stop] {
+    while (!stop.load()) {
+      accord_unique_id_t id;
+      if (accord_get_unique_id(&id) != ACCORD_SUCCESS) return;
+      usleep(500);  // about 100 servers alive at a time
+    }
+  });
+  StoreEndpoint unknown;  // no server of this process has its secret
+  int hung = 0, forks = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < until && hung == 0) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      wait_for_store_server(unknown, 0, Deadline::after_ms(10));
+      _exit(0);
+    }
+    ASSERT_GT(pid, 0);
+    ++forks;
+    int status = 0;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        ++hung;
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        break;
+      }
+      usleep(200);
+    }
+  }
+  stop = true;
+  churn.join();
+  EXPECT_EQ(hung, 0) << "a child forked after " << forks << " forks waited 5 s for the registry's lock";
+  EXPECT_GT(forks, 10);
 }
 
 // In a new mount namespace, a tmpfs of this process's own on /dev/shm: a container that shares

@@ -16,6 +16,7 @@
 #include "transport/bootstrap/store.hpp"
 
 #include <poll.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +41,7 @@ constexpr char kIdMagic[4] = {'A', 'C', 'D', '1'};
 // Note [A rank that fails alone at init] (store.hpp): the servers this process runs, by job
 // secret, with what wait_for_store_server needs to know of them.
 struct ServerState {
+  pid_t owner = getpid();  // a forked child has the registry but not the server's thread
   int nranks = 0;  // 0 until the first rank joined
   int joined = 0;
   bool done = false;
@@ -50,6 +52,17 @@ std::condition_variable g_servers_cv;
 std::map<Secret, std::shared_ptr<ServerState>>& servers() {
   static auto* m = new std::map<Secret, std::shared_ptr<ServerState>>();  // never destroyed: detached threads
   return *m;
+}
+
+// A fork (the test harness forks ranks while earlier jobs' servers run) must not leave the
+// child a registry mutex that a server thread held at that instant; the servers the child
+// inherits the entries of are told apart by their owner's pid (nothing is freed in the child,
+// whose allocator may be locked by a thread it does not have).
+void fork_safe_registry() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    pthread_atfork([] { g_servers_mu.lock(); }, [] { g_servers_mu.unlock(); }, [] { g_servers_mu.unlock(); });
+  });
 }
 
 void put_u32(std::string* s, uint32_t v) { s->append(reinterpret_cast<const char*>(&v), 4); }
@@ -89,6 +102,7 @@ class Server {
  public:
   Server(Fd listener, Secret secret, int64_t linger_ms, std::string where)
       : listener_(std::move(listener)), secret_(secret), linger_ms_(linger_ms), where_(std::move(where)) {
+    fork_safe_registry();
     std::lock_guard<std::mutex> lock(g_servers_mu);
     servers()[secret_] = state_;
   }
@@ -418,15 +432,18 @@ Status StoreClient::connect(const StoreEndpoint& endpoint, int rank, int nranks,
 void wait_for_store_server(const StoreEndpoint& endpoint, int rank, Deadline deadline) {
   std::unique_lock<std::mutex> lock(g_servers_mu);
   auto it = servers().find(endpoint.secret);
-  if (it == servers().end()) return;  // another process runs it
+  if (it == servers().end() || it->second->owner != getpid()) return;  // another process runs it
   const std::shared_ptr<ServerState> state = it->second;
   // A job whose ranks disagree on nranks or their numbers has no set of ranks to wait for.
   if (state->done || state->ranks_unknown || deadline.expired()) return;
   const int missing = state->nranks > 0 ? state->nranks - state->joined : 0;
-  if (missing > 0)
+  if (missing > 0) {
+    lock.unlock();
     LOG_WARN(kBootstrap, "rank %d: this process runs the job's bootstrap server, so after its failed init it "
              "waits (at most %d ms more, ACCORD_INIT_TIMEOUT_MS) for the %d rank(s) that have not joined yet, "
              "to tell them why", rank, deadline.remaining_ms(), missing);
+    lock.lock();
+  }
   while (!state->done && !state->ranks_unknown && !deadline.expired())
     g_servers_cv.wait_for(lock, std::chrono::milliseconds(std::max(1, std::min(100, deadline.remaining_ms()))));
 }

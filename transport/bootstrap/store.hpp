@@ -41,8 +41,10 @@ Status start_store_server(StoreEndpoint* endpoint, int64_t linger_ms);
 // ACCORD_INIT_TIMEOUT_MS for it. And the process that runs the store (rank 0, typically)
 // stays in its failed init until every rank has joined and been told, or the init deadline
 // passed: a process that returned and exited would take the store with it, and ranks starting
-// later would wait for a server that is gone. The server itself answers a failed job as long
-// as a starting job waits (its linger, the init timeout), no longer 2 s.
+// later would wait for a server that is gone. It does not wait for a job whose ranks disagree
+// on nranks or on their numbers: which ranks would still come is unknown. The server itself
+// answers a failed job as long as a starting job waits (its linger, the init timeout), no
+// longer 2 s.
 //
 // If this process runs the store of `endpoint`'s job, waits until that server has ended
 // (every rank came and left) or the deadline; else returns at once.
