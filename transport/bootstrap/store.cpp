@@ -47,10 +47,11 @@ struct ServerState {
   bool done = false;
   bool ranks_unknown = false;  // a rank was refused (nranks or rank number wrong): who else comes?
 };
-std::mutex g_servers_mu;
-std::condition_variable g_servers_cv;
+// Never destroyed: detached server threads may use them while the process exits.
+std::mutex& g_servers_mu = *new std::mutex();
+std::condition_variable& g_servers_cv = *new std::condition_variable();
 std::map<Secret, std::shared_ptr<ServerState>>& servers() {
-  static auto* m = new std::map<Secret, std::shared_ptr<ServerState>>();  // never destroyed: detached threads
+  static auto* m = new std::map<Secret, std::shared_ptr<ServerState>>();
   return *m;
 }
 
