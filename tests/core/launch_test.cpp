@@ -5,6 +5,7 @@
 // its own, in a mount namespace; root only, else SKIP) or must not (ACCORD_SHM_DISABLE=1)
 // talk over TCP.
 #include <accord/accord.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/mount.h>
@@ -255,6 +256,15 @@ TEST(Launch, RankWithABadSettingFailsEveryRankAtOnceNamingIt) {
 // `meson test --num-processes 12`: three ranks of a settings test hung).
 TEST(Launch, ForkWhileBootstrapServersStartAndEndLeavesTheChildAUsableRegistry) {
   testing::ScopedEnv linger("ACCORD_INIT_TIMEOUT_MS", "50");  // each idle server ends 50 ms after it started
+  auto threads = [] {  // of this process (ThreadSanitizer has one of its own)
+    int n = 0;
+    if (DIR* d = opendir("/proc/self/task")) {
+      while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+      closedir(d);
+    }
+    return n;
+  };
+  const int threads_before = threads();
   std::atomic<bool> stop{false};
   std::thread churn([&stop] {
     while (!stop.load()) {
@@ -288,6 +298,15 @@ TEST(Launch, ForkWhileBootstrapServersStartAndEndLeavesTheChildAUsableRegistry) 
   }
   stop = true;
   churn.join();
+  // The next tests fork ranks that start threads: under ThreadSanitizer that needs a process
+  // with no other thread left, so wait for the servers to end (50 ms each, then their poll).
+  const auto quiet = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (store_servers_running() > 0 && std::chrono::steady_clock::now() < quiet) usleep(10000);
+  // Then their threads' last steps; at most 1 s (ThreadSanitizer's own thread starts with the
+  // first other thread, so the count may stay one above).
+  const auto settle = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (threads() > threads_before && std::chrono::steady_clock::now() < settle) usleep(10000);
+  EXPECT_EQ(store_servers_running(), 0) << "bootstrap servers still running 10 s after the churn stopped";
   EXPECT_EQ(hung, 0) << "a child forked after " << forks << " forks waited 5 s for the registry's lock";
   EXPECT_GT(forks, 10);
 }

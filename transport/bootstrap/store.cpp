@@ -449,6 +449,13 @@ void wait_for_store_server(const StoreEndpoint& endpoint, int rank, Deadline dea
     g_servers_cv.wait_for(lock, std::chrono::milliseconds(std::max(1, std::min(100, deadline.remaining_ms()))));
 }
 
+int store_servers_running() {
+  std::lock_guard<std::mutex> lock(g_servers_mu);
+  int n = 0;
+  for (const auto& [secret, state] : servers()) n += state->owner == getpid() ? 1 : 0;
+  return n;
+}
+
 StoreClient::~StoreClient() = default;
 
 void StoreClient::report_failure(const Status& why) {

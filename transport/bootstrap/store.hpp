@@ -49,6 +49,8 @@ Status start_store_server(StoreEndpoint* endpoint, int64_t linger_ms);
 // If this process runs the store of `endpoint`'s job, waits until that server has ended
 // (every rank came and left) or the deadline; else returns at once.
 void wait_for_store_server(const StoreEndpoint& endpoint, int rank, Deadline deadline);
+// How many bootstrap servers this process runs now (tests: a fork must not meet their threads).
+int store_servers_running();
 
 class StoreClient {
  public:
