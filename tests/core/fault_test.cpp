@@ -246,15 +246,6 @@ TEST_F(FaultTest, DetectionLatencyFromDeathToError) {
   munmap(shared, sizeof(Shared));
 }
 
-size_t count_dir(const char* path) {
-  size_t n = 0;
-  if (DIR* d = opendir(path)) {
-    while (readdir(d) != nullptr) ++n;
-    closedir(d);
-  }
-  return n;
-}
-
 long rss_kib() {
   std::ifstream f("/proc/self/status");
   std::string line;
@@ -288,12 +279,12 @@ TEST_F(FaultTest, HundredCyclesOfInitFaultAbortReinitLeakNothing) {
   };
   only_destroy_complaints(cycle());  // warm up allocator and thread caches
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const size_t fds = count_dir("/proc/self/fd"), threads = count_dir("/proc/self/task");
+  const size_t fds = testing::count_dir("/proc/self/fd"), threads = testing::count_dir("/proc/self/task");
   const long rss = rss_kib();
   for (int i = 0; i < 100; ++i) only_destroy_complaints(cycle());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // bootstrap threads exit once all ranks left
-  EXPECT_EQ(count_dir("/proc/self/fd"), fds);
-  EXPECT_EQ(count_dir("/proc/self/task"), threads);
+  EXPECT_EQ(testing::count_dir("/proc/self/fd"), fds);
+  EXPECT_EQ(testing::count_dir("/proc/self/task"), threads);
 #if !defined(__SANITIZE_ADDRESS__)  // ASan's quarantine holds freed memory: RSS says nothing there
   EXPECT_LT(rss_kib() - rss, 8 * 1024) << "RSS grew by " << rss_kib() - rss << " KiB over 100 cycles";
 #endif

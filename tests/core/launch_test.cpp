@@ -5,7 +5,6 @@
 // its own, in a mount namespace; root only, else SKIP) or must not (ACCORD_SHM_DISABLE=1)
 // talk over TCP.
 #include <accord/accord.h>
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/mount.h>
@@ -256,15 +255,7 @@ TEST(Launch, RankWithABadSettingFailsEveryRankAtOnceNamingIt) {
 // `meson test --num-processes 12`: three ranks of a settings test hung).
 TEST(Launch, ForkWhileBootstrapServersStartAndEndLeavesTheChildAUsableRegistry) {
   testing::ScopedEnv linger("ACCORD_INIT_TIMEOUT_MS", "50");  // each idle server ends 50 ms after it started
-  auto threads = [] {  // of this process (ThreadSanitizer has one of its own)
-    int n = 0;
-    if (DIR* d = opendir("/proc/self/task")) {
-      while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-      closedir(d);
-    }
-    return n;
-  };
-  const int threads_before = threads();
+  const size_t threads_before = testing::count_dir("/proc/self/task");  // ThreadSanitizer has one of its own
   std::atomic<bool> stop{false};
   std::thread churn([&stop] {
     while (!stop.load()) {
@@ -282,7 +273,10 @@ TEST(Launch, ForkWhileBootstrapServersStartAndEndLeavesTheChildAUsableRegistry) 
       wait_for_store_server(unknown, 0, Deadline::after_ms(10));
       _exit(0);
     }
-    ASSERT_GT(pid, 0);
+    if (pid < 0) {  // not ASSERT: the churn thread must be joined below
+      ADD_FAILURE() << "fork failed: " << strerror(errno);
+      break;
+    }
     ++forks;
     int status = 0;
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -305,7 +299,8 @@ TEST(Launch, ForkWhileBootstrapServersStartAndEndLeavesTheChildAUsableRegistry) 
   // Then their threads' last steps; at most 1 s (ThreadSanitizer's own thread starts with the
   // first other thread, so the count may stay one above).
   const auto settle = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while (threads() > threads_before && std::chrono::steady_clock::now() < settle) usleep(10000);
+  while (testing::count_dir("/proc/self/task") > threads_before && std::chrono::steady_clock::now() < settle)
+    usleep(10000);
   EXPECT_EQ(store_servers_running(), 0) << "bootstrap servers still running 10 s after the churn stopped";
   EXPECT_EQ(hung, 0) << "a child forked after " << forks << " forks waited 5 s for the registry's lock";
   EXPECT_GT(forks, 10);

@@ -107,6 +107,15 @@ void forget_rank_processes() {
   rank_pids.clear();
 }
 
+size_t count_dir(const char* path) {
+  size_t n = 0;
+  if (DIR* d = opendir(path)) {
+    while (readdir(d) != nullptr) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
 std::vector<std::string> own_shm_segments() {
   std::vector<pid_t> pids;
   {

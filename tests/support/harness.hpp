@@ -41,6 +41,10 @@ std::vector<std::string> run_processes(int nranks, const RankBody& body, int tim
 // beside it have segments of their own there. Forget at the start of each test, since pids are
 // reused (pid_max may be 32768).
 std::vector<std::string> own_shm_segments();
+
+// Entries of a directory, "." and ".." included: /proc/self/fd and /proc/self/task count this
+// process's open files and threads (compare two counts, not a count with a constant).
+size_t count_dir(const char* path);
 void note_rank_process(pid_t pid);
 void forget_rank_processes();
 
