@@ -37,6 +37,7 @@ using Env = std::vector<std::pair<std::string, std::string>>;
 struct RankHooks {
   std::function<int(size_t index)> before_init;  // in the child; non-zero: exit with that code
   bool report_plan = false;  // on success the rank's accord_comm_plan goes to *errors
+  bool capture_stderr = false;  // the rank's stderr (its log) goes to *errors too
 };
 
 // Forks one process per env; each sets its variables, inits from the environment and runs an
@@ -52,6 +53,7 @@ std::vector<int> run_env_ranks(const std::vector<Env>& envs,
     pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
+      if (hooks.capture_stderr) dup2(fds[1], 2);
       for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
                             "OMPI_COMM_WORLD_SIZE", "OMPI_MCA_ess_base_jobid", "ACCORD_SECRET"})
         unsetenv(v);
@@ -210,12 +212,16 @@ TEST(Launch, RankWithABadSettingFailsEveryRankAtOnceNamingIt) {
     std::pair<const char*, std::string> setting;
     const char* needle;  // in every rank's message
     int late_ms;         // the other ranks start this late
+    // Rank 0 runs the server: whether it must warn that it waits for the missing ranks (-1:
+    // not checked). It says so only when they are still missing a second after its failure.
+    int wait_warning;
   } cases[] = {
-      {0, {"ACCORD_ALGO", "bogus"}, "ACCORD_ALGO='bogus' is not an algorithm", 1000},
-      {2, {"ACCORD_TUNE_FILE", missing_tune}, "no-such.tune", 0},
-      {1, {"ACCORD_CHUNK_BYTES", "lots"}, "ACCORD_CHUNK_BYTES='lots' is not a size", 0},
-      {0, {"ACCORD_SHM_NSLOTS", "2"}, "ACCORD_SHM_NSLOTS=2 is too small", 300},
+      {0, {"ACCORD_ALGO", "bogus"}, "ACCORD_ALGO='bogus' is not an algorithm", 2000, 1},
+      {2, {"ACCORD_TUNE_FILE", missing_tune}, "no-such.tune", 0, -1},
+      {1, {"ACCORD_CHUNK_BYTES", "lots"}, "ACCORD_CHUNK_BYTES='lots' is not a size", 0, -1},
+      {0, {"ACCORD_SHM_NSLOTS", "2"}, "ACCORD_SHM_NSLOTS=2 is too small", 300, 0},
   };
+  const std::string warning = "waits (at most";
   for (const Case& c : cases) {
     const std::string port = free_port();
     std::vector<Env> envs;
@@ -223,8 +229,10 @@ TEST(Launch, RankWithABadSettingFailsEveryRankAtOnceNamingIt) {
       envs.push_back({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"},
                       {"MASTER_PORT", port}, {"ACCORD_INIT_TIMEOUT_MS", "30000"}, {"ACCORD_LOG", "error"}});
       if (r == c.bad_rank) envs.back().push_back({c.setting.first, c.setting.second});
+      if (r == 0 && c.wait_warning >= 0) envs.back().push_back({"ACCORD_LOG", "warn"});
     }
     RankHooks hooks;
+    hooks.capture_stderr = true;
     hooks.before_init = [&c](size_t index) {
       if (static_cast<int>(index) != c.bad_rank) usleep(static_cast<useconds_t>(c.late_ms) * 1000);
       return 0;
@@ -243,6 +251,9 @@ TEST(Launch, RankWithABadSettingFailsEveryRankAtOnceNamingIt) {
             << "rank " << r << ": '" << e << "' does not name rank " << c.bad_rank;
       }
     }
+    if (c.wait_warning >= 0)
+      EXPECT_EQ(errors[0].find(warning) != std::string::npos, c.wait_warning == 1)
+          << c.needle << ", the others " << c.late_ms << " ms late: rank 0 said '" << errors[0] << "'";
     EXPECT_LT(secs, 15.0) << c.needle << ": the job must fail at once, not at ACCORD_INIT_TIMEOUT_MS";
   }
   EXPECT_EQ(system((std::string("rm -rf ") + dir).c_str()), 0);

@@ -437,16 +437,28 @@ void wait_for_store_server(const StoreEndpoint& endpoint, int rank, Deadline dea
   const std::shared_ptr<ServerState> state = it->second;
   // A job whose ranks disagree on nranks or their numbers has no set of ranks to wait for.
   if (state->done || state->ranks_unknown || deadline.expired()) return;
+  auto waiting = [&](Deadline until) {
+    return !state->done && !state->ranks_unknown && !until.expired() && !deadline.expired();
+  };
+  auto wait_until = [&](Deadline until) {
+    while (waiting(until))
+      g_servers_cv.wait_for(lock, std::chrono::milliseconds(std::max(1, std::min({100, until.remaining_ms(),
+                                                                                    deadline.remaining_ms()}))));
+  };
+  // Ranks launched together join within milliseconds: say nothing unless some are still
+  // missing a second later (a rank started late, or stuck before its init).
+  wait_until(Deadline::after_ms(1000));
   const int missing = state->nranks > 0 ? state->nranks - state->joined : 0;
-  if (missing > 0) {
-    lock.unlock();
-    LOG_WARN(kBootstrap, "rank %d: this process runs the job's bootstrap server, so after its failed init it "
-             "waits (at most %d ms more, ACCORD_INIT_TIMEOUT_MS) for the %d rank(s) that have not joined yet, "
-             "to tell them why", rank, deadline.remaining_ms(), missing);
-    lock.lock();
+  if (!waiting(deadline) || missing <= 0) {
+    wait_until(deadline);
+    return;
   }
-  while (!state->done && !state->ranks_unknown && !deadline.expired())
-    g_servers_cv.wait_for(lock, std::chrono::milliseconds(std::max(1, std::min(100, deadline.remaining_ms()))));
+  lock.unlock();
+  LOG_WARN(kBootstrap, "rank %d: this process runs the job's bootstrap server, so after its failed init it "
+           "waits (at most %d ms more, ACCORD_INIT_TIMEOUT_MS) for the %d rank(s) that have not joined yet, "
+           "to tell them why", rank, deadline.remaining_ms(), missing);
+  lock.lock();
+  wait_until(deadline);
 }
 
 int store_servers_running() {
