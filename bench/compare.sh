@@ -3,12 +3,15 @@
 # REPS runs of `all_reduce_perf --compare-mpi` (each run alternates the two libraries on the
 # same buffers, 3 rounds, and reports each one's median), as a Markdown table (bench/README.md)
 # with the median run and the worst run side by side. The worst ratio is the smallest
-# MPI time / Accord time of any one run: below 1.00, Accord lost that run at that size, and
-# the run's three rounds at that size go to stderr ("run R lost at SIZE B: ..."), with each
+# MPI time / Accord time of any one run (of its medians; and of its paired rounds, the median
+# of round k's MPI time / Accord time over k = 1..3, each pair timed back to back): below 1.00,
+# Accord lost that run at that size, and the run's three rounds at that size go to stderr
+# ("run R lost at SIZE B (medians only): ..."), with each
 # round's context switches per call (voluntary/involuntary, the rank with the most), how many
 # calls it timed and the machine's steal time meanwhile, to tell a collapse that slept from
 # one that lost its core to another task or its vCPU to the host.
 # Usage: bench/compare.sh [BUILD_DIR] [--four] [--reps N] [--program NAME] [--busy] [--max SIZE] [--raw DIR]
+#                         [--trace FILE]
 #   --busy     one busy process (a spinning shell) runs beside the ranks for the whole job, at
 #              the ranks' own priority (no nice -n -10: a user's trainer does not run under it),
 #              and each size is timed for at least 100 ms (all_reduce_perf --min-ms, Note
@@ -17,8 +20,11 @@
 #              (quiet runs: at least 20 ms per size)
 #   --max SIZE the largest size (256M by default; a busy run to 256 MiB takes about 4 minutes)
 #   --raw DIR  keep every run's output in DIR
+#   --trace FILE  sample every CPU's steal time and the ranks' CPUs every 10 ms into FILE
+#              (bench/cpu_trace.py); bench/trace_rounds.py FILE DIR/np2.*.txt then matches each
+#              round with what the machine did meanwhile (use with --raw DIR)
 set -euo pipefail
-build=build; nps=(2); reps=10; prog=all_reduce_perf; busy=0; raw=""; max=256M
+build=build; nps=(2); reps=10; prog=all_reduce_perf; busy=0; raw=""; max=256M; trace=
 while [ $# -gt 0 ]; do
   case $1 in
     --four) nps=(2 4) ;;
@@ -27,6 +33,7 @@ while [ $# -gt 0 ]; do
     --busy) busy=1 ;;
     --raw) raw=$2; shift ;;
     --max) max=$2; shift ;;
+    --trace) trace=$2; shift ;;
     *) build=$1 ;;
   esac
   shift
@@ -42,15 +49,20 @@ rt=(); [ "$(id -u)" = 0 ] && [ "$busy" = 0 ] && rt=(nice -n -10)
 # interrupt in them made a quiet run lose at 256 B (1.01 us against its usual 0.58).
 long=(--min-ms 20); [ "$busy" = 1 ] && long=(--min-ms 100)
 tmp=$(mktemp -d)
-busy_pid=""
+busy_pid=""; trace_pid=""
 cleanup() {
   [ -z "$busy_pid" ] || kill "$busy_pid" 2>/dev/null || true
+  [ -z "$trace_pid" ] || { kill "$trace_pid" 2>/dev/null; wait "$trace_pid" 2>/dev/null; } || true
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 if [ "$busy" = 1 ]; then
   sh -c 'while :; do :; done' &
   busy_pid=$!
+fi
+if [ -n "$trace" ]; then
+  python3 "$(dirname "$0")/cpu_trace.py" "$trace" --match "${prog:0:15}" ${busy_pid:+--pid "$busy_pid"} &
+  trace_pid=$!
 fi
 for np in "${nps[@]}"; do
   for r in $(seq "$reps"); do
@@ -61,42 +73,58 @@ for np in "${nps[@]}"; do
     [ -z "$raw" ] || { mkdir -p "$raw"; cp "$tmp/np$np.$r.txt" "$raw/"; }
   done
   python3 - "$np" "$busy" "$tmp"/np$np.*.txt <<'PY'
-import statistics, sys
+import re, statistics, sys
 np_, busy = sys.argv[1], sys.argv[2] == "1"
 runs = sys.argv[3:]
 rows = {}
-lost = []  # (run, size, its line and the rounds behind it)
+lost = []  # (run, size, which ratio lost, the rounds behind it)
+ROUND_US = re.compile(r"([0-9.]+) us \(")
 for path in runs:
     run = path.rsplit(".", 2)[-2]  # np2.7.txt: run 7
     last = None
     for line in open(path):
         if line.startswith("#   ") and " B rounds: " in line and last is not None:
-            if last[2] / last[1] < 1:  # Open MPI time / Accord time
-                lost.append((run, last[0], line[4:].strip()))
+            # Paired rounds: round k of Accord and round k of Open MPI ran back to back; the
+            # median of the three pairs' ratios. A change of the machine's state between two
+            # rounds spoils one pair, where it can put two of one library's three rounds and
+            # one of the other's on its slow side (bench/README.md, "Rounds of equal length").
+            acc, _, mpi = line.partition(", Open MPI")
+            at = [float(x) for x in ROUND_US.findall(acc)]
+            mt = [float(x) for x in ROUND_US.findall(mpi)]
+            if len(at) == len(mt) == 3 and min(at) > 0:
+                rows[last[0]][-1] = rows[last[0]][-1][:2] + (statistics.median(m / a for a, m in zip(at, mt)),)
+            size, a, m = last
+            paired = rows[size][-1][2]
+            if m / a < 1 or paired < 1:
+                which = "both" if m / a < 1 and paired < 1 else ("medians only" if m / a < 1 else "paired only")
+                lost.append((run, size, which, line[4:].strip()))
             continue
         if line.startswith("#") or not line.strip():
             continue
         f = line.split()
         # out-of-place time (us), Open MPI's time (us), from the same run
         size, a, m = int(f[0]), float(f[5]), float(f[13])
-        rows.setdefault(size, []).append((a, m))
+        rows.setdefault(size, []).append((a, m, m / a))  # the paired ratio replaces m / a when known
         last = (size, a, m)
-for run, size, rounds in lost:
+for run, size, which, rounds in lost:
     # What a lost run did, round by round (all_reduce_perf --compare-mpi): times, context
-    # switches per call (voluntary/involuntary) of the rank with the most, calls, steal time.
-    print(f"run {run} lost at {size} B: {rounds}", file=sys.stderr)
+    # switches per call (voluntary/involuntary) of the rank with the most, calls, steal time,
+    # when the round started and how long it took.
+    print(f"run {run} lost at {size} B ({which}): {rounds}", file=sys.stderr)
 beside = "one busy process beside the ranks, no nice" if busy else "quiet, nice -n -10"
 print(f"\n{np_} ranks, float32 sum, out of place, {len(runs)} runs ({beside})\n")
 print("| size | Accord median (us) | Accord worst (us) | Open MPI median (us) | Open MPI worst (us) "
-      "| ratio of medians | worst run's ratio |")
-print("|---:|---:|---:|---:|---:|---:|---:|")
+      "| ratio of medians | worst run's ratio | worst run, paired rounds |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|")
 for size in sorted(rows):
     r = rows[size]
-    am = statistics.median(a for a, _ in r); aw = max(a for a, _ in r)
-    mm = statistics.median(m for _, m in r); mw = max(m for _, m in r)
-    worst = min(m / a for a, m in r)
+    am = statistics.median(a for a, _, _ in r); aw = max(a for a, _, _ in r)
+    mm = statistics.median(m for _, m, _ in r); mw = max(m for _, m, _ in r)
+    worst = min(m / a for a, m, _ in r)
+    worst_paired = min(p for _, _, p in r)
     label = f"{size} B" if size < 1024 else (f"{size >> 10} KiB" if size < 1 << 20 else f"{size >> 20} MiB")
-    flag = " **<1**" if worst < 1 else ""
-    print(f"| {label} | {am:.2f} | {aw:.2f} | {mm:.2f} | {mw:.2f} | {mm / am:.2f} | {worst:.2f}{flag} |")
+    flag = lambda x: " **<1**" if x < 1 else ""
+    print(f"| {label} | {am:.2f} | {aw:.2f} | {mm:.2f} | {mw:.2f} | {mm / am:.2f} | {worst:.2f}{flag(worst)} "
+          f"| {worst_paired:.2f}{flag(worst_paired)} |")
 PY
 done

@@ -350,6 +350,10 @@ struct Rank {
     double voluntary = 0, involuntary = 0;
     int calls = 0;        // how many calls the round timed
     double steal_ms = 0;  // time the hypervisor ran something else on this machine's CPUs
+    // When the timed calls began (CLOCK_MONOTONIC, s) and how long they took (s), rank 0's
+    // clock: bench/cpu_trace.py samples the CPUs on the same clock, so a slow round can be
+    // matched with what the machine did meanwhile.
+    double start_s = 0, span_s = 0;
   };
   // The machine's steal time so far (/proc/stat, all CPUs, in clock ticks: 10 ms here), in
   // ms; -1 where unknown. On a VM a vCPU the host takes away shows up only here: its tasks
@@ -410,8 +414,31 @@ struct Rank {
     for (int i = 0; i < iters; ++i)
       if (!call(send, recv, count, d, op, mpi)) return -1;
     if (!sync()) return -1;
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+    if (o.min_ms > 0) {
+      // The warm-up only estimates how many calls fill min_ms: the round goes on until it has
+      // (every rank the same calls: they agree on the slowest rank's elapsed time). Before,
+      // 5 warm-up calls that happened to be slow made a round of 16 B beside a busy process
+      // last 1-3 ms instead of 100, all within a stretch where both ranks had their cores,
+      // and that library's round read 0.15 us against the other's 0.20 over 100 ms
+      // (bench/README.md, "Rounds of equal length").
+      const double want_s = o.min_ms / 1e3;
+      for (;;) {
+        const double elapsed =
+            max_over_ranks(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        if (elapsed >= want_s || iters >= 10000000) break;
+        const double more = std::ceil((want_s - elapsed) / std::max(elapsed / iters, 1e-9));
+        const int extra = static_cast<int>(std::clamp(more, 1.0, 1e7 - iters));
+        for (int i = 0; i < extra; ++i)
+          if (!call(send, recv, count, d, op, mpi)) return -1;
+        if (!sync()) return -1;
+        iters += extra;
+      }
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    double secs = std::chrono::duration<double>(t1 - t0).count() / iters;
     if (sw != nullptr) {
+      sw->start_s = std::chrono::duration<double>(t0.time_since_epoch()).count();
+      sw->span_s = std::chrono::duration<double>(t1 - t0).count();
       thread_switches(&v1, &i1);
       sw->voluntary = max_over_ranks(static_cast<double>(v1 - v0) / iters);
       sw->involuntary = max_over_ranks(static_cast<double>(i1 - i0) / iters);
@@ -609,12 +636,14 @@ struct Rank {
               // bench/compare.sh shows these lines for every size a run lost.
               std::printf("#   %zu B rounds: Accord", count * es);
               for (int k = 0; k < 3; ++k)
-                std::printf(" %.2f us (%.3f/%.3f x%d, steal %.0f ms)", rounds_a[k] * 1e6, sw_a[k].voluntary,
-                            sw_a[k].involuntary, sw_a[k].calls, sw_a[k].steal_ms);
+                std::printf(" %.2f us (%.3f/%.3f x%d, steal %.0f ms, at %.3f+%.3f s)", rounds_a[k] * 1e6,
+                            sw_a[k].voluntary, sw_a[k].involuntary, sw_a[k].calls, sw_a[k].steal_ms, sw_a[k].start_s,
+                            sw_a[k].span_s);
               std::printf(", Open MPI");
               for (int k = 0; k < 3; ++k)
-                std::printf(" %.2f us (%.3f/%.3f x%d, steal %.0f ms)", rounds_m[k] * 1e6, sw_m[k].voluntary,
-                            sw_m[k].involuntary, sw_m[k].calls, sw_m[k].steal_ms);
+                std::printf(" %.2f us (%.3f/%.3f x%d, steal %.0f ms, at %.3f+%.3f s)", rounds_m[k] * 1e6,
+                            sw_m[k].voluntary, sw_m[k].involuntary, sw_m[k].calls, sw_m[k].steal_ms, sw_m[k].start_s,
+                            sw_m[k].span_s);
               std::printf("\n");
             }
             std::fflush(stdout);
