@@ -213,10 +213,10 @@ TEST(Launch, RankWithABadSettingFailsEveryRankAtOnceNamingIt) {
     const char* needle;  // in every rank's message
     int late_ms;         // the other ranks start this late
     // Rank 0 runs the server: whether it must warn that it waits for the missing ranks (-1:
-    // not checked). It says so only when they are still missing a second after its failure.
+    // not checked). It says so only when they are still missing 2 s after its failure.
     int wait_warning;
   } cases[] = {
-      {0, {"ACCORD_ALGO", "bogus"}, "ACCORD_ALGO='bogus' is not an algorithm", 2000, 1},
+      {0, {"ACCORD_ALGO", "bogus"}, "ACCORD_ALGO='bogus' is not an algorithm", 3500, 1},
       {2, {"ACCORD_TUNE_FILE", missing_tune}, "no-such.tune", 0, -1},
       {1, {"ACCORD_CHUNK_BYTES", "lots"}, "ACCORD_CHUNK_BYTES='lots' is not a size", 0, -1},
       {0, {"ACCORD_SHM_NSLOTS", "2"}, "ACCORD_SHM_NSLOTS=2 is too small", 300, 0},

@@ -446,8 +446,8 @@ void wait_for_store_server(const StoreEndpoint& endpoint, int rank, Deadline dea
                                                                                     deadline.remaining_ms()}))));
   };
   // Ranks launched together join within milliseconds: say nothing unless some are still
-  // missing a second later (a rank started late, or stuck before its init).
-  wait_until(Deadline::after_ms(1000));
+  // missing 2 s later (a rank started late, or stuck before its init).
+  wait_until(Deadline::after_ms(2000));
   const int missing = state->nranks > 0 ? state->nranks - state->joined : 0;
   if (!waiting(deadline) || missing <= 0) {
     wait_until(deadline);
