@@ -449,15 +449,13 @@ void wait_for_store_server(const StoreEndpoint& endpoint, int rank, Deadline dea
   // missing 2 s later (a rank started late, or stuck before its init).
   wait_until(Deadline::after_ms(2000));
   const int missing = state->nranks > 0 ? state->nranks - state->joined : 0;
-  if (!waiting(deadline) || missing <= 0) {
-    wait_until(deadline);
-    return;
+  if (missing > 0 && waiting(deadline)) {
+    lock.unlock();
+    LOG_WARN(kBootstrap, "rank %d: this process runs the job's bootstrap server, so after its failed init it "
+             "waits (at most %d ms more, ACCORD_INIT_TIMEOUT_MS) for the %d rank(s) that have not joined yet, "
+             "to tell them why", rank, deadline.remaining_ms(), missing);
+    lock.lock();
   }
-  lock.unlock();
-  LOG_WARN(kBootstrap, "rank %d: this process runs the job's bootstrap server, so after its failed init it "
-           "waits (at most %d ms more, ACCORD_INIT_TIMEOUT_MS) for the %d rank(s) that have not joined yet, "
-           "to tell them why", rank, deadline.remaining_ms(), missing);
-  lock.lock();
   wait_until(deadline);
 }
 
