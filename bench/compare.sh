@@ -88,13 +88,14 @@ for path in runs:
             # median of the three pairs' ratios. A change of the machine's state between two
             # rounds spoils one pair, where it can put two of one library's three rounds and
             # one of the other's on its slow side (bench/README.md, "Rounds of equal length").
+            size, a, m = last
             acc, _, mpi = line.partition(", Open MPI")
             at = [float(x) for x in ROUND_US.findall(acc)]
             mt = [float(x) for x in ROUND_US.findall(mpi)]
+            paired = m / a
             if len(at) == len(mt) == 3 and min(at) > 0:
-                rows[last[0]][-1] = rows[last[0]][-1][:2] + (statistics.median(m / a for a, m in zip(at, mt)),)
-            size, a, m = last
-            paired = rows[size][-1][2]
+                paired = statistics.median(mr / ar for ar, mr in zip(at, mt))
+                rows[size][-1] = (a, m, paired)
             if m / a < 1 or paired < 1:
                 which = "both" if m / a < 1 and paired < 1 else ("medians only" if m / a < 1 else "paired only")
                 lost.append((run, size, which, line[4:].strip()))
