@@ -13,7 +13,10 @@ build=${BUILD_DIR:-build}
 mpiflags=(--oversubscribe)
 if [ "$(id -u)" = 0 ]; then mpiflags+=(--allow-run-as-root); fi
 have_mpirun=0
-if command -v mpirun >/dev/null && [ -f "$build/bench/all_reduce_perf" ] && ldd "$build/bench/all_reduce_perf" | grep -q libmpi; then
+# Not `ldd ... | grep -q`: under pipefail, grep -q leaving at the first match can kill ldd with
+# SIGPIPE, and the pipeline then says "no MPI" (a fresh clone's demo ran without Open MPI so).
+if command -v mpirun >/dev/null && [ -f "$build/bench/all_reduce_perf" ] &&
+   [[ "$(ldd "$build/bench/all_reduce_perf")" == *libmpi* ]]; then
   have_mpirun=1
 fi
 
