@@ -866,6 +866,10 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
     CallPlan plan;
     ACCORD_TRY(plan_call(a, on_device, &plan));
     if (plan.schedule == nullptr && !plan.board) return Status::success();
+    if (plan.schedule != nullptr) {
+      for (const Step& st : plan.schedule->steps)
+        if (st.kind == StepKind::kRecvReduceSend) plan.stage_bytes = std::max(plan.stage_bytes, st.bytes);
+    }
     memo_args_ = a;
     memo_on_device_ = on_device;
     memo_plan_ = plan;
@@ -893,6 +897,11 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
   if (schedule != nullptr) {
     if (scratch_.size() < schedule->scratch_bytes) scratch_.resize(schedule->scratch_bytes);
     x.scratch = scratch_.data();
+    if (plan.stage_bytes > 0) {
+      if (stage_.size() < plan.stage_bytes) stage_.resize(plan.stage_bytes);
+      x.stage = stage_.data();
+      x.stage_bytes = stage_.size();
+    }
   }
   x.wait.deadline = Deadline::after_ms_coarse(settings_.timeout_ms);
   x.wait.abort_flag = &abort_;

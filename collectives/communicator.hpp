@@ -182,6 +182,7 @@ class Communicator {
     kernels::ReduceFn reduce = nullptr;
     uint32_t tag = 0;
     bool board = false;  // Note [Board]: direct all-reduce on the shm transport's board
+    size_t stage_bytes = 0;  // its largest reduce-and-send step (ExecArgs::stage)
   };
   Status plan_call(const CollArgs& a, bool on_device, CallPlan* plan);
   Status run_on_board(const CollArgs& a, const CallPlan& plan);
@@ -220,6 +221,7 @@ class Communicator {
   uint32_t board_seq_ = 0;  // board calls made (Note [Board])
   WaitContext board_ctx_;   // their wait context (set with the transports), but for seq, deadline and peer
   std::vector<uint8_t> scratch_;
+  std::vector<uint8_t> stage_;  // ExecArgs::stage
   size_t chunk_bytes_ = 0;
   size_t nt_threshold_ = 0;
   bool nt_fixed_ = false;  // ACCORD_NT_THRESHOLD set: no trial

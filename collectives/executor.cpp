@@ -120,7 +120,7 @@ class Runner {
     switch (s.kind) {
       case StepKind::kSend:
         ACCORD_TRY(acquire(s.send_peer, s.bytes, src(s), &slot));
-        ACCORD_TRY(copy(slot, src(s), s.bytes, false));
+        kernels::copy_to_peer(slot, src(s), s.bytes);
         links_.send[static_cast<size_t>(s.send_peer)]->post(s.bytes, a_.tag);
         return Status::success();
       case StepKind::kRecv:
@@ -149,7 +149,14 @@ class Runner {
         ACCORD_TRY(acquire(s.send_peer, s.bytes,
                            s.kind == StepKind::kRecvReduceSend ? src(s) : dst(s), &slot));
         if (s.kind == StepKind::kRecvReduceSend) {
-          k.dst0 = slot;
+          // Note [Copies into a peer's slot] (kernels/reduce_isa.cpp): the result goes to the
+          // slot in one copy from the stage, not by the kernel's stores.
+          if (s.bytes <= a_.stage_bytes) {
+            k.dst0 = a_.stage;
+            k.dst1 = slot;
+          } else {
+            k.dst0 = slot;
+          }
         } else {
           k.dst0 = dst(s);
           k.dst1 = slot;
@@ -160,7 +167,7 @@ class Runner {
         k.divisor = divisor(s);
         if (k.b == nullptr && k.divisor <= 1) {
           ACCORD_TRY(copy(k.dst0, msg, s.bytes, a_.streaming));
-          ACCORD_TRY(copy(slot, msg, s.bytes, false));
+          kernels::copy_to_peer(slot, msg, s.bytes);
         } else {
           prefetch_next(&k);
           ACCORD_TRY(reduce(k));

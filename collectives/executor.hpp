@@ -29,6 +29,10 @@ struct ExecArgs {
   int divisor = 0;          // nranks for avg, else 0
   bool streaming = false;   // write the output with non-temporal stores
   void* scratch = nullptr;  // at least schedule.scratch_bytes
+  // Where a reduce-and-send step computes before copying into the slot (Note [Copies into a
+  // peer's slot], kernels/reduce_isa.cpp); steps larger than stage_bytes reduce into the slot.
+  void* stage = nullptr;
+  size_t stage_bytes = 0;
   const FaultPlan* fault = nullptr;  // ACCORD_FAULT: misbehave before step fault_step
   long fault_step = -1;
   uint32_t tag = 0;         // call signature stamped on every message (Note [Call signature])

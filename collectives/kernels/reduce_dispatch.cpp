@@ -1,6 +1,7 @@
 // Run-time choice among the ISA builds of reduce_isa.cpp: the best one the CPU supports, or the
 // one ACCORD_KERNEL_ISA names, decided once (first call) and then a table lookup. Built with
 // ACCORD_KERNELS_HAVE_<ISA> defines saying which variants exist (collectives/kernels/meson.build).
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -134,6 +135,37 @@ void copy(void* dst, const void* src, size_t bytes, bool streaming, const void* 
           size_t prefetch_bytes) {
   selected().copy(dst, src, bytes, streaming, prefetch, prefetch_bytes);
 }
+
+void copy_to_peer(void* dst, const void* src, size_t bytes) { selected().slot_copy(dst, src, bytes); }
+
+bool copy_to_peer(void* dst, const void* src, size_t bytes, Isa isa) {
+  if (!isa_available(isa)) return false;
+  built_kernels(isa)->slot_copy(dst, src, bytes);
+  return true;
+}
+
+namespace {
+// ACCORD_SLOT_COPY: read once, at the first slot copy (as ACCORD_KERNEL_ISA above).
+int slot_copy_from_environment() {
+  const char* v = getenv("ACCORD_SLOT_COPY");
+  if (v == nullptr || v[0] == '\0' || strcmp(v, "rep") == 0) return static_cast<int>(SlotCopy::kRepMovsb);
+  if (strcmp(v, "vector") == 0) {
+    LOG_INFO(kColl, "ACCORD_SLOT_COPY=vector: messages go into FIFO slots by the vector loop");
+    return static_cast<int>(SlotCopy::kVector);
+  }
+  LOG_WARN(kEnv, "ACCORD_SLOT_COPY=%s is not one of rep, vector; using rep", v);
+  return static_cast<int>(SlotCopy::kRepMovsb);
+}
+
+std::atomic<int>& slot_copy_setting() {
+  static std::atomic<int> mode{slot_copy_from_environment()};
+  return mode;
+}
+}  // namespace
+
+SlotCopy slot_copy_mode() { return static_cast<SlotCopy>(slot_copy_setting().load(std::memory_order_relaxed)); }
+
+void set_slot_copy_mode(SlotCopy mode) { slot_copy_setting().store(static_cast<int>(mode), std::memory_order_relaxed); }
 
 bool copy(void* dst, const void* src, size_t bytes, bool streaming, Isa isa) {
   if (!isa_available(isa)) return false;

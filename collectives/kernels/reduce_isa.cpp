@@ -307,7 +307,11 @@ void divide_copy(uint8_t* out, const uint8_t* a, size_t n, int divisor) {
 // 2-rank ring all-reduce at 256 KiB and 1 MiB at 1.4-2.4 GB/s, against 5.5-9.8 GB/s with this
 // loop of vector loads and stores (GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=100000000
 // showed the same gain). Not yet measured on a CPU where `rep movsb` is fast (the earlier
-// AVX-512 VM). Small copies stay with memcpy.
+// AVX-512 VM). Small copies stay with memcpy. That measurement changed every copy, into
+// slots and out of them. Copies into a slot now use `rep movsb` after all (Note [Copies into a
+// peer's slot], below), where it gains 1.3-3x; this loop keeps the rest. Copying out of a slot
+// into a buffer 16 bytes out of step with it, `rep movsb` gave 6.2 GB/s against this loop's
+// 8.1 in the two-thread test of that note (slow state).
 inline void vec_copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
   using V = Vec<long long>;
   if (bytes < 4 * kVecBytes) {
@@ -331,6 +335,33 @@ inline void vec_copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
   for (; i + kVecBytes <= bytes; i += kVecBytes) storeu(dst + i, loadu<V>(src + i));
   // The tail as one vector ending at the last byte (it rewrites bytes already copied).
   if (i < bytes) storeu(dst + bytes - kVecBytes, loadu<V>(src + bytes - kVecBytes));
+}
+
+// Note [Copies into a peer's slot]: a rank writes a message into a FIFO slot that the peer's
+// core read last, so each line it overwrites is cached there; an ordinary store first fetches
+// the line from that core (read for ownership) only to overwrite it whole. `rep movsb` of a
+// few KiB or more writes whole lines without fetching them. On the project VM's AMD EPYC, a
+// 64 KiB-slot FIFO between two threads on CPUs 0 and 1 moved 26 GB/s with `rep movsb` at the
+// sender against 8.4 with this file's vector loop while the two vCPUs were far apart (a cache
+// line's round trip 410 ns, the machine's slow state), and 39 against 29 GB/s when they were
+// close (80-130 ns); non-temporal stores gave 25 and 20, 64-byte-aligned AVX-512 stores 7.6
+// and 34. Sent as pieces of 4 KiB, 1 KiB and 256 bytes, `rep movsb` gave 16.5, 7.1 and 5.4
+// GB/s in the slow state: so a message goes in one `rep movsb`, never block by block.
+// Messages of 1 KiB gained too (8.0 against 5.0 slow, 30.5 against 21.4 fast), so the
+// threshold is 1 KiB. What the receiver then does with the slot is the same either way. Under
+// AddressSanitizer and ThreadSanitizer the vector loop runs instead, whose accesses they see.
+// ACCORD_SLOT_COPY=vector restores the vector loop (reduce_dispatch.cpp). Only x86-64 has
+// `rep movsb`; elsewhere the vector loop.
+void slot_copy_impl(void* dst_, const void* src_, size_t bytes) {
+  auto* dst = static_cast<uint8_t*>(dst_);
+  const auto* src = static_cast<const uint8_t*>(src_);
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  if (bytes >= kSlotRepMinBytes && slot_copy_mode() == SlotCopy::kRepMovsb) {
+    asm volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(bytes) : : "memory");
+    return;
+  }
+#endif
+  if (dst != src) vec_copy(dst, src, bytes);
 }
 
 template <class T, class Op>
@@ -426,9 +457,11 @@ bool stream_direct(uint8_t* dst0, uint8_t* dst1, const uint8_t* a, const uint8_t
   if (mis % kS != 0 || (divisor > 1 && !kVectorDivide<T>)) return false;
   if (b == nullptr && divisor <= 1) {  // a plain copy
     if (dst0 != a) stream_copy(dst0, a, n * kS, pf);
-    if (dst1 != nullptr && dst1 != a) vec_copy(dst1, a, n * kS);
+    if (dst1 != nullptr) slot_copy_impl(dst1, a, n * kS);
     return true;
   }
+  // Note [Copies into a peer's slot]: dst1 in one copy, from the block path.
+  if (dst1 != nullptr) return false;
   const auto finish = [&](size_t from, size_t count) {  // ordinary stores
     compute_any<T, Op>(dst0 + from * kS, a + from * kS, b ? b + from * kS : nullptr, count,
                        divisor);
@@ -469,44 +502,39 @@ void reduce_entry(const ReduceArgs& args) {
   auto* dst1 = static_cast<uint8_t*>(args.dst1);
   const auto* a = static_cast<const uint8_t*>(args.a);
   const auto* b = static_cast<const uint8_t*>(args.b);
-  if (dst1 == nullptr && !args.dst0_streaming) {
+  if (!args.dst0_streaming) {
     compute_any<T, Op>(dst0, a, b, n, divisor);
+    // dst1 may be a or b: the result is all in dst0 before dst1 is written. One copy of the
+    // whole result (Note [Copies into a peer's slot]).
+    if (dst1 != nullptr && dst1 != dst0) slot_copy_impl(dst1, dst0, n * kS);
     return;
   }
 
+  Prefetcher pf(args.prefetch, args.prefetch_bytes);
 #if defined(__SSE2__)
-  Prefetcher pf(args.dst0_streaming ? args.prefetch : nullptr, args.prefetch_bytes);
-  if (args.dst0_streaming && stream_direct<T, Op>(dst0, dst1, a, b, n, divisor, pf)) {
+  if (stream_direct<T, Op>(dst0, dst1, a, b, n, divisor, pf)) {
     store_fence();
     return;
   }
 #endif
-  // Streaming to a dst0 misaligned by part of an element, integer averages, and dst1 without
-  // streaming: compute a block, then copy it out.
+  // Streaming to a dst0 misaligned by part of an element, integer averages, and streaming
+  // with dst1: compute a block, then copy it out (dst1 block by block: the whole result is in
+  // no cache to copy it from at the end).
   constexpr size_t kBlockElems = kBlockBytes / kS;
   alignas(64) uint8_t buf[kBlockBytes];
-  // With streaming, end the first block where dst0 reaches a cache-line boundary (when its
-  // misalignment is a whole number of elements), so every later block streams whole lines.
+  // End the first block where dst0 reaches a cache-line boundary (when its misalignment is a
+  // whole number of elements), so every later block streams whole lines.
   size_t block = kBlockElems;
   const size_t mis = reinterpret_cast<uintptr_t>(dst0) & 63;
-  if (args.dst0_streaming && mis != 0 && mis % kS == 0) {
-    block = (64 - mis) / kS + kBlockElems - 64 / kS;
-  }
+  if (mis != 0 && mis % kS == 0) block = (64 - mis) / kS + kBlockElems - 64 / kS;
   for (size_t i = 0; i < n; i += block, block = kBlockElems) {
     const size_t m = n - i < block ? n - i : block;
     const size_t off = i * kS;
-    const uint8_t* bb = b ? b + off : nullptr;
-    if (args.dst0_streaming) {
-      compute_any<T, Op>(buf, a + off, bb, m, divisor);
-      stream_copy(dst0 + off, buf, m * kS, pf);
-      if (dst1) vec_copy(dst1 + off, buf, m * kS);
-    } else {
-      // dst1 may be a or b: the block was read into dst0 before dst1 overwrites it.
-      compute_any<T, Op>(dst0 + off, a + off, bb, m, divisor);
-      if (dst1 != dst0) vec_copy(dst1 + off, dst0 + off, m * kS);
-    }
+    compute_any<T, Op>(buf, a + off, b ? b + off : nullptr, m, divisor);
+    stream_copy(dst0 + off, buf, m * kS, pf);
+    if (dst1 != nullptr) slot_copy_impl(dst1 + off, buf, m * kS);
   }
-  if (args.dst0_streaming) store_fence();
+  store_fence();
 }
 
 void copy_impl(void* dst, const void* src, size_t bytes, bool streaming, const void* prefetch,
@@ -545,6 +573,7 @@ IsaKernels make_kernels() {
   fill_dtype<ACCORD_FLOAT64>(&k);
   fill_dtype<ACCORD_BFLOAT16>(&k);
   k.copy = &copy_impl;
+  k.slot_copy = &slot_copy_impl;
   return k;
 }
 

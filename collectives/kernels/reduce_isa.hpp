@@ -12,10 +12,13 @@ namespace accord::kernels {
 using CopyFn = void (*)(void* dst, const void* src, size_t bytes, bool streaming,
                         const void* prefetch, size_t prefetch_bytes);
 
+using SlotCopyFn = void (*)(void* dst, const void* src, size_t bytes);
+
 struct IsaKernels {
   const char* name;
   ReduceFn reduce[ACCORD_NUM_DTYPES][ACCORD_NUM_OPS];
   CopyFn copy;
+  SlotCopyFn slot_copy;  // copy_to_peer(), and how ReduceArgs::dst1 is written
 };
 
 // One per built variant; which ones exist is decided by collectives/kernels/meson.build

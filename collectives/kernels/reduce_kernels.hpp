@@ -30,7 +30,8 @@ namespace accord::kernels {
 
 struct ReduceArgs {
   void* dst0 = nullptr;     // required
-  void* dst1 = nullptr;     // optional second copy of the result (e.g. the next rank's FIFO slot)
+  void* dst1 = nullptr;     // optional second copy of the result, written as copy_to_peer()
+                            // writes (the next rank's FIFO slot)
   const void* a = nullptr;  // first operand (left side: result = a op b)
   const void* b = nullptr;  // second operand; nullptr = no reduction, copy a (then apply divisor)
   size_t count = 0;         // elements
@@ -56,6 +57,19 @@ void reduce(accord_datatype_t dtype, accord_red_op_t op, const ReduceArgs& args)
 void copy(void* dst, const void* src, size_t bytes, bool streaming, const void* prefetch = nullptr,
           size_t prefetch_bytes = 0);
 
+// memcpy into memory that another rank's core reads next (a FIFO slot): whole lines written
+// without first fetching them from that core (Note [Copies into a peer's slot],
+// reduce_isa.cpp).
+void copy_to_peer(void* dst, const void* src, size_t bytes);
+
+// How copy_to_peer() and ReduceArgs::dst1 write: `rep movsb` (the default on x86-64) or the
+// vector loop of copy(). ACCORD_SLOT_COPY=rep|vector, read at the first call, sets it;
+// set_slot_copy_mode() overrides it (tests, benchmarks). Same bytes either way.
+enum class SlotCopy { kRepMovsb, kVector };
+inline constexpr size_t kSlotRepMinBytes = 1024;  // smaller copies take the vector loop
+SlotCopy slot_copy_mode();
+void set_slot_copy_mode(SlotCopy mode);
+
 // Name of the ISA variant chosen at run time ("avx512", "avx2", "sse2"), for logs and benchmarks.
 const char* isa_name();
 
@@ -74,7 +88,9 @@ Isa selected_isa();
 // The kernel of one variant; nullptr for an unknown dtype or op or an unavailable variant.
 ReduceFn get_reduce_fn(accord_datatype_t dtype, accord_red_op_t op, Isa isa);
 
-// copy() of one variant; false (and nothing copied) if the variant is unavailable.
+// copy() and copy_to_peer() of one variant; false (and nothing copied) if the variant is
+// unavailable.
 bool copy(void* dst, const void* src, size_t bytes, bool streaming, Isa isa);
+bool copy_to_peer(void* dst, const void* src, size_t bytes, Isa isa);
 
 }  // namespace accord::kernels

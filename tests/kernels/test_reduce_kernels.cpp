@@ -30,7 +30,7 @@ constexpr uint8_t kCanary = 0xa5;
 constexpr size_t kSizes[] = {0, 1, 2, 3, 7, 15, 16, 17, 31, 63, 64, 65, 1000, 4097};
 constexpr size_t kLarge = 1000003;
 
-enum class Alias { kNone, kDst0IsA, kDst0IsB };
+enum class Alias { kNone, kDst0IsA, kDst0IsB, kDst1IsA, kDst1IsB };
 
 struct Config {
   const char* name;
@@ -52,6 +52,15 @@ constexpr Config kConfigs[] = {
     {"b_null+divisor3+streaming", true, false, 3, true, Alias::kNone},
     {"dst0=a", false, false, 0, false, Alias::kDst0IsA},
     {"dst0=b+dst1+streaming+divisor3", true, true, 3, false, Alias::kDst0IsB},
+};
+
+// ReduceArgs::dst1 may be a or b exactly (the executor's fused steps never do it today, but the
+// contract allows it): the whole result must be read before dst1 is written.
+constexpr Config kDst1Aliased[] = {
+    {"dst1=a", false, true, 0, false, Alias::kDst1IsA},
+    {"dst1=b+divisor3", false, true, 3, false, Alias::kDst1IsB},
+    {"dst1=a+streaming", true, true, 0, false, Alias::kDst1IsA},
+    {"dst1=b+streaming", true, true, 0, false, Alias::kDst1IsB},
 };
 
 // One buffer with guard bytes on both sides and its data at a chosen byte offset.
@@ -111,7 +120,10 @@ void run_case(Isa isa, accord_datatype_t d, accord_red_op_t op, size_t n, const 
   args.dst0 = c.alias == Alias::kDst0IsA   ? A.data()
               : c.alias == Alias::kDst0IsB ? B.data()
                                            : D0.data();
-  args.dst1 = c.dst1 ? D1.data() : nullptr;
+  args.dst1 = c.alias == Alias::kDst1IsA   ? A.data()
+              : c.alias == Alias::kDst1IsB ? B.data()
+              : c.dst1                     ? D1.data()
+                                           : nullptr;
   args.count = n;
   args.divisor = c.divisor;
   args.dst0_streaming = c.streaming;
@@ -122,12 +134,12 @@ void run_case(Isa isa, accord_datatype_t d, accord_red_op_t op, size_t n, const 
   const auto* dst0 = static_cast<const uint8_t*>(args.dst0);
   EXPECT_EQ(first_mismatch(dst0, want.data(), n, s), "") << "dst0";
   if (c.dst1) {
-    EXPECT_EQ(first_mismatch(D1.data(), want.data(), n, s), "") << "dst1";
+    EXPECT_EQ(first_mismatch(static_cast<const uint8_t*>(args.dst1), want.data(), n, s), "") << "dst1";
   }
-  if (c.alias != Alias::kDst0IsA) {
+  if (c.alias != Alias::kDst0IsA && c.alias != Alias::kDst1IsA) {
     EXPECT_TRUE(std::equal(a0.begin(), a0.end(), A.data())) << "a changed";
   }
-  if (c.alias != Alias::kDst0IsB) {
+  if (c.alias != Alias::kDst0IsB && c.alias != Alias::kDst1IsB) {
     EXPECT_TRUE(std::equal(b0.begin(), b0.end(), B.data())) << "b changed";
   }
   EXPECT_TRUE(A.guards_intact() && B.guards_intact() && D0.guards_intact() && D1.guards_intact())
@@ -167,6 +179,37 @@ TEST_P(ReduceKernels, EveryDst0AlignmentWithStreamingAndDst1) {
     run_case(isa, d, ACCORD_MAX, 4096 / s + 100, kConfigs[1], offs, off + 2000);
     if (::testing::Test::HasFailure()) return;
   }
+}
+
+// Note [Copies into a peer's slot]: dst1 is written by `rep movsb` from 1 KiB up (or by the
+// vector loop with ACCORD_SLOT_COPY=vector). Both ways, around that size and well above it, at
+// every configuration with dst1, with dst1 aliasing an operand too.
+TEST_P(ReduceKernels, Dst1EitherWayOfCopyingIntoASlot) {
+  const auto [isa, d] = GetParam();
+  const size_t s = dtype_bytes(d);
+  const SlotCopy before = slot_copy_mode();
+  uint64_t seed = 5000;
+  for (const SlotCopy mode : {SlotCopy::kRepMovsb, SlotCopy::kVector}) {
+    set_slot_copy_mode(mode);
+    SCOPED_TRACE(mode == SlotCopy::kRepMovsb ? "rep movsb" : "vector");
+    for (const size_t bytes : {kSlotRepMinBytes - 8, kSlotRepMinBytes, kSlotRepMinBytes + 24, size_t{65536} + 40,
+                               size_t{262147}}) {
+      const size_t n = bytes / s;
+      for (const Config& c : kConfigs) {
+        if (!c.dst1) continue;
+        ++seed;
+        const size_t offs[4] = {(seed * 7) % 64, (seed * 13 + 5) % 64, (seed * 29 + 3) % 64, (seed * 37 + 11) % 64};
+        run_case(isa, d, ACCORD_SUM, n, c, offs, seed);
+      }
+      for (const Config& c : kDst1Aliased) {
+        ++seed;
+        const size_t offs[4] = {(seed * 5) % 64, (seed * 11 + 2) % 64, (seed * 3 + 1) % 64, 0};
+        run_case(isa, d, ACCORD_MAX, n, c, offs, seed);
+      }
+      if (::testing::Test::HasFailure()) break;
+    }
+  }
+  set_slot_copy_mode(before);
 }
 
 // All 65536 halves through each variant's load + store conversion (max(x, x) = x, NaN quieted).
@@ -263,6 +306,42 @@ TEST(ReduceCopy, MatchesMemcpyEveryVariantAndAlignment) {
   std::vector<uint8_t> x(100, 1), y(100, 2);
   copy(y.data(), x.data(), x.size(), true);
   EXPECT_EQ(x, y);
+}
+
+// Note [Copies into a peer's slot]: copy_to_peer gives memcpy's bytes, both ways of copying,
+// every variant, around the 1 KiB where `rep movsb` takes over, with every relative alignment.
+TEST(ReduceCopy, ToPeerMatchesMemcpyEitherWayEveryVariantAndAlignment) {
+  const SlotCopy before = slot_copy_mode();
+  for (const SlotCopy mode : {SlotCopy::kRepMovsb, SlotCopy::kVector}) {
+    set_slot_copy_mode(mode);
+    for (const Isa isa : available_isas()) {
+      for (const size_t bytes : {size_t{0}, size_t{1}, size_t{63}, size_t{65}, size_t{1021}, kSlotRepMinBytes - 1,
+                                 kSlotRepMinBytes, kSlotRepMinBytes + 1, size_t{4099}, size_t{65536} + 13,
+                                 (size_t{1} << 20) + 7}) {
+        for (size_t off = 0; off < 64; off += 9) {
+          Guarded src(bytes, (off * 5 + 3) % 64), dst(bytes, off);
+          fill_random(ACCORD_UINT8, src.data(), bytes, bytes * 3 + off);
+          ASSERT_TRUE(copy_to_peer(dst.data(), src.data(), bytes, isa));
+          EXPECT_EQ(memcmp(dst.data(), src.data(), bytes), 0)
+              << isa_name(isa) << (mode == SlotCopy::kRepMovsb ? " rep movsb " : " vector ") << bytes
+              << " bytes, offset " << off;
+          EXPECT_TRUE(dst.guards_intact() && src.guards_intact());
+        }
+      }
+    }
+  }
+  set_slot_copy_mode(before);
+  std::vector<uint8_t> x(5000, 1), y(5000, 2);
+  copy_to_peer(y.data(), x.data(), x.size());
+  EXPECT_EQ(x, y);
+}
+
+// meson runs this binary with ACCORD_SLOT_COPY=vector and =bogus as well
+// (tests/kernels/meson.build): read once, at the first slot copy; unknown values keep rep movsb.
+TEST(ReduceDispatch, HonoursAccordSlotCopy) {
+  const char* v = getenv("ACCORD_SLOT_COPY");
+  const bool vector = v != nullptr && strcmp(v, "vector") == 0;
+  EXPECT_EQ(slot_copy_mode(), vector ? SlotCopy::kVector : SlotCopy::kRepMovsb) << (v ? v : "(unset)");
 }
 
 // Note [Prefetch while streaming]: the hint only reads ahead. Shorter, longer or no prefetch
