@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "collectives/communicator.hpp"
+#include "collectives/kernels/reduce_kernels.hpp"
 #include "core/log.hpp"
 
 namespace accord {
@@ -111,7 +112,7 @@ Status Communicator::run_point_to_point(const std::vector<CollArgs>& ops) {
         const uint8_t* from = static_cast<const uint8_t*>(p.call->send) + p.done;
         void* slot = nullptr;
         ACCORD_TRY(ch->acquire_like(piece, from, &slot, at_peer(peer, "send")));
-        std::memcpy(slot, from, piece);
+        kernels::copy_to_peer(slot, from, piece);  // Note [Copies into a peer's slot]
         ch->post(piece, p.tag);
         p.done += piece;
         if (p.done == p.bytes) ++next_send[peer];
