@@ -20,7 +20,7 @@ for size in 1K 5000 64K; do
 done
 n=$(echo "$out" | sed -n 's/^# CPUs 0 to 1, 8 slots, 262144 bytes a sample per way, \([0-9]*\) samples.*/\1/p')
 [ -n "$n" ] && [ "$n" -ge 1 ] || { echo "FAIL: no header line with the sample count"; exit 1; }
-for bad in "--cpus 0,0" "--cpus 0,1000" "--cpus 1000,0" "--cpus 0,100000" "--sizes 0" "--sizes 1K,x" "--sizes 65M" "--bytes 0" "--seconds 0" "--bogus"; do
+for bad in "--cpus 0,0" "--cpus 0,1000" "--cpus 1000,0" "--cpus 0,100000" "--sizes 0" "--sizes 1K,x" "--sizes 65M" "--bytes 0" "--seconds 0" "--fast-ns 0" "--fast-ns x" "--bogus"; do
   # shellcheck disable=SC2086
   "$prog" $bad > /dev/null 2> "$err"; rc=$?
   [ "$rc" = 2 ] || { echo "FAIL: '$bad' exited $rc, expected 2"; exit 1; }
