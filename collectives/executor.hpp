@@ -1,6 +1,7 @@
-// Runs one rank's Schedule on channels. Fused steps read a received slot in place and write
-// their result straight into the next rank's slot (and the output), so a ring step costs one
-// pass over the data: no staging copies.
+// Runs one rank's Schedule on channels. Fused steps read a received slot in place, compute
+// into the output (or, for reduce-and-send, a stage buffer) and copy the result into the next
+// rank's slot with one `rep movsb` (Note [Copies into a peer's slot], kernels/reduce_isa.cpp):
+// the reduction's own stores would first fetch every slot line from the core that read it.
 //
 // Deadlock freedom (Note [FIFO depth]): every step receives before it sends except a
 // schedule's plain sends, so a rank never has more than one message sent but not received

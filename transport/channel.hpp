@@ -7,8 +7,9 @@
 // int32 into float32 or max into sum, even without ACCORD_CHECK. The tag rides in the cache
 // line that already carries the ready flag: it costs nothing.
 //
-// Zero-copy protocol: the sender asks for a slot, writes the message straight into it (a
-// reduction kernel may write its result there), then posts it. The receiver waits for the
+// Zero-copy protocol: the sender asks for a slot, writes the message straight into it (the
+// collectives copy it in with kernels::copy_to_peer, Note [Copies into a peer's slot]), then
+// posts it. The receiver waits for the
 // next message, reads it in place (and may reduce it into the next rank's slot), then
 // releases it. One slot holds at most max_bytes().
 #pragma once

@@ -340,18 +340,19 @@ inline void vec_copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
 // Note [Copies into a peer's slot]: a rank writes a message into a FIFO slot that the peer's
 // core read last, so each line it overwrites is cached there; an ordinary store first fetches
 // the line from that core (read for ownership) only to overwrite it whole. `rep movsb` of a
-// few KiB or more writes whole lines without fetching them. On the project VM's AMD EPYC, a
-// 64 KiB-slot FIFO between two threads on CPUs 0 and 1 moved 26 GB/s with `rep movsb` at the
-// sender against 8.4 with this file's vector loop while the two vCPUs were far apart (a cache
-// line's round trip 410 ns, the machine's slow state), and 39 against 29 GB/s when they were
-// close (80-130 ns); non-temporal stores gave 25 and 20, 64-byte-aligned AVX-512 stores 7.6
-// and 34. Sent as pieces of 4 KiB, 1 KiB and 256 bytes, `rep movsb` gave 16.5, 7.1 and 5.4
-// GB/s in the slow state: so a message goes in one `rep movsb`, never block by block.
-// Messages of 1 KiB gained too (8.0 against 5.0 slow, 30.5 against 21.4 fast), so the
-// threshold is 1 KiB. What the receiver then does with the slot is the same either way. Under
-// AddressSanitizer and ThreadSanitizer the vector loop runs instead, whose accesses they see.
-// ACCORD_SLOT_COPY=vector restores the vector loop (reduce_dispatch.cpp). Only x86-64 has
-// `rep movsb`; elsewhere the vector loop.
+// few KiB or more writes whole lines without fetching them. bench/slot_copy (two threads on
+// CPUs 0 and 1, 8 slots of 64 KiB messages) on the project VM's AMD EPYC, medians of 66 and 91
+// runs: 30.9 GB/s with `rep movsb` at the sender against 8.4 with this file's vector loop while
+// the two vCPUs were far apart (a cache line's round trip over 500 ns, the machine's slow
+// state), 53.4 against 39.1 when they were close (about 105 ns); non-temporal stores gave 24.9
+// and 20.1. Sent as 4 KiB pieces, `rep movsb` gave only 17.7 in the slow state: so a message
+// goes in one `rep movsb`, not block by block. 4 KiB messages gained too (15.1 against 6.5
+// slow, 35.6 against 31.1 fast), 1 KiB ones less (4.3 against 3.7, 32.5 against 20.0), so the
+// threshold is 1 KiB. In 2-rank all-reduces of 256 KiB-4 MiB that is 2.4-2.6x in the slow
+// state and 1.1-1.3x in the fast one (bench/README.md). What the receiver then does with the
+// slot is the same either way. Under AddressSanitizer and ThreadSanitizer the vector loop runs
+// instead, whose accesses they see. ACCORD_SLOT_COPY=vector restores the vector loop
+// (reduce_dispatch.cpp). Only x86-64 has `rep movsb`; elsewhere the vector loop.
 void slot_copy_impl(void* dst_, const void* src_, size_t bytes) {
   auto* dst = static_cast<uint8_t*>(dst_);
   const auto* src = static_cast<const uint8_t*>(src_);
