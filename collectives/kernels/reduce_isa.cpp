@@ -309,7 +309,7 @@ void divide_copy(uint8_t* out, const uint8_t* a, size_t n, int divisor) {
 // showed the same gain). Not yet measured on a CPU where `rep movsb` is fast (the earlier
 // AVX-512 VM). Small copies stay with memcpy. That measurement changed every copy, into
 // slots and out of them. Copies into a slot now use `rep movsb` after all (Note [Copies into a
-// peer's slot], below), where it gains 1.3-3x; this loop keeps the rest. Copying out of a slot
+// peer's slot], below), where it gains 1.1-3.7x; this loop keeps the rest. Copying out of a slot
 // into a buffer 16 bytes out of step with it, `rep movsb` gave 6.2 GB/s against this loop's
 // 8.1 in the two-thread test of that note (slow state).
 inline void vec_copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
@@ -458,7 +458,7 @@ bool stream_direct(uint8_t* dst0, uint8_t* dst1, const uint8_t* a, const uint8_t
   if (mis % kS != 0 || (divisor > 1 && !kVectorDivide<T>)) return false;
   if (b == nullptr && divisor <= 1) {  // a plain copy
     if (dst0 != a) stream_copy(dst0, a, n * kS, pf);
-    if (dst1 != nullptr) slot_copy_impl(dst1, a, n * kS);
+    if (dst1 != nullptr && dst1 != a) slot_copy_impl(dst1, a, n * kS);
     return true;
   }
   // Note [Copies into a peer's slot]: dst1 in one copy, from the block path.
