@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench/pin.hpp"
+
 namespace {
 
 struct alignas(64) Line {
@@ -32,13 +34,6 @@ struct alignas(64) Line {
 
 Line ping, pong;
 std::atomic<bool> stop{false};
-
-bool pin(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
-}
 
 void usage() {
   std::fprintf(
@@ -77,7 +72,7 @@ int main(int argc, char** argv) {
     usage();
     return 2;
   }
-  if (!pin(cpu_a)) {
+  if (!accord::bench::pin_to_cpu(cpu_a)) {
     std::fprintf(
         stderr,
         "core_pingpong: cannot run on CPU %d (not online, or outside this process's CPU set)\n",
@@ -88,7 +83,7 @@ int main(int argc, char** argv) {
   // would share A and every round trip would wait for a time slice. So no timing before then.
   std::atomic<int> echo_state{0};  // 0: starting, 1: on B, -1: cannot run on B
   std::thread echo([&] {
-    echo_state = pin(cpu_b) ? 1 : -1;
+    echo_state = accord::bench::pin_to_cpu(cpu_b) ? 1 : -1;
     uint64_t last = 0;
     while (!stop.load(std::memory_order_relaxed)) {
       const uint64_t v = ping.value.load(std::memory_order_acquire);

@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/pin.hpp"
 #include "bench/sizes.hpp"
 #include "collectives/kernels/reduce_kernels.hpp"
 
@@ -47,13 +48,6 @@ struct alignas(64) Flag {
 
 enum Method { kVector, kRep, kRep4K, kNt, kMethods };
 const char* const kMethodNames[kMethods] = {"vector", "rep", "rep/4K", "nt"};
-
-bool pin(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
-}
 
 void usage() {
   std::fprintf(stderr,
@@ -102,7 +96,7 @@ void write_slot(Method m, uint8_t* slot, const uint8_t* src, size_t bytes) {
 
 // The receiver: answers the probe or drains `messages` messages, as each command says.
 void receiver(Fifo* f, uint8_t* dst, std::atomic<int>* state, int cpu) {
-  *state = pin(cpu) ? 1 : -1;
+  *state = accord::bench::pin_to_cpu(cpu) ? 1 : -1;
   uint64_t commands = 0;
   while (!f->stop.load(std::memory_order_relaxed)) {
     const uint64_t g = f->go.value.load(std::memory_order_acquire);
@@ -194,7 +188,7 @@ int main(int argc, char** argv) {
     usage();
     return 2;
   }
-  if (!pin(cpu_a)) {
+  if (!accord::bench::pin_to_cpu(cpu_a)) {
     std::fprintf(stderr, "slot_copy: cannot run on CPU %d (not online, or outside this process's CPU set)\n",
                  cpu_a);
     return 2;
