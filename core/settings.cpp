@@ -39,6 +39,10 @@ const std::vector<Entry>& entries() {
       Entry{{"ACCORD_KERNEL_ISA", "string", "",
              "force the host reduction kernels: sse2, avx2, avx512 (read by collectives/kernels)"},
             Kind::kString, nullptr, nullptr, nullptr, false},
+      Entry{{"ACCORD_SLOT_COPY", "string", "rep",
+             "how messages are copied into shared-memory FIFO slots: rep (rep movsb) or vector "
+             "(read by collectives/kernels)"},
+            Kind::kString, nullptr, nullptr, nullptr, false},
       INT_ENTRY("ACCORD_TIMEOUT_MS", timeout_ms, "300000",
                 "deadline for any wait inside a collective; then ACCORD_ERR_TIMEOUT"),
       INT_ENTRY("ACCORD_INIT_TIMEOUT_MS", init_timeout_ms, "60000",
