@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -196,7 +197,7 @@ int main(int argc, char** argv) {
   const size_t largest = *std::max_element(sizes.begin(), sizes.end());
   Fifo f;
   f.stride = (largest + 4096 + 4095) & ~size_t{4095};
-  std::vector<uint8_t*> buffers;
+  std::vector<std::unique_ptr<uint8_t, decltype(&std::free)>> buffers;  // freed on every return
   auto page_aligned = [&](size_t n) {
     void* p = nullptr;
     if (posix_memalign(&p, 4096, n) != 0) {
@@ -204,7 +205,7 @@ int main(int argc, char** argv) {
       std::exit(2);
     }
     std::memset(p, 1, n);
-    buffers.push_back(static_cast<uint8_t*>(p));
+    buffers.emplace_back(static_cast<uint8_t*>(p), &std::free);
     return static_cast<uint8_t*>(p);
   };
   f.slots = page_aligned(kSlots * f.stride);
@@ -287,7 +288,6 @@ int main(int argc, char** argv) {
   f.stop = true;
   rx.join();
   accord::kernels::set_slot_copy_mode(mode_before);
-  for (uint8_t* p : buffers) std::free(p);
   double fastest = samples.front().probe_ns;
   for (const Sample& s : samples) fastest = std::min(fastest, s.probe_ns);
   std::printf("# CPUs %d to %d, 8 slots, %zu bytes a sample per way, %zu samples in %g s; fastest round trip %.0f ns\n",

@@ -356,13 +356,14 @@ inline void vec_copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
 void slot_copy_impl(void* dst_, const void* src_, size_t bytes) {
   auto* dst = static_cast<uint8_t*>(dst_);
   const auto* src = static_cast<const uint8_t*>(src_);
+  if (bytes == 0 || dst == src) return;  // an empty message may come with null pointers
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   if (bytes >= kSlotRepMinBytes && slot_copy_mode() == SlotCopy::kRepMovsb) {
     asm volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(bytes) : : "memory");
     return;
   }
 #endif
-  if (dst != src) vec_copy(dst, src, bytes);
+  vec_copy(dst, src, bytes);
 }
 
 template <class T, class Op>
