@@ -223,6 +223,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const SlotCopy mode_before = accord::kernels::slot_copy_mode();
+  accord::kernels::set_slot_copy_mode(SlotCopy::kRepMovsb);  // for rep and rep/4K, whatever ACCORD_SLOT_COPY says
   using Clock = std::chrono::steady_clock;
   uint64_t command = 0;
   auto order = [&](uint64_t c) {
@@ -256,7 +257,6 @@ int main(int argc, char** argv) {
     wait_done(command);
     for (const size_t m : sizes) {
       for (int method = 0; method < kMethods; ++method) {
-        accord::kernels::set_slot_copy_mode(SlotCopy::kRepMovsb);
         f.message = m;
         f.messages = std::max<size_t>(1, bytes / m);
         const uint64_t base = f.sent.value.load(std::memory_order_relaxed);

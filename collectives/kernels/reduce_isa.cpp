@@ -356,7 +356,8 @@ inline void vec_copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
 void slot_copy_impl(void* dst_, const void* src_, size_t bytes) {
   auto* dst = static_cast<uint8_t*>(dst_);
   const auto* src = static_cast<const uint8_t*>(src_);
-  if (bytes == 0 || dst == src) return;  // an empty message may come with null pointers
+  // An empty message may come with null pointers; a copy onto itself is none.
+  if (bytes == 0 || dst == src) return;
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   if (bytes >= kSlotRepMinBytes && slot_copy_mode() == SlotCopy::kRepMovsb) {
     asm volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(bytes) : : "memory");
@@ -459,7 +460,7 @@ bool stream_direct(uint8_t* dst0, uint8_t* dst1, const uint8_t* a, const uint8_t
   if (mis % kS != 0 || (divisor > 1 && !kVectorDivide<T>)) return false;
   if (b == nullptr && divisor <= 1) {  // a plain copy
     if (dst0 != a) stream_copy(dst0, a, n * kS, pf);
-    if (dst1 != nullptr && dst1 != a) slot_copy_impl(dst1, a, n * kS);
+    if (dst1 != nullptr) slot_copy_impl(dst1, a, n * kS);
     return true;
   }
   // Note [Copies into a peer's slot]: dst1 in one copy, from the block path.
@@ -508,7 +509,7 @@ void reduce_entry(const ReduceArgs& args) {
     compute_any<T, Op>(dst0, a, b, n, divisor);
     // dst1 may be a or b: the result is all in dst0 before dst1 is written. One copy of the
     // whole result (Note [Copies into a peer's slot]).
-    if (dst1 != nullptr && dst1 != dst0) slot_copy_impl(dst1, dst0, n * kS);
+    if (dst1 != nullptr) slot_copy_impl(dst1, dst0, n * kS);
     return;
   }
 
