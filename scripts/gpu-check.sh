@@ -20,6 +20,9 @@
 #   kill      kill -9 one of 2 ranks in the middle of 64 MiB all-reduces (MPS): the other ends
 #             (not in the default list)
 #   gpusuite3 the gpu suite 3 times over, 4 at once (not in the default list)
+#   all12     the whole suite 3 times over, 12 at once (issue 20 item 3; not in the default list;
+#             ALL_LIMIT seconds, 420 by default)
+#   all2      the same, 2 at once (not in the default list)
 # Where the machine has one GPU every multi-rank step shares it (ACCORD_DEVICE=0).
 set -u
 build=${1:?usage: gpu-check.sh BUILD_DIR LOG_DIR [STEP...]}
@@ -111,6 +114,8 @@ for s in $steps; do
         echo rank 0 exit \$rc, \$(( (\$(date +%s%N) - t) / 1000000 )) ms after the kill; [ \$rc != 0 ]" ;;
     gpusuite3) step gpusuite3 120 "build/(tests|trainer)" meson test -C "$build" --suite gpu --num-processes 4 \
              --repeat 3 --no-rebuild ;;
+    all12|all2) step "$s" ${ALL_LIMIT:-420} "build/(tests|trainer|bench)" meson test -C "$build" --repeat 3 \
+             --num-processes ${s#all} --print-errorlogs --no-rebuild ;;
     *) echo "unknown step $s" ;;
   esac
 done
