@@ -21,7 +21,9 @@
 #             (not in the default list)
 #   gpusuite3 the gpu suite 3 times over, 4 at once (not in the default list)
 #   all12     the whole suite 3 times over, 12 at once (issue 20 item 3; not in the default list;
-#             ALL_LIMIT seconds, 420 by default)
+#             ALL_LIMIT seconds, 420 by default; one pass took 130-200 s on the H200, its
+#             non-parallel tests running one at a time), with the caller's ACCORD_LOG and
+#             ACCORD_TIMEOUT_MS, not this script's
 #   all2      the same, 2 at once (not in the default list)
 # Where the machine has one GPU every multi-rank step shares it (ACCORD_DEVICE=0).
 set -u
@@ -33,8 +35,14 @@ deadline=${GPU_CHECK_SECONDS:-300}  # steps not started by then are skipped (dev
 mkdir -p "$logs"
 build=$(cd "$build" && pwd)
 summary=()
+[ -n "${ACCORD_LOG+x}" ] && caller_log=$ACCORD_LOG
+[ -n "${ACCORD_TIMEOUT_MS+x}" ] && caller_timeout=$ACCORD_TIMEOUT_MS
 export ACCORD_LOG=${ACCORD_LOG:-gpu:info}
 export ACCORD_TIMEOUT_MS=${ACCORD_TIMEOUT_MS:-15000}  # a lost hand-off ends in an error, not a hang
+# the suites run with the caller's environment, not the two settings above
+plain=(env -u ACCORD_LOG -u ACCORD_TIMEOUT_MS)
+[ -n "${caller_log+x}" ] && plain+=(ACCORD_LOG="$caller_log")
+[ -n "${caller_timeout+x}" ] && plain+=(ACCORD_TIMEOUT_MS="$caller_timeout")
 mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x ACCORD_TIMEOUT_MS -x ACCORD_DEVICE=0
      -x ACCORD_LOG -x LD_LIBRARY_PATH -x PATH)
 
@@ -85,8 +93,8 @@ gdb=$(command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv,noheader
 for s in $steps; do
   case $s in
-    suite) step suite 200 "build/(tests|trainer)" meson test -C "$build" --suite gpu --num-processes 4 \
-             --print-errorlogs --no-rebuild ;;
+    suite) step suite 200 "build/(tests|trainer)" "${plain[@]}" meson test -C "$build" --suite gpu \
+             --num-processes 4 --print-errorlogs --no-rebuild ;;
     one) step one ${ONE_LIMIT:-60} all_reduce_perf "$perf" -g 1 -b 8 -e 128M -f 4 -n 20 -w 3 --show-plan ;;
     procs2) mps_off; step procs2 60 all_reduce_perf "${mpi[@]}" -np 2 "$perf" -g 1 -b 8 -e 16M -f 8 -n 5 -w 1 \
              --show-plan ;;
@@ -112,10 +120,10 @@ for s in $steps; do
         RANK=1 $perf -g 1 -b 64M -e 64M -n 100000 -w 1 & p1=\$!
         sleep 6; kill -9 \$p1; t=\$(date +%s%N); wait \$p0; rc=\$?
         echo rank 0 exit \$rc, \$(( (\$(date +%s%N) - t) / 1000000 )) ms after the kill; [ \$rc != 0 ]" ;;
-    gpusuite3) step gpusuite3 120 "build/(tests|trainer)" meson test -C "$build" --suite gpu --num-processes 4 \
-             --repeat 3 --no-rebuild ;;
-    all12|all2) step "$s" ${ALL_LIMIT:-420} "build/(tests|trainer|bench)" meson test -C "$build" --repeat 3 \
-             --num-processes ${s#all} --print-errorlogs --no-rebuild ;;
+    gpusuite3) step gpusuite3 120 "build/(tests|trainer)" "${plain[@]}" meson test -C "$build" --suite gpu \
+             --num-processes 4 --repeat 3 --no-rebuild ;;
+    all12|all2) step "$s" ${ALL_LIMIT:-420} "build/(tests|trainer|bench)" "${plain[@]}" meson test -C "$build" \
+             --repeat 3 --num-processes ${s#all} --print-errorlogs --no-rebuild ;;
     *) echo "unknown step $s" ;;
   esac
 done

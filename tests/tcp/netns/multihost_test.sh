@@ -26,6 +26,9 @@ netns_up "$tag" 3 || { echo "FAIL - could not create the hosts"; exit 1; }
 netns_write_agent "$tag" "$agent"
 
 # check NAME NHOSTS LOG: every rank printed its summary with 0 failures.
+# since START_NS: seconds since then, one decimal (no bc: the GPU machine has none)
+since() { local ms=$(( ($(date +%s%N) - $1) / 1000000 )); printf '%d.%d' $((ms / 1000)) $((ms % 1000 / 100)); }
+
 check() {
   local name=$1 nhosts=$2 log=$3 rc=$4 want=$(( $2 * 2 ))
   local good
@@ -43,13 +46,13 @@ if command -v mpirun >/dev/null 2>&1 && "$prog" mpi --probe 2>&1 | grep -vq "bui
   for n in 2 3; do
     hosts=$(for ((i = 0; i < n; i++)); do printf "%s:2," "$(netns_addr $i)"; done)
     log=$(mktemp)
-    start=$(date +%s.%N)
+    start=$(date +%s%N)
     timeout 150 "$here/hosts.sh" run "$tag" 0 mpirun --allow-run-as-root --oversubscribe -np $((2 * n)) \
       --host "${hosts%,}" --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
       --mca btl self,vader,tcp --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
       "$prog" mpi >"$log" 2>&1
     rc=$?
-    check "mpirun (launch agent), $(printf '%.1f' "$(echo "$(date +%s.%N) - $start" | bc)") s" "$n" "$log" "$rc"
+    check "mpirun (launch agent), $(since "$start") s" "$n" "$log" "$rc"
     [ $n = 2 ] && sed -n '/^plan:/,/^rank/p' "$log" | grep pair | sed 's/^/       /'
     rm -f "$log"
   done
@@ -59,7 +62,7 @@ fi
 
 for n in 3; do
   log=$(mktemp)
-  start=$(date +%s.%N)
+  start=$(date +%s%N)
   port=$((29500 + RANDOM % 1000))
   pids=()
   for ((r = 0; r < 2 * n; r++)); do
@@ -69,7 +72,7 @@ for n in 3; do
   done
   rc=0
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
-  check "torchrun-style env, no MPI, $(printf '%.1f' "$(echo "$(date +%s.%N) - $start" | bc)") s" "$n" "$log" "$rc"
+  check "torchrun-style env, no MPI, $(since "$start") s" "$n" "$log" "$rc"
   rm -f "$log"
 done
 
