@@ -238,12 +238,18 @@ Status Communicator::init(const InitSpec& spec) {
                                   ? " (on to " + std::to_string(policy_.idle_spin_ns / 1000) +
                                         " us while every task has a CPU)"
                                   : "";
+  // Note [Yields that hand the CPU away]
+  const std::string yields =
+      policy_.yields == 0          ? ""
+      : policy_.long_yield_ns == 0 ? " then yield (oversubscribed)"
+                                   : " then yield (oversubscribed; not for a while after two yields over " +
+                                         std::to_string(policy_.long_yield_ns / 1000) + " us)";
   LOG_INFO(kInit,
            "rank %d of %d ready: %zu local ranks over shm, %zu remote over tcp, chunk %zu KiB "
            "(host buffers %zu KiB), wait spin %lld us%s%s",
            rank_, nranks_, local_ranks_.size(), remote_ranks_.size(), chunk_bytes_ >> 10, call_chunk(false) >> 10,
            static_cast<long long>(policy_.spin_ns / 1000), spin_on.c_str(),
-           policy_.yields ? " then yield (oversubscribed)" : "");
+           yields.c_str());
   return Status::success();
 }
 
@@ -333,7 +339,7 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
     const size_t nl = info.find('\n'), nl2 = info.find('\n', nl + 1);
     if (info.substr(nl + 1, nl2 - nl - 1).find(" g") != std::string::npos) options.device_fifos = true;
   }
-  options.policy = make_wait_policy(settings_.spin_us, oversubscribed_);
+  options.policy = make_wait_policy(settings_.spin_us, oversubscribed_, settings_.long_yield_us);
   policy_ = options.policy;
   auto after_publish = [this] {
     if (fault_.at("init.shm_published", rank_)) trigger_fault(fault_);

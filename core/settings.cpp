@@ -63,6 +63,9 @@ const std::vector<Entry>& entries() {
       INT_ENTRY("ACCORD_SPIN_US", spin_us, "-1",
                 "microseconds to spin before sleeping (-1: 200, then up to 10 ms while every "
                 "runnable task has a CPU; none when oversubscribed)"),
+      INT_ENTRY("ACCORD_LONG_YIELD_US", long_yield_us, "500",
+                "when oversubscribed, two yields longer than this close together make a rank sleep "
+                "instead of yielding for a while (microseconds; 0: never)"),
       BOOL_ENTRY("ACCORD_SHM_DISABLE", shm_disable, "0",
                  "no shared memory: TCP between all ranks, on one host too (GPU buffers are then "
                  "refused)"),

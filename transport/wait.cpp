@@ -54,8 +54,9 @@ std::string cpu_mask() {
   return out;
 }
 
-WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed) {
+WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed, int64_t long_yield_us) {
   WaitPolicy p;
+  p.long_yield_ns = long_yield_us > 0 ? long_yield_us * 1000 : 0;
   if (spin_us_setting >= 0) {
     p.spin_ns = spin_us_setting * 1000;
     p.yields = oversubscribed ? 32 : 0;
@@ -123,6 +124,33 @@ bool room_to_spin() {
   buf[n] = '\0';
   const long runnable = loadavg_runnable(buf);
   return runnable >= 1 && runnable <= cpus + kSpinBesideTasks;
+}
+
+// Note [Yields that hand the CPU away]
+// Oversubscribed ranks (more local ranks than CPUs) yield while they wait, so that the rank
+// they wait for gets the core (make_wait_policy). That is right while the other tasks on the
+// core are ranks: each runs a few microseconds and waits or yields in turn. Beside a task that
+// never waits (busy processes beside 4 ranks on the 2-core VM), a yield can hand the core to
+// that task, and Linux's scheduler (EEVDF, kernel 6.18 here) lets it run until the next tick:
+// 3.9 ms per such yield at HZ=250. Beside two busy processes, with two ranks on each CPU, a
+// third of all yields were that long and a 64 B all-reduce took 1.0-1.2 ms instead of 6 us in
+// each of 8 runs of 5000 calls (each rank's yields counted by length); beside one, single runs
+// took 250-500 us a call at some sizes. A waiter that sleeps on its futex instead is woken by
+// the rank that posts, and the wake preempts the busy task.
+// So a yield longer than long_yield_ns (500 us) that comes within kYieldGateWindow (64) yields
+// of the last one closes the thread's yield gate: its waits skip their yields and sleep at
+// once for 10 ms; each closing doubles that (up to 1 s), and 256 waits whose yields were all
+// short bring it back to 10 ms. A lone long yield (an interrupt, a moment of another task)
+// does not close it. Where yielding works (every rank on one CPU, the busy process on the
+// other: 6 us per call), a rank saw 1-10 yields over 500 us in about 30000, 67-99 % under 10 us
+// and nearly all the others under 100 us; pairs of long yields there still closed a rank's
+// gate 0-6 times in a run of 20000 calls. The thresholds were chosen from those counts, not
+// swept. bench/README.md, "4 ranks beside a busy process", has the measurements.
+void yield_cpu() { sched_yield(); }
+
+YieldGate& yield_gate() {
+  static thread_local YieldGate gate;
+  return gate;
 }
 
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms) {

@@ -2,17 +2,19 @@
 //
 // Policy (Note [Waiting]): spin with a pause instruction for spin_ns (none when oversubscribed),
 // then on while at most one runnable task of the machine lacks a CPU, up to idle_spin_ns in
-// all (Note [Spin while CPUs are free]), then yield the CPU a few times (when oversubscribed),
-// then sleep on a futex in slices of at most 20 ms. Between slices the waiter checks its
-// deadline, the communicator's abort flag and whether the peer process is still alive (a pidfd
-// becomes readable when the process dies), so a dead peer is noticed within one slice and a
-// stopped one turns into ACCORD_ERR_TIMEOUT at the deadline.
+// all (Note [Spin while CPUs are free]), then yield the CPU a few times (when oversubscribed,
+// and only while yields come back quickly: Note [Yields that hand the CPU away]), then sleep
+// on a futex in slices of at most 20 ms. Between slices the waiter checks its deadline, the
+// communicator's abort flag and whether the peer process is still alive (a pidfd becomes
+// readable when the process dies), so a dead peer is noticed within one slice and a stopped
+// one turns into ACCORD_ERR_TIMEOUT at the deadline.
 //
 // The sleeping side sets `sleeping` before its final check and the waking side reads it after
 // publishing, each with a full fence in between, so a wake is never lost and the fast path
 // (peer awake) costs the waker one fence, one cached load and no system call.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -23,13 +25,42 @@
 
 namespace accord {
 
+void yield_cpu();  // sched_yield(), for WaitPolicy::yield
+
 struct WaitPolicy {
   int64_t spin_ns = 100000;  // before yielding
   // Then on, up to this long from the start of the wait, while cpus_free() (0: no).
   int64_t idle_spin_ns = 0;
   int yields = 0;            // sched_yield() calls before sleeping
   bool (*cpus_free)() = nullptr;  // room_to_spin; tests give their own
+  // Note [Yields that hand the CPU away]: two yields longer than this close together close
+  // this thread's yield gate (0: never; ACCORD_LONG_YIELD_US).
+  int64_t long_yield_ns = 500000;
+  void (*yield)() = yield_cpu;  // tests give their own
 };
+
+// Note [Yields that hand the CPU away]: per thread (a rank's, or one of the ranks as threads).
+// While closed, waits skip their yields and sleep at once. A long yield that comes within
+// kYieldGateWindow yields of the one before closes it for `backoff_ns`, which doubles with
+// each closing (up to kYieldGateMaxNs) and falls back to kYieldGateMinNs after
+// kYieldGateShortWaits waits whose yields were all short.
+constexpr int64_t kYieldGateMinNs = 10000000;    // 10 ms
+constexpr int64_t kYieldGateMaxNs = 1000000000;  // 1 s
+constexpr int kYieldGateShortWaits = 256;
+constexpr int kYieldGateWindow = 64;
+struct YieldGate {
+  int64_t closed_until_ns = 0;
+  int64_t backoff_ns = 0;  // 0: kYieldGateMinNs
+  int short_waits = 0;
+  int yields_since_long = kYieldGateWindow;  // counts up to kYieldGateWindow
+  long closings = 0;  // for tests and logs
+};
+YieldGate& yield_gate();
+// Yields up to policy.yields times while !ready(), through this thread's gate. True if ready()
+// said so; false after the last yield, a long one, or none (gate closed): the caller looks
+// again before it sleeps.
+template <typename Ready>
+bool yield_while(Ready& ready, const WaitPolicy& policy);
 
 // Note [Spin while CPUs are free]: whether the machine runs at most one task more than it
 // has CPUs online (the runnable count of /proc/loadavg, which counts this spinning thread),
@@ -40,9 +71,9 @@ bool room_to_spin();
 // The runnable count of a /proc/loadavg line ("0.99 1.61 2.21 2/80 22733": 2), -1 if none.
 long loadavg_runnable(const char* text);
 
-// Picks the policy from ACCORD_SPIN_US and whether the local ranks outnumber the CPUs they
-// may run on (job_cpus).
-WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed);
+// Picks the policy from ACCORD_SPIN_US, whether the local ranks outnumber the CPUs they may
+// run on (job_cpus) and ACCORD_LONG_YIELD_US (0: the yield gate never closes).
+WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed, int64_t long_yield_us = 500);
 
 // Note [Oversubscribed]: this thread's CPU affinity as comma-separated 64-bit hex words, CPU
 // 0 first. Ranks exchange it at init; the CPUs of a host's ranks are the union of their masks.
@@ -126,10 +157,7 @@ Status wait_for(Ready ready, std::atomic<uint32_t>* word, std::atomic<uint32_t>*
         ACCORD_TRY(check_wait(ctx, waiting_for));
     }
   }
-  for (int y = 0; y < policy.yields; ++y) {
-    if (ready()) return Status::success();
-    sched_yield();
-  }
+  if (yield_while(ready, policy)) return Status::success();
   for (;;) {
     uint32_t v = word->load(std::memory_order_acquire);
     sleeping->store(1, std::memory_order_relaxed);
@@ -143,6 +171,39 @@ Status wait_for(Ready ready, std::atomic<uint32_t>* word, std::atomic<uint32_t>*
     if (ready()) return Status::success();
     ACCORD_TRY(check_wait(ctx, waiting_for));
   }
+}
+
+template <typename Ready>
+bool yield_while(Ready& ready, const WaitPolicy& policy) {
+  if (policy.yields <= 0) return false;
+  YieldGate& gate = yield_gate();
+  int64_t t = now_ns();
+  if (t < gate.closed_until_ns) return false;
+  bool done = false;
+  for (int y = 0; y < policy.yields && !(done = ready()); ++y) {
+    policy.yield();
+    const int64_t after = now_ns();
+    if (policy.long_yield_ns > 0 && after - t > policy.long_yield_ns) {
+      const bool again = gate.yields_since_long < kYieldGateWindow;
+      gate.yields_since_long = 0;
+      if (!again) {  // a lone one (an interrupt, a moment of another task): yield on
+        t = after;
+        continue;
+      }
+      gate.backoff_ns = gate.backoff_ns == 0 ? kYieldGateMinNs : std::min(2 * gate.backoff_ns, kYieldGateMaxNs);
+      gate.closed_until_ns = after + gate.backoff_ns;
+      gate.short_waits = 0;
+      ++gate.closings;
+      return false;
+    }
+    if (gate.yields_since_long < kYieldGateWindow) ++gate.yields_since_long;
+    t = after;
+  }
+  if (gate.backoff_ns != 0 && ++gate.short_waits >= kYieldGateShortWaits) {
+    gate.backoff_ns = 0;
+    gate.short_waits = 0;
+  }
+  return done;
 }
 
 // Called by the side that changed `word`. `sleeping` may be a table of `nflags` flags, one per

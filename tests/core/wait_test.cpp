@@ -3,6 +3,7 @@
 // is faked (WaitPolicy::cpus_free), so what is checked does not depend on what runs beside.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -117,9 +118,118 @@ TEST(Wait, PolicyFromTheSettingAndOversubscription) {
   EXPECT_EQ(over.spin_ns, 0);
   EXPECT_EQ(over.idle_spin_ns, 0);  // another rank needs this core: never spin on
   EXPECT_EQ(over.yields, 32);
+  EXPECT_EQ(over.long_yield_ns, 500000);  // Note [Yields that hand the CPU away]
+  EXPECT_EQ(make_wait_policy(-1, true, 2000).long_yield_ns, 2000000);  // ACCORD_LONG_YIELD_US
+  EXPECT_EQ(make_wait_policy(-1, true, 0).long_yield_ns, 0);           // the gate never closes
   const WaitPolicy fixed = make_wait_policy(500, false);  // ACCORD_SPIN_US=500: exactly that
   EXPECT_EQ(fixed.spin_ns, 500000);
   EXPECT_EQ(fixed.idle_spin_ns, 0);
+}
+
+// Note [Yields that hand the CPU away]. A fake yield that takes 2 ms stands for one that
+// handed the core to a busy task until the next tick; the gate is this thread's, reset first.
+std::atomic<int> g_yields{0};
+void long_yield() {
+  g_yields.fetch_add(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
+void quick_yield() { g_yields.fetch_add(1); }
+
+WaitPolicy yielding_policy(void (*yield)()) {
+  WaitPolicy p = make_wait_policy(-1, true);  // oversubscribed: no spin, 32 yields
+  p.yield = yield;
+  return p;
+}
+
+TEST(Wait, TwoLongYieldsCloseTheGateAndTheWaiterSleeps) {
+  yield_gate() = YieldGate{};
+  g_yields = 0;
+  const WaitPolicy p = yielding_policy(long_yield);
+  Waited w = wait_for_flag(p, 0, true);
+  EXPECT_TRUE(w.slept);
+  // The first long yield is alone, the second comes right after it.
+  EXPECT_EQ(g_yields.load(), 2) << "the waiter went on yielding after two yields of 2 ms";
+  EXPECT_EQ(yield_gate().closings, 1);
+  EXPECT_GT(yield_gate().closed_until_ns, 0);
+  // While the gate is closed (10 ms, far longer than this takes unless the machine stalls
+  // the test), the next wait sleeps without a yield.
+  const int64_t closed_until = yield_gate().closed_until_ns;
+  w = wait_for_flag(p, 0, true);
+  EXPECT_TRUE(w.slept);
+  if (now_ns() < closed_until) {
+    EXPECT_EQ(g_yields.load(), 2) << "a wait yielded through a closed gate";
+  }
+}
+
+// The first yield takes 1.2 s, the others none: a moment of another task, not a busy one.
+// (Long here means over 1 s, which a yield that does nothing does not reach even on a loaded
+// machine; at 500 us a preempted one could.)
+std::atomic<bool> g_first_long{true};
+void first_yield_long() {
+  g_yields.fetch_add(1);
+  if (g_first_long.exchange(false)) std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+}
+
+TEST(Wait, ALoneLongYieldLeavesTheGateOpen) {
+  yield_gate() = YieldGate{};
+  g_yields = 0;
+  g_first_long = true;
+  WaitPolicy p = yielding_policy(first_yield_long);
+  p.long_yield_ns = 1000000000;
+  const Waited w = wait_for_flag(p, 0, true);
+  EXPECT_TRUE(w.slept);
+  EXPECT_EQ(g_yields.load(), 32) << "one long yield stopped the waiter's yields";
+  EXPECT_EQ(yield_gate().closings, 0);
+}
+
+TEST(Wait, QuickYieldsLeaveTheGateOpen) {
+  yield_gate() = YieldGate{};
+  g_yields = 0;
+  WaitPolicy p = yielding_policy(quick_yield);
+  p.long_yield_ns = 60000000000;  // nothing counts as long, however loaded the machine is
+  const Waited w = wait_for_flag(p, 0, true);
+  EXPECT_TRUE(w.slept);
+  EXPECT_EQ(g_yields.load(), 32);
+  EXPECT_EQ(yield_gate().closings, 0);
+}
+
+TEST(Wait, TheGateStaysClosedLongerWithEachLongYieldAndRecovers) {
+  yield_gate() = YieldGate{};
+  const WaitPolicy slow = yielding_policy(long_yield);
+  auto never = [] { return false; };
+  int64_t expect = kYieldGateMinNs;
+  for (int i = 0; i < 10; ++i) {
+    yield_gate().closed_until_ns = 0;  // as if the gate's time had passed
+    const int64_t before = now_ns();
+    EXPECT_FALSE(yield_while(never, slow));
+    EXPECT_EQ(yield_gate().backoff_ns, expect) << "closing " << i + 1;
+    EXPECT_GE(yield_gate().closed_until_ns, before + expect);
+    expect = std::min(2 * expect, kYieldGateMaxNs);
+  }
+  EXPECT_EQ(yield_gate().backoff_ns, kYieldGateMaxNs);
+  // Waits whose yields were all short bring it back to the shortest time.
+  WaitPolicy quick = yielding_policy(quick_yield);
+  quick.long_yield_ns = 60000000000;
+  yield_gate().closed_until_ns = 0;
+  int n = 0;
+  auto after_two = [&n] { return ++n % 3 == 0; };  // ready after two yields
+  for (int i = 0; i < kYieldGateShortWaits - 1; ++i) EXPECT_TRUE(yield_while(after_two, quick));
+  EXPECT_EQ(yield_gate().backoff_ns, kYieldGateMaxNs);
+  EXPECT_TRUE(yield_while(after_two, quick));
+  EXPECT_EQ(yield_gate().backoff_ns, 0);
+  EXPECT_EQ(yield_gate().closings, 10);
+}
+
+TEST(Wait, EachThreadHasItsOwnGate) {
+  // Ranks as threads of one process: one rank's long yield says nothing about another's core.
+  yield_gate() = YieldGate{};
+  std::thread([] {
+    auto never = [] { return false; };
+    yield_while(never, yielding_policy(long_yield));
+    EXPECT_EQ(yield_gate().closings, 1);  // after two long yields
+  }).join();
+  EXPECT_EQ(yield_gate().closings, 0);
+  EXPECT_EQ(yield_gate().closed_until_ns, 0);
 }
 
 TEST(Wait, LoadavgRunnableCount) {
