@@ -10,8 +10,9 @@
 # round's context switches per call (voluntary/involuntary, the rank with the most), how many
 # calls it timed and the machine's steal time meanwhile, to tell a collapse that slept from
 # one that lost its core to another task or its vCPU to the host.
-# Usage: bench/compare.sh [BUILD_DIR] [--four] [--reps N] [--program NAME] [--busy] [--max SIZE] [--raw DIR]
-#                         [--trace FILE]
+# Usage: bench/compare.sh [BUILD_DIR] [--four | --only-four] [--reps N] [--program NAME] [--busy] [--max SIZE]
+#                         [--raw DIR] [--trace FILE]
+#   --only-four  4 oversubscribed ranks only
 #   --busy     one busy process (a spinning shell) runs beside the ranks for the whole job, at
 #              the ranks' own priority (no nice -n -10: a user's trainer does not run under it),
 #              and each size is timed for at least 100 ms (all_reduce_perf --min-ms, Note
@@ -28,6 +29,7 @@ build=build; nps=(2); reps=10; prog=all_reduce_perf; busy=0; raw=""; max=256M; t
 while [ $# -gt 0 ]; do
   case $1 in
     --four) nps=(2 4) ;;
+    --only-four) nps=(4) ;;
     --reps) reps=$2; shift ;;
     --program) prog=$2; shift ;;
     --busy) busy=1 ;;
