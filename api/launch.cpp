@@ -91,6 +91,23 @@ Status rendezvous_by_file(InitSpec* spec, LaunchCleanup* cleanup) {
   const std::string path = spec->settings.bootstrap_dir + "/accord-" + std::to_string(getuid()) + "-" +
                            sanitize(key) + ".boot";
   const Deadline deadline = Deadline::after_ms(spec->settings.init_timeout_ms);
+  // Every rank looks at the directory first: where rank 0 cannot write its file, the others
+  // would otherwise wait for it until ACCORD_INIT_TIMEOUT_MS. Ranks that meet through a file
+  // share a host and a user, so what this rank sees there is what rank 0 sees.
+  const std::string& dir = spec->settings.bootstrap_dir;
+  struct stat st;
+  const char* why = nullptr;
+  if (stat(dir.c_str(), &st) != 0)
+    why = std::strerror(errno);
+  else if (!S_ISDIR(st.st_mode))
+    why = "not a directory";
+  else if (access(dir.c_str(), W_OK | X_OK) != 0)
+    why = std::strerror(errno);
+  if (why != nullptr)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: ACCORD_BOOTSTRAP_DIR=%s is not a directory this user can "
+                 "write (%s), so rank 0 cannot leave the rendezvous file there for the ranks of this host; set "
+                 "ACCORD_BOOTSTRAP_DIR to a writable directory on every rank, or MASTER_ADDR and MASTER_PORT",
+                 spec->rank, dir.c_str(), why);
   if (spec->rank == 0) {
     unlink(path.c_str());
     Secret secret;

@@ -169,6 +169,33 @@ TEST(Launch, OpenMpiStyleEnvironmentWithoutMpiMeetsThroughARendezvousFile) {
   EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
 }
 
+// A bootstrap directory that is not there fails every rank at once, not only rank 0 (which
+// cannot write its rendezvous file): the others used to wait for the file until the init
+// timeout.
+TEST(Launch, UnusableBootstrapDirFailsEveryRankAtOnce) {
+  const std::string job = "test-" + free_port();
+  testing::forget_rank_processes();
+  for (const char* dir : {"/nonexistent-accord-bootstrap-dir", "/proc/version"}) {
+    std::vector<Env> envs;
+    for (int r = 0; r < 3; ++r)
+      envs.push_back({{"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_SIZE", "3"},
+                      {"OMPI_MCA_ess_base_jobid", job}, {"ACCORD_BOOTSTRAP_DIR", dir},
+                      {"ACCORD_INIT_TIMEOUT_MS", "60000"}});
+    std::vector<std::string> errors;
+    const auto start = std::chrono::steady_clock::now();
+    const auto codes = run_env_ranks(envs, &errors);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_EQ(codes.size(), 3u);
+    for (size_t r = 0; r < codes.size(); ++r) {
+      EXPECT_NE(codes[r], 0) << dir << ": rank " << r << " succeeded";
+      EXPECT_NE(errors[r].find("ACCORD_BOOTSTRAP_DIR=" + std::string(dir)), std::string::npos)
+          << dir << ": rank " << r << ": " << errors[r];
+      EXPECT_NE(errors[r].find("rank " + std::to_string(r) + ":"), std::string::npos) << errors[r];
+    }
+    EXPECT_LT(s, 30) << dir << ": the ranks took " << s << " s to fail (init timeout 60 s)";
+  }
+}
+
 TEST(Launch, BadEnvironmentsSayWhatIsWrong) {
   struct Case {
     Env env;
