@@ -25,10 +25,10 @@ netns_up "$tag" 3 || { echo "FAIL - could not create the hosts"; exit 1; }
 
 netns_write_agent "$tag" "$agent"
 
-# check NAME NHOSTS LOG: every rank printed its summary with 0 failures.
 # since START_NS: seconds since then, one decimal (no bc: the GPU machine has none)
 since() { local ms=$(( ($(date +%s%N) - $1) / 1000000 )); printf '%d.%d' $((ms / 1000)) $((ms % 1000 / 100)); }
 
+# check NAME NHOSTS LOG: every rank printed its summary with 0 failures.
 check() {
   local name=$1 nhosts=$2 log=$3 rc=$4 want=$(( $2 * 2 ))
   local good
