@@ -26,6 +26,9 @@
 namespace accord {
 
 void yield_cpu();  // sched_yield(), for WaitPolicy::yield
+// Note [Yields that hand the CPU away]: ACCORD_LONG_YIELD_US's default (core/settings.hpp
+// holds the same number: core cannot see transport).
+constexpr int64_t kLongYieldUs = 500;
 
 struct WaitPolicy {
   int64_t spin_ns = 100000;  // before yielding
@@ -35,7 +38,7 @@ struct WaitPolicy {
   bool (*cpus_free)() = nullptr;  // room_to_spin; tests give their own
   // Note [Yields that hand the CPU away]: two yields longer than this close together close
   // this thread's yield gate (0: never; ACCORD_LONG_YIELD_US).
-  int64_t long_yield_ns = 500000;
+  int64_t long_yield_ns = kLongYieldUs * 1000;
   void (*yield)() = yield_cpu;  // tests give their own
 };
 
@@ -53,7 +56,7 @@ struct YieldGate {
   int64_t backoff_ns = 0;  // 0: kYieldGateMinNs
   int short_waits = 0;
   int yields_since_long = kYieldGateWindow;  // counts up to kYieldGateWindow
-  long closings = 0;  // for tests and logs
+  long closings = 0;  // for tests
 };
 YieldGate& yield_gate();
 // Yields up to policy.yields times while !ready(), through this thread's gate. True if ready()
@@ -73,7 +76,7 @@ long loadavg_runnable(const char* text);
 
 // Picks the policy from ACCORD_SPIN_US, whether the local ranks outnumber the CPUs they may
 // run on (job_cpus) and ACCORD_LONG_YIELD_US (0: the yield gate never closes).
-WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed, int64_t long_yield_us = 500);
+WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed, int64_t long_yield_us = kLongYieldUs);
 
 // Note [Oversubscribed]: this thread's CPU affinity as comma-separated 64-bit hex words, CPU
 // 0 first. Ranks exchange it at init; the CPUs of a host's ranks are the union of their masks.
