@@ -243,7 +243,8 @@ Status Communicator::init(const InitSpec& spec) {
       policy_.yields == 0          ? ""
       : policy_.long_yield_ns == 0 ? " then yield (oversubscribed)"
                                    : " then yield (oversubscribed; not for a while after two yields over " +
-                                         std::to_string(policy_.long_yield_ns / 1000) + " us)";
+                                         std::to_string(policy_.long_yield_ns / 1000) + " us, spinning " +
+                                         std::to_string(policy_.closed_spin_ns / 1000) + " us instead)";
   LOG_INFO(kInit,
            "rank %d of %d ready: %zu local ranks over shm, %zu remote over tcp, chunk %zu KiB "
            "(host buffers %zu KiB), wait spin %lld us%s%s",

@@ -39,6 +39,9 @@ struct WaitPolicy {
   // Note [Yields that hand the CPU away]: two yields longer than this close together close
   // this thread's yield gate (0: never; ACCORD_LONG_YIELD_US).
   int64_t long_yield_ns = kLongYieldUs * 1000;
+  // While the gate is closed, spin this long before sleeping (0: sleep at once), as long as
+  // such spins are found ready (Note [A short spin behind a closed gate]).
+  int64_t closed_spin_ns = 0;
   void (*yield)() = yield_cpu;  // tests give their own
 };
 
@@ -51,17 +54,25 @@ constexpr int64_t kYieldGateMinNs = 10000000;    // 10 ms
 constexpr int64_t kYieldGateMaxNs = 1000000000;  // 1 s
 constexpr int kYieldGateShortWaits = 256;
 constexpr int kYieldGateWindow = 64;
+// Note [A short spin behind a closed gate]: the spin oversubscribed ranks make while their
+// gate is closed; after kClosedSpinMisses spins in a row that ended unready, only every
+// kClosedSpinProbe-th closed wait spins, until one is found ready again.
+constexpr int64_t kClosedSpinNs = 10000;  // 10 us
+constexpr int kClosedSpinMisses = 2;
+constexpr int kClosedSpinProbe = 16;
 struct YieldGate {
   int64_t closed_until_ns = 0;
   int64_t backoff_ns = 0;  // 0: kYieldGateMinNs
   int short_waits = 0;
   int yields_since_long = kYieldGateWindow;  // counts up to kYieldGateWindow
+  int spin_misses = 0;    // closed spins in a row that ended unready
+  int spins_skipped = 0;  // closed waits since the last spin, while spin_misses is high
   long closings = 0;  // for tests
 };
 YieldGate& yield_gate();
-// Yields up to policy.yields times while !ready(), through this thread's gate. True if ready()
-// said so; false after the last yield, a long one, or none (gate closed): the caller looks
-// again before it sleeps.
+// Yields up to policy.yields times while !ready(), through this thread's gate (while it is
+// closed: spins up to policy.closed_spin_ns instead). True if ready() said so; false after the
+// last yield, a long one, or the spin: the caller looks again before it sleeps.
 template <typename Ready>
 bool yield_while(Ready& ready, const WaitPolicy& policy);
 
@@ -181,7 +192,22 @@ bool yield_while(Ready& ready, const WaitPolicy& policy) {
   if (policy.yields <= 0) return false;
   YieldGate& gate = yield_gate();
   int64_t t = now_ns();
-  if (t < gate.closed_until_ns) return false;
+  if (t < gate.closed_until_ns) {
+    if (policy.closed_spin_ns <= 0) return false;
+    if (gate.spin_misses >= kClosedSpinMisses && ++gate.spins_skipped < kClosedSpinProbe) return false;
+    gate.spins_skipped = 0;
+    const int64_t end = t + policy.closed_spin_ns;
+    for (uint32_t i = 1;; ++i) {
+      if (ready()) {
+        gate.spin_misses = 0;
+        return true;
+      }
+      cpu_relax();
+      if ((i & 15) == 0 && now_ns() >= end) break;
+    }
+    if (gate.spin_misses < kClosedSpinMisses) ++gate.spin_misses;
+    return false;
+  }
   bool done = false;
   for (int y = 0; y < policy.yields && !(done = ready()); ++y) {
     policy.yield();

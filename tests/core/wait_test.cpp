@@ -121,6 +121,9 @@ TEST(Wait, PolicyFromTheSettingAndOversubscription) {
   EXPECT_EQ(over.long_yield_ns, 500000);  // Note [Yields that hand the CPU away]
   EXPECT_EQ(make_wait_policy(-1, true, 2000).long_yield_ns, 2000000);  // ACCORD_LONG_YIELD_US
   EXPECT_EQ(make_wait_policy(-1, true, 0).long_yield_ns, 0);           // the gate never closes
+  EXPECT_EQ(over.closed_spin_ns, kClosedSpinNs);  // Note [A short spin behind a closed gate]
+  EXPECT_EQ(make_wait_policy(-1, true, 0).closed_spin_ns, 0);  // no gate: no spin behind it
+  EXPECT_EQ(dflt.closed_spin_ns, 0);
   const WaitPolicy fixed = make_wait_policy(500, false);  // ACCORD_SPIN_US=500: exactly that
   EXPECT_EQ(fixed.spin_ns, 500000);
   EXPECT_EQ(fixed.idle_spin_ns, 0);
@@ -230,6 +233,76 @@ TEST(Wait, EachThreadHasItsOwnGate) {
   }).join();
   EXPECT_EQ(yield_gate().closings, 0);
   EXPECT_EQ(yield_gate().closed_until_ns, 0);
+}
+
+// Note [A short spin behind a closed gate]. The gate is closed by hand for far longer than
+// the test takes; ready() counts its calls.
+void close_gate_for_a_minute() {
+  yield_gate() = YieldGate{};
+  yield_gate().closed_until_ns = now_ns() + 60000000000;
+}
+
+TEST(Wait, BehindAClosedGateTheWaiterSpinsBeforeItSleeps) {
+  close_gate_for_a_minute();
+  g_yields = 0;
+  WaitPolicy p = yielding_policy(quick_yield);
+  p.closed_spin_ns = 60000000000;  // nothing ends it but ready()
+  int calls = 0;
+  auto fifth = [&calls] { return ++calls == 5; };
+  EXPECT_TRUE(yield_while(fifth, p));
+  EXPECT_EQ(calls, 5);
+  EXPECT_EQ(g_yields.load(), 0) << "a wait yielded through a closed gate";
+  EXPECT_EQ(yield_gate().spin_misses, 0);
+  // The whole wait: a flag set 1 ms later than the wait starts is found by the spin, and the
+  // waiter never sleeps (with closed_spin_ns 0 it would sleep at once, as in
+  // TwoLongYieldsCloseTheGateAndTheWaiterSleeps).
+  EXPECT_FALSE(wait_for_flag(p, 1).slept);
+}
+
+TEST(Wait, SpinsThatFindNothingStopUntilAProbeFindsData) {
+  close_gate_for_a_minute();
+  WaitPolicy p = yielding_policy(quick_yield);
+  p.closed_spin_ns = 200000;  // 200 us
+  int calls = 0;
+  auto never = [&calls] {
+    ++calls;
+    return false;
+  };
+  // Two spins that end unready...
+  for (int i = 0; i < kClosedSpinMisses; ++i) {
+    calls = 0;
+    const int64_t before = now_ns();
+    EXPECT_FALSE(yield_while(never, p));
+    EXPECT_GE(now_ns() - before, p.closed_spin_ns) << "spin " << i + 1 << " ended early";
+    EXPECT_GT(calls, 1);
+  }
+  EXPECT_EQ(yield_gate().spin_misses, kClosedSpinMisses);
+  // ...then the closed waits sleep at once, all but every kClosedSpinProbe-th.
+  for (int i = 1; i < kClosedSpinProbe; ++i) {
+    calls = 0;
+    EXPECT_FALSE(yield_while(never, p));
+    EXPECT_EQ(calls, 0) << "closed wait " << i << " after two misses spun";
+  }
+  int n = 0;
+  auto third = [&n] { return ++n == 3; };
+  EXPECT_TRUE(yield_while(third, p)) << "the probe did not spin";
+  EXPECT_EQ(yield_gate().spin_misses, 0);
+  // Found ready: the next closed wait spins again.
+  calls = 0;
+  EXPECT_FALSE(yield_while(never, p));
+  EXPECT_GT(calls, 1);
+  EXPECT_EQ(yield_gate().spin_misses, 1);
+}
+
+TEST(Wait, AnOpenGateDoesNotSpin) {
+  yield_gate() = YieldGate{};
+  g_yields = 0;
+  WaitPolicy p = yielding_policy(quick_yield);
+  p.long_yield_ns = 60000000000;
+  p.closed_spin_ns = 60000000000;  // would hang the test if an open gate spun
+  auto never = [] { return false; };
+  EXPECT_FALSE(yield_while(never, p));
+  EXPECT_EQ(g_yields.load(), 32);
 }
 
 TEST(Wait, LoadavgRunnableCount) {
