@@ -15,12 +15,13 @@ size. Prints, for slow rounds and for the others:
   - runnable: the share of samples in which both ranks were runnable (state R).
 --list prints every slow round with its own numbers.
 """
-import re
+import os
 import statistics
 import sys
 from bisect import bisect_left, bisect_right
 
-ROUND = re.compile(r"([\d.]+) us \(([\d.]+)/([\d.]+) x(\d+), steal (-?\d+) ms, at ([\d.]+)\+([\d.]+) s\)")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rounds import parse_rounds_line  # noqa: E402
 
 
 def read_trace(path):
@@ -48,13 +49,13 @@ def read_rounds(paths):
     rounds = []  # (library, size, us, start, span, path)
     for path in paths:
         for line in open(path):
-            if not (line.startswith("#   ") and " B rounds: " in line):
+            parsed = parse_rounds_line(line)
+            if parsed is None:
                 continue
-            size = int(line.split()[1])
-            acc, _, mpi = line.partition(", Open MPI")
-            for lib, part in (("accord", acc), ("mpi", mpi)):
-                for m in ROUND.finditer(part):
-                    rounds.append((lib, size, float(m.group(1)), float(m.group(6)), float(m.group(7)), path))
+            size, by_lib = parsed
+            for lib, rs in by_lib.items():
+                for r in rs:
+                    rounds.append((lib, size, r.us, r.start, r.span, path))
     return rounds
 
 

@@ -40,3 +40,18 @@ out=$(python3 "$src/bench/trace_rounds.py" "$dir/trace" "$dir/np2.1.txt")
 printf '%s\n' "$out"
 # 3 sizes x 3 rounds x 2 libraries, all inside the trace.
 printf '%s\n' "$out" | grep -q '^18 rounds, 0 outside the trace' || { echo "FAIL: wanted 18 rounds, none outside the trace"; exit 1; }
+# compare.sh's table (bench/compare_table.py, through bench/rounds.py as trace_rounds.py
+# above) reads the same real output: one row per size, every column a number.
+table=$(python3 "$src/bench/compare_table.py" 2 0 "$dir/np2.1.txt" 2>/dev/null)
+printf '%s\n' "$table"
+printf '%s\n' "$table" | python3 -c '
+import re, sys
+rows = {}
+for l in sys.stdin:
+    cells = [c.strip() for c in l.strip().strip("|").split("|")]
+    if len(cells) == 8 and all(re.fullmatch(r"[0-9.]+( \*\*<1\*\*)?", c) for c in cells[1:]):
+        rows[cells[0]] = cells
+missing = [s for s in ("16 B", "1 KiB", "64 KiB") if s not in rows]
+if missing:
+    sys.exit(f"FAIL: no table row with every column for {missing}")
+'
