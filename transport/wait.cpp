@@ -153,15 +153,22 @@ bool room_to_spin() {
 // 8 B all-reduce, where Open MPI's ranks, when every one of them sits on the CPU without the
 // busy process, took 7-14 us (they yield and never sleep). Data often comes from a rank on the
 // other CPU a few microseconds later. So behind a closed gate a wait first spins 10 us
-// (kClosedSpinNs). A spin that ends unready took 10 us from a rank that may share the core,
-// so after two such spins in a row only every 16th closed wait spins, until one is found
-// ready; long waits (256 KiB chunks) then sleep at once as before. Beside one busy process
-// (4 ranks, 2-core VM, 16 jobs of each, 8 B-256 KiB, Accord alone), the 90th percentile of
-// the jobs went from 13.3 to 9.5 us at 8 B, 14.2 to 9.2 at 64 B, 37.7 to 22.9 at 32 KiB and
-// stayed at 126 at 256 KiB. Beside two busy processes (ranks get a third of a CPU; not issue
-// 20's case), jobs varied 40-80 us at 8 B either way, but 256 KiB took 8-12 % longer in
-// median in both batches (269 and 277 us against 246 and 248): a cost left in. A spin without
-// the misses rule took 438-443 us there. bench/README.md, "A short spin behind a closed gate".
+// (kClosedSpinNs), while such spins find data at least 4 times in 5: a spin that ends
+// unready took 10 us from a rank that may share the core. Each thread keeps a credit: +1 for
+// a spin that found data (up to 16), -4 for one that did not (down to 0); without credit, only
+// every 64th closed wait spins (a probe). Counted with a probe every 16th: beside one busy
+// process, 96-99 % of spins found data at 8 B-4 KiB and 2 % at 256 KiB (which then sleeps at
+// once, as before); beside two (every CPU has a busy process, ranks get a third of one),
+// 57-70 % and 19 %.
+// Measured on the 2-core VM, 4 ranks, 16 jobs of each, 8 B-256 KiB, Accord alone, against the
+// same build without the spin. Beside one busy process, the 90th percentile of the jobs went
+// from 15.1 to 10.7 us at 8 B, 23.3 to 9.5 at 64 B, 37.2 to 24.5 at 32 KiB and 136 to 124 at
+// 256 KiB. Beside two, in two batches, 8 B went from 58 and 57 us to 54 and 48 in median and
+// 256 KiB from 223 and 239 to 242 and 244 (a cost of 2-8 % left in). Quiet, no size moved
+// beyond the noise. Two rules tried first cost more beside two busy processes: stopping
+// after two misses in a row with a probe every 16th wait (256 KiB 269-277 us against 246-248),
+// and this credit with a probe every 16th (512 B 56 against 40, 4 KiB 63 against 43).
+// bench/README.md, "A short spin behind a closed gate".
 void yield_cpu() { sched_yield(); }
 
 YieldGate& yield_gate() {

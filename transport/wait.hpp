@@ -55,18 +55,21 @@ constexpr int64_t kYieldGateMaxNs = 1000000000;  // 1 s
 constexpr int kYieldGateShortWaits = 256;
 constexpr int kYieldGateWindow = 64;
 // Note [A short spin behind a closed gate]: the spin oversubscribed ranks make while their
-// gate is closed; after kClosedSpinMisses spins in a row that ended unready, only every
-// kClosedSpinProbe-th closed wait spins, until one is found ready again.
+// gate is closed, as long as such spins find data at least 4 times in 5: a spin that finds
+// data adds 1 to the thread's credit (up to kClosedSpinCreditMax), one that ends unready
+// takes kClosedSpinMissCost (down to 0). With no credit left, only every kClosedSpinProbe-th
+// closed wait spins.
 constexpr int64_t kClosedSpinNs = 10000;  // 10 us
-constexpr int kClosedSpinMisses = 2;
-constexpr int kClosedSpinProbe = 16;
+constexpr int kClosedSpinMissCost = 4;
+constexpr int kClosedSpinCreditMax = 16;
+constexpr int kClosedSpinProbe = 64;
 struct YieldGate {
   int64_t closed_until_ns = 0;
   int64_t backoff_ns = 0;  // 0: kYieldGateMinNs
   int short_waits = 0;
   int yields_since_long = kYieldGateWindow;  // counts up to kYieldGateWindow
-  int spin_misses = 0;    // closed spins in a row that ended unready
-  int spins_skipped = 0;  // closed waits since the last spin, while spin_misses is high
+  int spin_credit = kClosedSpinMissCost;  // a new thread spins until it misses
+  int spins_skipped = 0;                  // closed waits since the last spin, without credit
   long closings = 0;  // for tests
 };
 YieldGate& yield_gate();
@@ -194,18 +197,18 @@ bool yield_while(Ready& ready, const WaitPolicy& policy) {
   int64_t t = now_ns();
   if (t < gate.closed_until_ns) {
     if (policy.closed_spin_ns <= 0) return false;
-    if (gate.spin_misses >= kClosedSpinMisses && ++gate.spins_skipped < kClosedSpinProbe) return false;
+    if (gate.spin_credit <= 0 && ++gate.spins_skipped < kClosedSpinProbe) return false;
     gate.spins_skipped = 0;
     const int64_t end = t + policy.closed_spin_ns;
     for (uint32_t i = 1;; ++i) {
       if (ready()) {
-        gate.spin_misses = 0;
+        gate.spin_credit = std::min(gate.spin_credit + 1, kClosedSpinCreditMax);
         return true;
       }
       cpu_relax();
       if ((i & 15) == 0 && now_ns() >= end) break;
     }
-    if (gate.spin_misses < kClosedSpinMisses) ++gate.spin_misses;
+    gate.spin_credit = std::max(gate.spin_credit - kClosedSpinMissCost, 0);
     return false;
   }
   bool done = false;

@@ -252,7 +252,7 @@ TEST(Wait, BehindAClosedGateTheWaiterSpinsBeforeItSleeps) {
   EXPECT_TRUE(yield_while(fifth, p));
   EXPECT_EQ(calls, 5);
   EXPECT_EQ(g_yields.load(), 0) << "a wait yielded through a closed gate";
-  EXPECT_EQ(yield_gate().spin_misses, 0);
+  EXPECT_EQ(yield_gate().spin_credit, kClosedSpinMissCost + 1);
   // The whole wait: a flag set 1 ms later than the wait starts is found by the spin, and the
   // waiter never sleeps (with closed_spin_ns 0 it would sleep at once, as in
   // TwoLongYieldsCloseTheGateAndTheWaiterSleeps).
@@ -260,7 +260,7 @@ TEST(Wait, BehindAClosedGateTheWaiterSpinsBeforeItSleeps) {
 }
 
 TEST(Wait, SpinsThatFindNothingStopUntilAProbeFindsData) {
-  close_gate_for_a_minute();
+  close_gate_for_a_minute();  // a new gate: credit for one miss
   WaitPolicy p = yielding_policy(quick_yield);
   p.closed_spin_ns = 200000;  // 200 us
   int calls = 0;
@@ -268,30 +268,55 @@ TEST(Wait, SpinsThatFindNothingStopUntilAProbeFindsData) {
     ++calls;
     return false;
   };
-  // Two spins that end unready...
-  for (int i = 0; i < kClosedSpinMisses; ++i) {
-    calls = 0;
-    const int64_t before = now_ns();
-    EXPECT_FALSE(yield_while(never, p));
-    EXPECT_GE(now_ns() - before, p.closed_spin_ns) << "spin " << i + 1 << " ended early";
-    EXPECT_GT(calls, 1);
-  }
-  EXPECT_EQ(yield_gate().spin_misses, kClosedSpinMisses);
+  // A spin that ends unready, after the whole spin...
+  const int64_t before = now_ns();
+  EXPECT_FALSE(yield_while(never, p));
+  EXPECT_GE(now_ns() - before, p.closed_spin_ns) << "the spin ended early";
+  EXPECT_GT(calls, 1);
+  EXPECT_EQ(yield_gate().spin_credit, 0);
   // ...then the closed waits sleep at once, all but every kClosedSpinProbe-th.
   for (int i = 1; i < kClosedSpinProbe; ++i) {
     calls = 0;
     EXPECT_FALSE(yield_while(never, p));
-    EXPECT_EQ(calls, 0) << "closed wait " << i << " after two misses spun";
+    ASSERT_EQ(calls, 0) << "closed wait " << i << " without credit spun";
   }
   int n = 0;
   auto third = [&n] { return ++n == 3; };
   EXPECT_TRUE(yield_while(third, p)) << "the probe did not spin";
-  EXPECT_EQ(yield_gate().spin_misses, 0);
-  // Found ready: the next closed wait spins again.
+  EXPECT_EQ(yield_gate().spin_credit, 1);
+  // Found ready: the next closed wait spins again, and its miss takes the credit away.
   calls = 0;
   EXPECT_FALSE(yield_while(never, p));
   EXPECT_GT(calls, 1);
-  EXPECT_EQ(yield_gate().spin_misses, 1);
+  EXPECT_EQ(yield_gate().spin_credit, 0);
+}
+
+TEST(Wait, SpinsThatFoundDataOftenOutlastAFewMisses) {
+  close_gate_for_a_minute();
+  WaitPolicy p = yielding_policy(quick_yield);
+  p.closed_spin_ns = 200000;
+  for (int i = 0; i < 2 * kClosedSpinCreditMax; ++i) {
+    int n = 0;
+    auto second = [&n] { return ++n == 2; };
+    EXPECT_TRUE(yield_while(second, p));
+  }
+  EXPECT_EQ(yield_gate().spin_credit, kClosedSpinCreditMax);
+  // A miss costs kClosedSpinMissCost: 4 misses of 16 credits; spins found ready 4 times in 5
+  // keep spinning.
+  int calls = 0;
+  auto never = [&calls] {
+    ++calls;
+    return false;
+  };
+  for (int miss = 1; miss <= kClosedSpinCreditMax / kClosedSpinMissCost; ++miss) {
+    calls = 0;
+    EXPECT_FALSE(yield_while(never, p));
+    EXPECT_GT(calls, 1) << "miss " << miss << " did not spin";
+  }
+  EXPECT_EQ(yield_gate().spin_credit, 0);
+  calls = 0;
+  EXPECT_FALSE(yield_while(never, p));
+  EXPECT_EQ(calls, 0) << "a closed wait without credit spun";
 }
 
 TEST(Wait, AnOpenGateDoesNotSpin) {
