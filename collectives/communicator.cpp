@@ -238,13 +238,16 @@ Status Communicator::init(const InitSpec& spec) {
                                   ? " (on to " + std::to_string(policy_.idle_spin_ns / 1000) +
                                         " us while every task has a CPU)"
                                   : "";
-  // Note [Yields that hand the CPU away]
+  // Note [Yields that hand the CPU away], Note [Moving off a CPU a yield found taken]
   const std::string yields =
       policy_.yields == 0          ? ""
       : policy_.long_yield_ns == 0 ? " then yield (oversubscribed)"
                                    : " then yield (oversubscribed; not for a while after two yields over " +
-                                         std::to_string(policy_.long_yield_ns / 1000) + " us, spinning " +
-                                         std::to_string(policy_.closed_spin_ns / 1000) + " us instead)";
+                                         std::to_string(policy_.long_yield_ns / 1000) + " us close together, spinning " +
+                                         std::to_string(policy_.closed_spin_ns / 1000) + " us instead" +
+                                         (policy_.move_off_cpu != nullptr ? "; one of 2 ms or more moves the thread off its CPU"
+                                                                          : "") +
+                                         ")";
   LOG_INFO(kInit,
            "rank %d of %d ready: %zu local ranks over shm, %zu remote over tcp, chunk %zu KiB "
            "(host buffers %zu KiB), wait spin %lld us%s%s",
@@ -340,7 +343,7 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
     const size_t nl = info.find('\n'), nl2 = info.find('\n', nl + 1);
     if (info.substr(nl + 1, nl2 - nl - 1).find(" g") != std::string::npos) options.device_fifos = true;
   }
-  options.policy = make_wait_policy(settings_.spin_us, oversubscribed_, settings_.long_yield_us);
+  options.policy = make_wait_policy(settings_.spin_us, oversubscribed_, settings_.long_yield_us, settings_.cpu_move);
   policy_ = options.policy;
   auto after_publish = [this] {
     if (fault_.at("init.shm_published", rank_)) trigger_fault(fault_);

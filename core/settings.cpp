@@ -66,6 +66,10 @@ const std::vector<Entry>& entries() {
       INT_ENTRY("ACCORD_LONG_YIELD_US", long_yield_us, "500",
                 "when oversubscribed, two yields longer than this close together make a rank sleep "
                 "instead of yielding for a while (microseconds; 0: never)"),
+      BOOL_ENTRY("ACCORD_CPU_MOVE", cpu_move, "1",
+                 "when oversubscribed, a rank whose yield took 2 ms or more (and over "
+                 "ACCORD_LONG_YIELD_US) moves off that CPU at once (its thread's affinity mask is "
+                 "narrowed and put back; 0: never)"),
       BOOL_ENTRY("ACCORD_SHM_DISABLE", shm_disable, "0",
                  "no shared memory: TCP between all ranks, on one host too (GPU buffers are then "
                  "refused)"),

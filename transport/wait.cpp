@@ -54,10 +54,11 @@ std::string cpu_mask() {
   return out;
 }
 
-WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed, int64_t long_yield_us) {
+WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed, int64_t long_yield_us, bool cpu_move) {
   WaitPolicy p;
   p.long_yield_ns = long_yield_us > 0 ? long_yield_us * 1000 : 0;
   p.closed_spin_ns = oversubscribed && p.long_yield_ns > 0 ? kClosedSpinNs : 0;
+  p.move_off_cpu = oversubscribed && p.long_yield_ns > 0 && cpu_move ? move_off_this_cpu : nullptr;
   if (spin_us_setting >= 0) {
     p.spin_ns = spin_us_setting * 1000;
     p.yields = oversubscribed ? 32 : 0;
@@ -170,6 +171,51 @@ bool room_to_spin() {
 // and this credit with a probe every 16th (512 B 56 against 40, 4 KiB 63 against 43).
 // bench/README.md, "A short spin behind a closed gate".
 void yield_cpu() { sched_yield(); }
+
+// Note [Moving off a CPU a yield found taken]
+// A yield that comes back after 2 ms or more (kMoveOffYieldNs) handed the CPU to a task that
+// does not wait (Note [Yields that hand the CPU away]). On the 2-core VM, 4 ranks beside one
+// busy process, the kernel now and then puts the busy process beside one or two ranks while
+// the others have the other CPU to themselves (bench/cpu_trace.py samples, bench/README.md,
+// "Moving off a CPU a yield found taken"). Such a rank's yields give the busy task the rest of
+// its slice, up to the next tick (2-8 ms there), its gate closes and its waits sleep; a sleep
+// costs a futex wake, and each wake lets the kernel place the rank again. Open MPI's ranks
+// never sleep, and whenever all four sat on the other CPU they ran an 8 B all-reduce in
+// 7.2 us, which is how Open MPI won single rounds at small sizes. So after a yield of 2 ms or
+// more the thread moves itself off the CPU it is on, at once: it takes that CPU out of its own
+// affinity mask, which makes the kernel migrate it before the call returns, and puts the mask
+// back in the next call, which moves nothing. Its mask is the same afterwards; only where it
+// runs changed, as the load balancer itself might have done. The gate works as before: beside
+// two busy processes (one on each CPU) moving does not help, long yields go on and it closes.
+// 2 ms and not the gate's 500 us: without a busy process a rank still sees a few yields over
+// 500 us a run (2-7 in a 1.5 s job, nearly all under 2 ms: the other rank on its CPU in a long
+// step, or a daemon, not traced), and moving on each of those made 4 quiet ranks 10-33 %
+// slower in median at 64 B-256 KiB (20 jobs each; that a move leaves 3 ranks on one CPU and 1
+// on the other is a guess); beside the busy process most long yields are 2-8 ms. Moving only
+// when the gate closes gained nothing beside the busy process.
+// Per thread: ranks as threads move one by one, and other threads of the process keep their
+// masks (a thread inherits its creator's). A mask of one CPU (a rank bound to a core) never
+// moves. ACCORD_CPU_MOVE=0 (or ACCORD_LONG_YIELD_US=0) turns it off.
+// Measured on the 2-core VM, 4 ranks, Accord alone, against ACCORD_CPU_MOVE=0 in the same
+// build, alternating: beside one busy process the 90th percentile of 32 times went from 9.2 to
+// 7.1 us at 8 B, 14.8 to 9.6 at 4 KiB and 174 to 99 at 256 KiB; quiet and beside two busy
+// processes, no size moved beyond the noise (bench/README.md, "Moving off a CPU a yield found
+// taken").
+int move_off_cpu(int cpu) {
+  cpu_set_t mask;
+  if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof mask, &mask) != 0) return -1;
+  if (!CPU_ISSET(cpu, &mask) || CPU_COUNT(&mask) < 2) return -1;
+  cpu_set_t narrow = mask;
+  CPU_CLR(cpu, &narrow);
+  if (sched_setaffinity(0, sizeof narrow, &narrow) != 0) return -1;
+  const int moved_to = sched_getcpu();
+  // Putting back a mask the kernel held a moment ago; should a cpuset change in between refuse
+  // it, the thread keeps the narrower mask, which is still inside its own.
+  sched_setaffinity(0, sizeof mask, &mask);
+  return moved_to;
+}
+
+int move_off_this_cpu() { return move_off_cpu(sched_getcpu()); }
 
 YieldGate& yield_gate() {
   static thread_local YieldGate gate;

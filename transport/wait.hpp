@@ -3,7 +3,9 @@
 // Policy (Note [Waiting]): spin with a pause instruction for spin_ns (none when oversubscribed),
 // then on while at most one runnable task of the machine lacks a CPU, up to idle_spin_ns in
 // all (Note [Spin while CPUs are free]), then yield the CPU a few times (when oversubscribed,
-// and only while yields come back quickly: Note [Yields that hand the CPU away]), then sleep
+// and only while yields come back quickly: Note [Yields that hand the CPU away]; a thread
+// whose yield came back late moves off that CPU: Note [Moving off a CPU a yield found
+// taken]), then sleep
 // on a futex in slices of at most 20 ms. Between slices the waiter checks its deadline, the
 // communicator's abort flag and whether the peer process is still alive (a pidfd becomes
 // readable when the process dies), so a dead peer is noticed within one slice and a stopped
@@ -29,6 +31,8 @@ void yield_cpu();  // sched_yield(), for WaitPolicy::yield
 // Note [Yields that hand the CPU away]: ACCORD_LONG_YIELD_US's default (core/settings.hpp
 // holds the same number: core cannot see transport).
 constexpr int64_t kLongYieldUs = 500;
+// Note [Moving off a CPU a yield found taken]: a yield at least this long moves the thread.
+constexpr int64_t kMoveOffYieldNs = 2000000;  // 2 ms
 
 struct WaitPolicy {
   int64_t spin_ns = 100000;  // before yielding
@@ -43,6 +47,11 @@ struct WaitPolicy {
   // such spins are found ready (Note [A short spin behind a closed gate]).
   int64_t closed_spin_ns = 0;
   void (*yield)() = yield_cpu;  // tests give their own
+  // Called after each long yield (over long_yield_ns) that took move_off_yield_ns or more
+  // (nullptr: none): move_off_this_cpu (Note [Moving off a CPU a yield found taken]); tests
+  // give their own.
+  int (*move_off_cpu)() = nullptr;
+  int64_t move_off_yield_ns = kMoveOffYieldNs;
 };
 
 // Note [Yields that hand the CPU away]: per thread (a rank's, or one of the ranks as threads).
@@ -71,6 +80,7 @@ struct YieldGate {
   int spin_credit = kClosedSpinMissCost;  // a new thread spins until it misses
   int spins_skipped = 0;                  // closed waits since the last spin, without credit
   long closings = 0;  // for tests
+  long moves = 0;     // policy.move_off_cpu calls that moved the thread, for tests
 };
 YieldGate& yield_gate();
 // Yields up to policy.yields times while !ready(), through this thread's gate (while it is
@@ -78,6 +88,15 @@ YieldGate& yield_gate();
 // last yield, a long one, or the spin: the caller looks again before it sleeps.
 template <typename Ready>
 bool yield_while(Ready& ready, const WaitPolicy& policy);
+
+// Note [Moving off a CPU a yield found taken]: moves the calling thread off `cpu` to another
+// CPU of its affinity mask, at once, by taking `cpu` out of the mask and putting the mask back
+// right after. Returns the CPU the thread ran on meanwhile (never `cpu`), or -1 if it did not
+// move: `cpu` is not in the mask, the mask has no other CPU, or the kernel refused (a cpuset
+// without the others). The mask is the same afterwards in every case.
+int move_off_cpu(int cpu);
+// move_off_cpu(the CPU this thread runs on): WaitPolicy::move_off_cpu for oversubscribed ranks.
+int move_off_this_cpu();
 
 // Note [Spin while CPUs are free]: whether the machine runs at most one task more than it
 // has CPUs online (the runnable count of /proc/loadavg, which counts this spinning thread),
@@ -89,8 +108,10 @@ bool room_to_spin();
 long loadavg_runnable(const char* text);
 
 // Picks the policy from ACCORD_SPIN_US, whether the local ranks outnumber the CPUs they may
-// run on (job_cpus) and ACCORD_LONG_YIELD_US (0: the yield gate never closes).
-WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed, int64_t long_yield_us = kLongYieldUs);
+// run on (job_cpus), ACCORD_LONG_YIELD_US (0: the yield gate never closes, and no thread moves
+// off a CPU) and ACCORD_CPU_MOVE (false: no thread moves off a CPU).
+WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed, int64_t long_yield_us = kLongYieldUs,
+                            bool cpu_move = true);
 
 // Note [Oversubscribed]: this thread's CPU affinity as comma-separated 64-bit hex words, CPU
 // 0 first. Ranks exchange it at init; the CPUs of a host's ranks are the union of their masks.
@@ -219,8 +240,13 @@ bool yield_while(Ready& ready, const WaitPolicy& policy) {
   bool done = false;
   for (int y = 0; y < policy.yields && !(done = ready()); ++y) {
     policy.yield();
-    const int64_t after = now_ns();
+    int64_t after = now_ns();
     if (policy.long_yield_ns > 0 && after - t > policy.long_yield_ns) {
+      // Note [Moving off a CPU a yield found taken]
+      if (policy.move_off_cpu != nullptr && after - t >= policy.move_off_yield_ns && policy.move_off_cpu() >= 0) {
+        ++gate.moves;
+        after = now_ns();
+      }
       const bool again = gate.yields_since_long < kYieldGateWindow;
       gate.yields_since_long = 0;
       if (!again) {  // a lone one (an interrupt, a moment of another task): yield on

@@ -2,6 +2,7 @@
 // past its short spin and when it sleeps (Note [Spin while CPUs are free]). The machine's load
 // is faked (WaitPolicy::cpus_free), so what is checked does not depend on what runs beside.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -124,6 +125,13 @@ TEST(Wait, PolicyFromTheSettingAndOversubscription) {
   EXPECT_EQ(over.closed_spin_ns, kClosedSpinNs);  // Note [A short spin behind a closed gate]
   EXPECT_EQ(make_wait_policy(-1, true, 0).closed_spin_ns, 0);  // no gate: no spin behind it
   EXPECT_EQ(dflt.closed_spin_ns, 0);
+  // Note [Moving off a CPU a yield found taken]: oversubscribed ranks with a gate, unless
+  // ACCORD_CPU_MOVE=0.
+  EXPECT_EQ(over.move_off_cpu, &move_off_this_cpu);
+  EXPECT_EQ(over.move_off_yield_ns, 2000000);
+  EXPECT_EQ(dflt.move_off_cpu, nullptr);
+  EXPECT_EQ(make_wait_policy(-1, true, 0).move_off_cpu, nullptr);
+  EXPECT_EQ(make_wait_policy(-1, true, 500, false).move_off_cpu, nullptr);
   const WaitPolicy fixed = make_wait_policy(500, false);  // ACCORD_SPIN_US=500: exactly that
   EXPECT_EQ(fixed.spin_ns, 500000);
   EXPECT_EQ(fixed.idle_spin_ns, 0);
@@ -137,22 +145,34 @@ void long_yield() {
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
 }
 void quick_yield() { g_yields.fetch_add(1); }
+// Note [Moving off a CPU a yield found taken]: counted, not done (these threads stay put).
+std::atomic<int> g_moves{0};
+int fake_move() {
+  g_moves.fetch_add(1);
+  return 1;
+}
 
 WaitPolicy yielding_policy(void (*yield)()) {
   WaitPolicy p = make_wait_policy(-1, true);  // oversubscribed: no spin, 32 yields
   p.yield = yield;
+  p.move_off_cpu = fake_move;
+  p.move_off_yield_ns = 1000000;  // the 2 ms yields below move, however the machine rounds them
   return p;
 }
 
 TEST(Wait, TwoLongYieldsCloseTheGateAndTheWaiterSleeps) {
   yield_gate() = YieldGate{};
   g_yields = 0;
+  g_moves = 0;
   const WaitPolicy p = yielding_policy(long_yield);
   Waited w = wait_for_flag(p, 0, true);
   EXPECT_TRUE(w.slept);
   // The first long yield is alone, the second comes right after it.
   EXPECT_EQ(g_yields.load(), 2) << "the waiter went on yielding after two yields of 2 ms";
   EXPECT_EQ(yield_gate().closings, 1);
+  // Each long yield moved the thread off its CPU, the lone one too.
+  EXPECT_EQ(g_moves.load(), 2);
+  EXPECT_EQ(yield_gate().moves, 2);
   EXPECT_GT(yield_gate().closed_until_ns, 0);
   // While the gate is closed (10 ms, far longer than this takes unless the machine stalls
   // the test), the next wait sleeps without a yield.
@@ -177,23 +197,106 @@ TEST(Wait, ALoneLongYieldLeavesTheGateOpen) {
   yield_gate() = YieldGate{};
   g_yields = 0;
   g_first_long = true;
+  g_moves = 0;
   WaitPolicy p = yielding_policy(first_yield_long);
   p.long_yield_ns = 1000000000;
   const Waited w = wait_for_flag(p, 0, true);
   EXPECT_TRUE(w.slept);
   EXPECT_EQ(g_yields.load(), 32) << "one long yield stopped the waiter's yields";
   EXPECT_EQ(yield_gate().closings, 0);
+  EXPECT_EQ(g_moves.load(), 1) << "the long yield did not move the thread off its CPU";
 }
 
 TEST(Wait, QuickYieldsLeaveTheGateOpen) {
   yield_gate() = YieldGate{};
   g_yields = 0;
+  g_moves = 0;
   WaitPolicy p = yielding_policy(quick_yield);
   p.long_yield_ns = 60000000000;  // nothing counts as long, however loaded the machine is
   const Waited w = wait_for_flag(p, 0, true);
   EXPECT_TRUE(w.slept);
   EXPECT_EQ(g_yields.load(), 32);
   EXPECT_EQ(yield_gate().closings, 0);
+  EXPECT_EQ(g_moves.load(), 0) << "a quick yield moved the thread";
+}
+
+int move_refused() {
+  g_moves.fetch_add(1);
+  return -1;
+}
+
+TEST(Wait, ALongYieldShorterThanTheMoveThresholdDoesNotMove) {
+  // Long enough to count for the gate, not to move: 2 ms against a minute.
+  yield_gate() = YieldGate{};
+  g_moves = 0;
+  WaitPolicy p = yielding_policy(long_yield);
+  p.move_off_yield_ns = 60000000000;
+  auto never = [] { return false; };
+  EXPECT_FALSE(yield_while(never, p));
+  EXPECT_EQ(yield_gate().closings, 1);
+  EXPECT_EQ(g_moves.load(), 0);
+}
+
+TEST(Wait, AMoveTheKernelRefusedIsNotCountedAndTheGateStillCloses) {
+  yield_gate() = YieldGate{};
+  g_moves = 0;
+  WaitPolicy p = yielding_policy(long_yield);
+  p.move_off_cpu = move_refused;
+  auto never = [] { return false; };
+  EXPECT_FALSE(yield_while(never, p));
+  EXPECT_EQ(g_moves.load(), 2);
+  EXPECT_EQ(yield_gate().moves, 0);
+  EXPECT_EQ(yield_gate().closings, 1);
+}
+
+// The real move, on this machine's CPUs. In a thread of its own, whose mask the test sets.
+cpu_set_t this_thread_mask() {
+  cpu_set_t m;
+  CPU_ZERO(&m);
+  EXPECT_EQ(sched_getaffinity(0, sizeof m, &m), 0);
+  return m;
+}
+
+TEST(Wait, MovingOffACpuMovesTheThreadAndKeepsItsMask) {
+  const cpu_set_t mask = this_thread_mask();
+  if (CPU_COUNT(&mask) < 2) GTEST_SKIP() << "this process may run on one CPU only";
+  std::thread([&mask] {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (!CPU_ISSET(cpu, &mask)) continue;
+      const int moved_to = move_off_cpu(cpu);
+      EXPECT_GE(moved_to, 0) << "off CPU " << cpu;
+      EXPECT_NE(moved_to, cpu);
+      EXPECT_TRUE(moved_to >= 0 && CPU_ISSET(moved_to, &mask)) << "moved to CPU " << moved_to;
+      cpu_set_t after = this_thread_mask();
+      EXPECT_TRUE(CPU_EQUAL(&after, &mask)) << "the mask changed moving off CPU " << cpu;
+    }
+    // The CPU it runs on: somewhere else right after.
+    EXPECT_GE(move_off_this_cpu(), 0);
+  }).join();
+}
+
+TEST(Wait, AThreadBoundToOneCpuDoesNotMove) {
+  const cpu_set_t mask = this_thread_mask();
+  int first = 0, outside = -1;
+  while (first < CPU_SETSIZE && !CPU_ISSET(first, &mask)) ++first;
+  ASSERT_LT(first, CPU_SETSIZE);
+  for (int cpu = 0; cpu < CPU_SETSIZE && outside < 0; ++cpu)
+    if (!CPU_ISSET(cpu, &mask)) outside = cpu;
+  std::thread([first, outside] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+    EXPECT_EQ(move_off_cpu(first), -1);
+    EXPECT_EQ(move_off_this_cpu(), -1);
+    if (outside >= 0) {
+      EXPECT_EQ(move_off_cpu(outside), -1);  // not a CPU of its mask
+    }
+    EXPECT_EQ(move_off_cpu(-1), -1);
+    EXPECT_EQ(move_off_cpu(CPU_SETSIZE), -1);
+    cpu_set_t after = this_thread_mask();
+    EXPECT_TRUE(CPU_EQUAL(&after, &one));
+  }).join();
 }
 
 TEST(Wait, TheGateStaysClosedLongerWithEachLongYieldAndRecovers) {
