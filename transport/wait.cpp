@@ -188,7 +188,7 @@ void yield_cpu() { sched_yield(); }
 // runs changed, as the load balancer itself might have done. The gate works as before: beside
 // two busy processes (one on each CPU) moving does not help, long yields go on and it closes.
 // 2 ms and not the gate's 500 us: without a busy process a rank still sees a few yields over
-// 500 us a run (2-7 in a 1.5 s job, nearly all under 2 ms: the other rank on its CPU in a long
+// 500 us a run (2-6 in a 1.5 s job, all but one under 2 ms: the other rank on its CPU in a long
 // step, or a daemon, not traced), and moving on each of those made 4 quiet ranks 10-33 %
 // slower in median at 64 B-256 KiB (20 jobs each; that a move leaves 3 ranks on one CPU and 1
 // on the other is a guess); beside the busy process most long yields are 2-8 ms. Moving only
