@@ -93,7 +93,8 @@ bool yield_while(Ready& ready, const WaitPolicy& policy);
 // CPU of its affinity mask, at once, by taking `cpu` out of the mask and putting the mask back
 // right after. Returns the CPU the thread ran on meanwhile (never `cpu`), or -1 if it did not
 // move: `cpu` is not in the mask, the mask has no other CPU, or the kernel refused (a cpuset
-// without the others). The mask is the same afterwards in every case.
+// without the others). The mask is the same afterwards, unless a cpuset changed in the moment
+// between and the kernel refused the old mask back (the thread then keeps the narrower one).
 int move_off_cpu(int cpu);
 // move_off_cpu(the CPU this thread runs on): WaitPolicy::move_off_cpu for oversubscribed ranks.
 int move_off_this_cpu();
