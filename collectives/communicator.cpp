@@ -245,8 +245,10 @@ Status Communicator::init(const InitSpec& spec) {
                                    : " then yield (oversubscribed; not for a while after two yields over " +
                                          std::to_string(policy_.long_yield_ns / 1000) + " us close together, spinning " +
                                          std::to_string(policy_.closed_spin_ns / 1000) + " us instead" +
-                                         (policy_.move_off_cpu != nullptr ? "; one of 2 ms or more moves the thread off its CPU"
-                                                                          : "") +
+                                         (policy_.move_off_cpu != nullptr
+                                              ? "; one of " + std::to_string(policy_.move_off_yield_ns / 1000000) +
+                                                    " ms or more moves the thread off its CPU"
+                                              : "") +
                                          ")";
   LOG_INFO(kInit,
            "rank %d of %d ready: %zu local ranks over shm, %zu remote over tcp, chunk %zu KiB "

@@ -27,7 +27,7 @@ struct Settings {
   int64_t shm_nslots = 0;            // ACCORD_SHM_NSLOTS (0 = built-in)
   int64_t spin_us = -1;              // ACCORD_SPIN_US (-1 = by oversubscription)
   int64_t long_yield_us = 500;       // ACCORD_LONG_YIELD_US (transport/wait.hpp kLongYieldUs)
-  bool cpu_move = true;              // ACCORD_CPU_MOVE
+  bool cpu_move = true;              // ACCORD_CPU_MOVE (its help's 2 ms: transport/wait.hpp kMoveOffYieldNs)
   bool shm_disable = false;          // ACCORD_SHM_DISABLE
   // Bootstrap and network
   std::string bootstrap_addr;        // ACCORD_BOOTSTRAP_ADDR
