@@ -1,12 +1,30 @@
-// GoogleTest main for tests that need hardware this machine may not have: exits 77 when every
-// selected test skipped, so that meson reports SKIP rather than OK (a GPU test that could not
-// run must not look like a pass).
+// The GoogleTest main of every test binary (tests/meson.build: gtest_skip_main_dep). A skipped
+// test must not look like a pass: the binary exits 77, which meson reports as SKIP, when every
+// selected test skipped (a GPU test on a machine without one); when only some skipped it passes
+// and prints "# skipped N of M tests: Suite.Name, ..." as its last line, which the summary of
+// scripts/test.sh counts.
 #include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   const int rc = RUN_ALL_TESTS();
   const ::testing::UnitTest& u = *::testing::UnitTest::GetInstance();
-  if (rc == 0 && u.test_to_run_count() > 0 && u.skipped_test_count() == u.test_to_run_count()) return 77;
-  return rc;
+  const int ran = u.test_to_run_count(), skipped = u.skipped_test_count();
+  if (rc != 0 || skipped == 0) return rc;
+  if (skipped == ran) return 77;
+  std::string names;
+  for (int s = 0; s < u.total_test_suite_count(); ++s) {
+    const ::testing::TestSuite& suite = *u.GetTestSuite(s);
+    for (int t = 0; t < suite.total_test_count(); ++t) {
+      const ::testing::TestInfo& info = *suite.GetTestInfo(t);
+      if (info.should_run() && info.result()->Skipped())
+        names += std::string(names.empty() ? "" : ", ") + suite.name() + "." + info.name();
+    }
+  }
+  std::printf("# skipped %d of %d tests: %s\n", skipped, ran, names.c_str());
+  std::fflush(stdout);
+  return 0;
 }
