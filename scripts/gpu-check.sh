@@ -7,7 +7,9 @@
 #   (default: one mps2 procs2 trainer torch suite staged mps4 colls; GPU_CHECK_SECONDS=300:
 #   a step not started by then is skipped)
 #
-# Steps (each prints one "=== step: ok|FAIL rc|HANG after N s" line; a summary ends the run):
+# Steps (each prints one "=== step: ok|FAIL rc|HANG after N s" line; a summary ends the run).
+# Exit status 0 only when every step ran and passed: a step that failed, hung, was skipped for
+# time (GPU_CHECK_SECONDS) or is unknown makes it 1.
 #   suite     meson test --suite gpu (4 at once)
 #   one       1 rank, all_reduce_perf -g 1, 8 B .. 128 MiB, results checked
 #   procs2    2 processes on GPU 0 (ipc), no MPS: time slices between the kernels
@@ -35,6 +37,7 @@ deadline=${GPU_CHECK_SECONDS:-300}  # steps not started by then are skipped (dev
 mkdir -p "$logs"
 build=$(cd "$build" && pwd)
 summary=()
+bad=0  # steps that failed, hung, were skipped or unknown
 [ -n "${ACCORD_LOG+x}" ] && caller_log=$ACCORD_LOG
 [ -n "${ACCORD_TIMEOUT_MS+x}" ] && caller_timeout=$ACCORD_TIMEOUT_MS
 export ACCORD_LOG=${ACCORD_LOG:-gpu:info}
@@ -61,7 +64,11 @@ step() {
   local name=$1 limit=$2 pattern=$3
   shift 3
   local log=$logs/$name.log t0=$SECONDS
-  if ((SECONDS > deadline)); then summary+=("$name: skipped (past GPU_CHECK_SECONDS=$deadline)"); return; fi
+  if ((SECONDS > deadline)); then
+    summary+=("$name: skipped (past GPU_CHECK_SECONDS=$deadline)")
+    bad=$((bad + 1))
+    return
+  fi
   echo "=== $name: $*" | tee "$log"
   "$@" >>"$log" 2>&1 &
   local pid=$!
@@ -79,10 +86,12 @@ step() {
     pkill -9 -f "$pattern"
     kill -9 $pid 2>/dev/null
     summary+=("$name: HANG after $limit s")
+    bad=$((bad + 1))
   else
     wait $pid
     local rc=$?
     summary+=("$name: $([ $rc = 0 ] && echo ok || echo "FAIL rc $rc") in $((SECONDS - t0)) s")
+    [ $rc = 0 ] || bad=$((bad + 1))
   fi
   echo "${summary[-1]}" | tee -a "$log"
   tail -n 40 "$log" | grep -v "^===" | sed 's/^/    /'
@@ -124,9 +133,11 @@ for s in $steps; do
              --num-processes 4 --repeat 3 --no-rebuild ;;
     all12|all2) step "$s" ${ALL_LIMIT:-570} "build/(tests|trainer|bench)" "${plain[@]}" meson test -C "$build" \
              --repeat 3 --num-processes ${s#all} --print-errorlogs --no-rebuild ;;
-    *) echo "unknown step $s" ;;
+    *) echo "unknown step $s"; summary+=("$s: unknown step"); bad=$((bad + 1)) ;;
   esac
 done
 mps_off
 echo "=== summary"
 printf '%s\n' "${summary[@]}"
+if ((bad > 0)); then echo "gpu-check: $bad step(s) failed, hung, were skipped or unknown"; exit 1; fi
+echo "gpu-check: every step passed"
