@@ -8,10 +8,13 @@ if [ ! -f "$lib" ]; then
   echo "FAIL: $lib does not exist; build nccl/libaccord_nccl.so first" >&2
   exit 1
 fi
-defined=$(nm -D --defined-only "$lib" | awk '$2 == "T" { print $3 }') || {
+# nm first, on its own: in a pipeline its failure would be lost behind awk's success.
+table=$(nm -D --defined-only "$lib") || {
   echo "FAIL: nm -D --defined-only $lib failed (is binutils installed?)" >&2
   exit 1
 }
+# Functions defined in the text section, strong (T) or weak (W): either satisfies the import.
+defined=$(printf '%s\n' "$table" | awk '$2 == "T" || $2 == "W" { print $3 }')
 missing=""
 count=0
 for name in \
