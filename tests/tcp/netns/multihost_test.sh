@@ -42,7 +42,21 @@ check() {
   grep -q "tcp (different hosts" "$log" || fail "$name: the plan shows no TCP pair"
 }
 
-if command -v mpirun >/dev/null 2>&1 && "$prog" mpi --probe 2>&1 | grep -vq "built without MPI"; then
+# Whether the mpirun jobs can run: mpirun on PATH, and the program built with MPI (its probe
+# answers in one line, with no MPI_Init). Anything but those two answers is a failure, not a skip.
+mpirun_jobs=0
+probe=$("$prog" probe 2>&1)
+probe_rc=$?
+if ! command -v mpirun >/dev/null 2>&1; then
+  echo "skip - mpirun jobs: no mpirun"
+elif [ "$probe_rc" = 0 ] && [ "$probe" = "multihost_prog: built without MPI" ]; then
+  echo "skip - mpirun jobs: multihost_prog built without MPI"
+elif [ "$probe_rc" = 0 ] && [ "$probe" = "multihost_prog: built with MPI" ]; then
+  mpirun_jobs=1
+else
+  fail "multihost_prog probe (exit $probe_rc): '$probe'"
+fi
+if [ "$mpirun_jobs" = 1 ]; then
   for n in 2 3; do
     hosts=$(for ((i = 0; i < n; i++)); do printf "%s:2," "$(netns_addr $i)"; done)
     log=$(mktemp)
@@ -56,8 +70,6 @@ if command -v mpirun >/dev/null 2>&1 && "$prog" mpi --probe 2>&1 | grep -vq "bui
     [ $n = 2 ] && sed -n '/^plan:/,/^rank/p' "$log" | grep pair | sed 's/^/       /'
     rm -f "$log"
   done
-else
-  echo "skip - mpirun jobs: no mpirun, or multihost_prog built without MPI"
 fi
 
 for n in 3; do
