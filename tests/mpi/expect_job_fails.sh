@@ -11,6 +11,16 @@ elapsed=$(printf "%d.%03d" $((elapsed_ms / 1000)) $((elapsed_ms % 1000)))
 echo "$out" | tail -20
 echo "exit status $status after $elapsed s"
 [ $status -ne 0 ] || { echo "FAIL: the job exited 0"; exit 1; }
+# EXPECT_STATUS: the job's exit status must be this one; EXPECT_STATUS_NOT: must not be (a
+# program's own MPI_Abort code, when the failure must end the job before the program can).
+if [ -n "${EXPECT_STATUS:-}" ] && [ "$status" != "$EXPECT_STATUS" ]; then
+  echo "FAIL: exit status $status, not $EXPECT_STATUS"
+  exit 1
+fi
+if [ -n "${EXPECT_STATUS_NOT:-}" ] && [ "$status" = "$EXPECT_STATUS_NOT" ]; then
+  echo "FAIL: exit status $status, the status the test must not end with"
+  exit 1
+fi
 echo "$out" | grep -qF -- "$needle" || { echo "FAIL: output does not mention '$needle'"; exit 1; }
 # EXPECT_NOT: a text the output must not contain (a program's own "FAIL:" line).
 if [ -n "${EXPECT_NOT:-}" ] && echo "$out" | grep -qF -- "$EXPECT_NOT"; then

@@ -7,11 +7,17 @@
 //   return: a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN; the call must return a code of
 //           class MPI_ERR_OTHER whose MPI_Error_string is Accord's message. The rank prints it and
 //           aborts the job, since the stopped rank never ends by itself.
+// Whenever a failed call returns, the rank prints "rank R: MPI_Allreduce returned ..." and ends
+// the job with MPI_Abort(kReturnedStatus): in fatal mode the handler must have ended it first
+// (with the error code as status), so the test tells the two apart by the exit status and that
+// line (tests/mpi/meson.build).
 #include <mpi.h>
 
 #include <cstdio>
 #include <cstring>
 #include <vector>
+
+constexpr int kReturnedStatus = 3;  // the job's exit status when a failed call returned
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -31,6 +37,7 @@ int main(int argc, char** argv) {
     char text[MPI_MAX_ERROR_STRING] = "";
     MPI_Error_class(rc, &error_class);
     MPI_Error_string(rc, text, &len);
+    std::printf("rank %d: MPI_Allreduce returned %d\n", rank, rc);
     if (!returns) {
       std::printf("rank %d: FAIL: MPI_ERRORS_ARE_FATAL returned %d (%s)\n", rank, rc, text);
     } else if (error_class != MPI_ERR_OTHER) {
@@ -43,7 +50,7 @@ int main(int argc, char** argv) {
           rank, text);
     }
     std::fflush(stdout);
-    MPI_Abort(MPI_COMM_WORLD, 3);
+    MPI_Abort(MPI_COMM_WORLD, kReturnedStatus);
   }
   std::printf(
       "rank %d: FAIL: the injected fault never happened (is ACCORD_FAULT set and "
