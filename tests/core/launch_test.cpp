@@ -228,60 +228,92 @@ TEST(Launch, BadEnvironmentsSayWhatIsWrong) {
 // Note [A rank that fails alone at init] (transport/bootstrap/store.hpp): a rank whose own
 // setting is bad still meets the others to tell them, so the whole job fails at once, naming
 // that rank and its reason, not after ACCORD_INIT_TIMEOUT_MS (30 s here). When the bad rank is
-// rank 0, which runs the bootstrap server, it stays until the late ranks have been told: they
-// start a second after it failed, when before it had exited and taken the server with it.
+// rank 0, which runs the bootstrap server, it stays until the late ranks have been told.
+// Rank 0 warns that it waits only when ranks are still missing 2 s after its failure: the late
+// ranks start after its warning is in its log (an order, not a time), and where they come at
+// once the warning must be absent if the whole job took under 2 s (a run that took longer, on
+// a loaded machine, proves nothing and is tried again).
 TEST(Launch, RankWithABadSettingFailsEveryRankAtOnceNamingIt) {
   char dir[] = "/tmp/accord-bad-setting-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string missing_tune = std::string(dir) + "/no-such.tune";
+  enum Late { kNo, kAfterWarning, kSoon };  // when the other ranks start
   struct Case {
     int bad_rank;
     std::pair<const char*, std::string> setting;
     const char* needle;  // in every rank's message
-    int late_ms;         // the other ranks start this late
-    // Rank 0 runs the server: whether it must warn that it waits for the missing ranks (-1:
-    // not checked). It says so only when they are still missing 2 s after its failure.
-    int wait_warning;
+    Late late;
   } cases[] = {
-      {0, {"ACCORD_ALGO", "bogus"}, "ACCORD_ALGO='bogus' is not an algorithm", 3500, 1},
-      {2, {"ACCORD_TUNE_FILE", missing_tune}, "no-such.tune", 0, -1},
-      {1, {"ACCORD_CHUNK_BYTES", "lots"}, "ACCORD_CHUNK_BYTES='lots' is not a size", 0, -1},
-      {0, {"ACCORD_SHM_NSLOTS", "2"}, "ACCORD_SHM_NSLOTS=2 is too small", 300, 0},
+      {0, {"ACCORD_ALGO", "bogus"}, "ACCORD_ALGO='bogus' is not an algorithm", kAfterWarning},
+      {2, {"ACCORD_TUNE_FILE", missing_tune}, "no-such.tune", kNo},
+      {1, {"ACCORD_CHUNK_BYTES", "lots"}, "ACCORD_CHUNK_BYTES='lots' is not a size", kNo},
+      {0, {"ACCORD_SHM_NSLOTS", "2"}, "ACCORD_SHM_NSLOTS=2 is too small", kSoon},
   };
   const std::string warning = "waits (at most";
+  auto read_file = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  int run = 0;
   for (const Case& c : cases) {
-    const std::string port = free_port();
-    std::vector<Env> envs;
-    for (int r = 0; r < 3; ++r) {
-      envs.push_back({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"},
-                      {"MASTER_PORT", port}, {"ACCORD_INIT_TIMEOUT_MS", "30000"}, {"ACCORD_LOG", "error"}});
-      if (r == c.bad_rank) envs.back().push_back({c.setting.first, c.setting.second});
-      if (r == 0 && c.wait_warning >= 0) envs.back().push_back({"ACCORD_LOG", "warn"});
-    }
-    RankHooks hooks;
-    hooks.capture_stderr = true;
-    hooks.before_init = [&c](size_t index) {
-      if (static_cast<int>(index) != c.bad_rank) usleep(static_cast<useconds_t>(c.late_ms) * 1000);
-      return 0;
-    };
-    std::vector<std::string> errors;
-    const auto start = std::chrono::steady_clock::now();
-    auto codes = run_env_ranks(envs, &errors, hooks);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    ASSERT_EQ(codes.size(), 3u);
-    for (int r = 0; r < 3; ++r) {
-      const std::string& e = errors[static_cast<size_t>(r)];
-      EXPECT_NE(codes[static_cast<size_t>(r)], 0) << c.needle << ": rank " << r << " succeeded";
-      EXPECT_NE(e.find(c.needle), std::string::npos) << "rank " << r << ": '" << e << "' lacks '" << c.needle << "'";
-      if (r != c.bad_rank) {
-        EXPECT_NE(e.find("rank " + std::to_string(c.bad_rank) + " failed during init"), std::string::npos)
-            << "rank " << r << ": '" << e << "' does not name rank " << c.bad_rank;
+    constexpr int kTries = 5;  // for kSoon: runs that took 2 s or more prove nothing
+    for (int attempt = 1; attempt <= kTries; ++attempt) {
+      const std::string port = free_port();
+      const std::string log0 = std::string(dir) + "/rank0-" + std::to_string(run++) + ".log";
+      std::vector<Env> envs;
+      for (int r = 0; r < 3; ++r) {
+        envs.push_back({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"},
+                        {"MASTER_PORT", port}, {"ACCORD_INIT_TIMEOUT_MS", "30000"}, {"ACCORD_LOG", "error"}});
+        if (r == c.bad_rank) envs.back().push_back({c.setting.first, c.setting.second});
+        if (r == 0 && c.late != kNo) {
+          envs.back().push_back({"ACCORD_LOG", "warn"});
+          envs.back().push_back({"ACCORD_LOG_FILE", log0});
+        }
       }
+      RankHooks hooks;
+      hooks.capture_stderr = true;
+      hooks.before_init = [&](size_t index) {
+        if (static_cast<int>(index) == c.bad_rank) return 0;
+        if (c.late == kSoon) usleep(300 * 1000);
+        // At most 20 s: a rank 0 that never warns fails the check below, not the test's timeout.
+        for (int i = 0; c.late == kAfterWarning && i < 2000 && read_file(log0).find(warning) == std::string::npos; ++i)
+          usleep(10 * 1000);
+        return 0;
+      };
+      std::vector<std::string> errors;
+      const auto start = std::chrono::steady_clock::now();
+      auto codes = run_env_ranks(envs, &errors, hooks);
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ASSERT_EQ(codes.size(), 3u);
+      for (int r = 0; r < 3; ++r) {
+        const std::string& e = errors[static_cast<size_t>(r)];
+        EXPECT_NE(codes[static_cast<size_t>(r)], 0) << c.needle << ": rank " << r << " succeeded";
+        EXPECT_NE(e.find(c.needle), std::string::npos) << "rank " << r << ": '" << e << "' lacks '" << c.needle << "'";
+        if (r != c.bad_rank) {
+          EXPECT_NE(e.find("rank " + std::to_string(c.bad_rank) + " failed during init"), std::string::npos)
+              << "rank " << r << ": '" << e << "' does not name rank " << c.bad_rank;
+        }
+      }
+      // Half of ACCORD_INIT_TIMEOUT_MS: a job that waited for it would take all of it.
+      EXPECT_LT(secs, 15.0) << c.needle << ": the job must fail at once, not at ACCORD_INIT_TIMEOUT_MS (30 s)";
+      const std::string said = c.late == kNo ? "" : read_file(log0);
+      if (c.late == kAfterWarning) {
+        EXPECT_NE(said.find(warning), std::string::npos)
+            << c.needle << ": rank 0 did not warn that it waits, its log: '" << said << "'";
+      }
+      if (c.late == kSoon) {
+        if (secs >= 2.0 && attempt < kTries) continue;  // the others may have come 2 s late
+        EXPECT_LT(secs, 2.0) << c.needle << ": no run of " << kTries
+                             << " took under 2 s, so none shows that rank 0 stays quiet when the others "
+                                "come at once (is the machine that loaded?)";
+        EXPECT_EQ(said.find(warning), std::string::npos)
+            << c.needle << ": the others came within 2 s (the job took " << secs << " s), yet rank 0 said '"
+            << said << "'";
+      }
+      break;
     }
-    if (c.wait_warning >= 0)
-      EXPECT_EQ(errors[0].find(warning) != std::string::npos, c.wait_warning == 1)
-          << c.needle << ", the others " << c.late_ms << " ms late: rank 0 said '" << errors[0] << "'";
-    EXPECT_LT(secs, 15.0) << c.needle << ": the job must fail at once, not at ACCORD_INIT_TIMEOUT_MS";
   }
   EXPECT_EQ(system((std::string("rm -rf ") + dir).c_str()), 0);
 }
@@ -317,7 +349,9 @@ TEST(Launch, ForkWhileBootstrapServersStartAndEndLeavesTheChildAUsableRegistry) 
     }
     ++forks;
     int status = 0;
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    // The child's own wait ends after 10 ms; one that hung on the lock waits forever. 20 s
+    // tells the two apart on a loaded machine too.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (waitpid(pid, &status, WNOHANG) == 0) {
       if (std::chrono::steady_clock::now() > give_up) {
         ++hung;
@@ -340,7 +374,7 @@ TEST(Launch, ForkWhileBootstrapServersStartAndEndLeavesTheChildAUsableRegistry) 
   while (testing::count_dir("/proc/self/task") > threads_before && std::chrono::steady_clock::now() < settle)
     usleep(10000);
   EXPECT_EQ(store_servers_running(), 0) << "bootstrap servers still running 10 s after the churn stopped";
-  EXPECT_EQ(hung, 0) << "a child forked after " << forks << " forks waited 5 s for the registry's lock";
+  EXPECT_EQ(hung, 0) << "a child forked after " << forks << " forks waited 20 s for the registry's lock";
   EXPECT_GT(forks, 10);
 }
 

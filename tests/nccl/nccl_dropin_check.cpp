@@ -550,15 +550,18 @@ void check_init_forms() {
   std::vector<ncclComm_t> comms(2);
   std::atomic<int> saw_in_progress{0};
   on_ranks(2, [&](int r) {
-    if (r == 1)
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 has to wait for it
+    // Rank 1 starts only once rank 0 has seen ncclInProgress (an order, not a sleep that a
+    // loaded machine can outlast); at most 30 s, so that an init that blocks rank 0 until
+    // rank 1 comes fails the check below instead of hanging.
+    for (int i = 0; r == 1 && !saw_in_progress && i < 30000; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclResult_t st = ncclCommInitRankConfig(&comms[static_cast<size_t>(r)], 2, id, r, &config);
     if (st != ncclInProgress && st != ncclSuccess)
       fail("non-blocking ncclCommInitRankConfig returned " + std::to_string(st));
     ncclResult_t state = ncclInProgress;
-    for (int polls = 0; state == ncclInProgress && polls < 20000; ++polls) {
+    for (int polls = 0; state == ncclInProgress && polls < 60000; ++polls) {
       EXPECT_OK(ncclCommGetAsyncError(comms[static_cast<size_t>(r)], &state));
       if (state == ncclInProgress) {
         if (r == 0) saw_in_progress = 1;
@@ -629,32 +632,42 @@ void check_abort() {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (stuck == ncclSuccess) fail("the aborted all-reduce returned ncclSuccess");
-  if (ms > 5000) fail("ncclCommAbort took " + std::to_string(ms) + " ms");
+  // Without the abort the all-reduce would end at ACCORD_TIMEOUT_MS (300 s by default); a tenth
+  // of that tells the two apart on a loaded machine.
+  if (ms > 30000) fail("ncclCommAbort took " + std::to_string(ms) + " ms");
   int n = 0;
   expect_status(ncclCommCount(comms[0], &n), ncclInvalidUsage, "a call on an aborted communicator",
                 "aborted");
   EXPECT_OK(ncclCommDestroy(comms[1]));
 
   // Abort during a non-blocking init that cannot finish (rank 1 never comes): at once, and
-  // the handle is dead. The init gives up after ACCORD_INIT_TIMEOUT_MS on its own thread.
-  setenv("ACCORD_INIT_TIMEOUT_MS", "500", 1);
+  // the handle is dead. The init gives up after ACCORD_INIT_TIMEOUT_MS on its own thread, so an
+  // abort that waited for it would return after that: the abort must return before the init's
+  // timeout has passed since the init began (an order, with no margin to guess).
+  constexpr int kInitTimeoutMs = 4000;
+  setenv("ACCORD_INIT_TIMEOUT_MS", std::to_string(kInitTimeoutMs).c_str(), 1);
   ncclUniqueId id;
   EXPECT_OK(ncclGetUniqueId(&id));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t lonely = nullptr;
+  const auto t1 = std::chrono::steady_clock::now();
   if (ncclCommInitRankConfig(&lonely, 2, id, 0, &config) != ncclInProgress)
     fail("a non-blocking init that waits for a missing rank did not return ncclInProgress");
   ncclResult_t state = ncclSuccess;
   EXPECT_OK(ncclCommGetAsyncError(lonely, &state));
   if (state != ncclInProgress) fail("ncclCommGetAsyncError during init: " + std::to_string(state));
-  const auto t1 = std::chrono::steady_clock::now();
   EXPECT_OK(ncclCommAbort(lonely));
-  if (std::chrono::steady_clock::now() - t1 > std::chrono::milliseconds(200))
-    fail("ncclCommAbort waited for the init");
+  const auto aborted_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+  if (aborted_ms >= kInitTimeoutMs)
+    fail("ncclCommAbort waited for the init: it returned " + std::to_string(aborted_ms) +
+         " ms after the init began, past the init's own timeout of " + std::to_string(kInitTimeoutMs) +
+         " ms");
   expect_status(ncclCommGetAsyncError(lonely, &state), ncclInvalidUsage,
                 "a call after aborting an init", "aborted");
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the init's thread gives up
+  // The init's thread gives up at its timeout.
+  std::this_thread::sleep_until(t1 + std::chrono::milliseconds(kInitTimeoutMs + 1000));
   unsetenv("ACCORD_INIT_TIMEOUT_MS");
 }
 
