@@ -38,6 +38,9 @@ struct RankHooks {
   std::function<int(size_t index)> before_init;  // in the child; non-zero: exit with that code
   bool report_plan = false;  // on success the rank's accord_comm_plan goes to *errors
   bool capture_stderr = false;  // the rank's stderr (its log) goes to *errors too
+  // While its communicator is up, the rank lists the /dev/shm segments it or an earlier rank
+  // of this call made ("segment NAME" lines in *errors).
+  bool report_segments = false;
 };
 
 // Forks one process per env; each sets its variables, inits from the environment and runs an
@@ -75,6 +78,11 @@ std::vector<int> run_env_ranks(const std::vector<Env>& envs,
         if (s == ACCORD_SUCCESS && hooks.report_plan &&
             accord_comm_plan(comm, plan, &len) == ACCORD_SUCCESS)
           (void)!write(fds[1], plan, strnlen(plan, sizeof plan));
+        if (s == ACCORD_SUCCESS && hooks.report_segments)
+          for (const std::string& name : testing::own_shm_segments()) {
+            const std::string line = "segment " + name + "\n";
+            (void)!write(fds[1], line.data(), line.size());
+          }
         accord_comm_destroy(comm);
       } else {
         (void)!write(fds[1], accord_last_error(nullptr), strlen(accord_last_error(nullptr)));
@@ -450,6 +458,8 @@ TEST(Launch, ShmDisableMeansTcpBetweenRanksOfOneHost) {
                     {"MASTER_PORT", port}, {"ACCORD_SHM_DISABLE", "1"}});
   RankHooks hooks;
   hooks.report_plan = true;
+  hooks.report_segments = true;
+  testing::forget_rank_processes();
   std::vector<std::string> out;
   auto codes = run_env_ranks(envs, &out, hooks);
   ASSERT_EQ(codes.size(), 2u);
@@ -457,7 +467,10 @@ TEST(Launch, ShmDisableMeansTcpBetweenRanksOfOneHost) {
     EXPECT_EQ(codes[r], 0) << "rank " << r << ": " << out[r];
     EXPECT_NE(out[r].find("pair 0-1: tcp (same host"), std::string::npos) << out[r];
     EXPECT_NE(out[r].find("ACCORD_SHM_DISABLE=1"), std::string::npos) << out[r];
+    EXPECT_EQ(out[r].find("segment "), std::string::npos) << "rank " << r << " made or saw a /dev/shm segment: " << out[r];
   }
+  const std::vector<std::string> left = testing::own_shm_segments();
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
 }
 
 TEST(Launch, NoLauncherMeansOneRank) {
