@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite (unit, multiproc, mpi, gpu).
-# Ends with a line "N passed, N failed, N skipped", followed by "(K passed with S tests skipped
-# inside)" when some binaries skipped part of their tests. Exit status 0 only when nothing failed.
+# Ends with a line "N passed, N failed, N skipped", with "(K passed with S of their tests
+# skipped)" added when some binaries skipped part of their tests. Exit status 0 only when nothing
+# failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -61,7 +62,7 @@ for path in sys.argv[1:]:
 for name, path, n, m in partial:
     print(f"passed with {n} of {m} tests skipped: {name} ({path})")
 inner = sum(n for _, _, n, _ in partial)
-extra = f" ({len(partial)} passed with {inner} tests skipped inside)" if partial else ""
+extra = f" ({len(partial)} passed with {inner} of their tests skipped)" if partial else ""
 print(f"{passed} passed, {failed} failed, {skipped} skipped{extra}")
 PY
 exit $status
