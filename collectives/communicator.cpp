@@ -700,8 +700,8 @@ Status Communicator::check_args(const CollArgs& a, size_t* in_bytes, size_t* out
 // 64 KiB (2 MiB again) were as slow as the default and 4 slots of 256 KiB (1 MiB) as fast as
 // 64 KiB chunks, so the FIFO's footprint decides, not the number of chunks. Reduce-scatter and
 // all-gather gained 3-25% from 1 MiB up, broadcast and point-to-point neither gained nor lost
-// (bench/README.md, 2026-11-27). Device calls, calls across hosts, ACCORD_CHUNK_BYTES and
-// all-reduces chosen from a tune file keep chunk_bytes_. Every rank computes the same value
+// (bench/NOTES-2026-11.md, "64 KiB chunks on host buffers"). Device calls, calls across hosts,
+// ACCORD_CHUNK_BYTES and all-reduces chosen from a tune file keep chunk_bytes_. Every rank computes the same value
 // when all run with the same settings, as ACCORD_CHUNK_BYTES and ACCORD_TUNE_FILE already
 // require: the schedules of a call must agree.
 size_t Communicator::call_chunk(bool on_device) const {
