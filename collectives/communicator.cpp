@@ -419,8 +419,9 @@ void Communicator::log_store_mode(const std::string& why) const {
                          : format("non-temporal stores for out-of-place outputs from %zu bytes",
                                   nt_threshold_);
   const std::string reason =
-      nt_fixed_ ? format("set by ACCORD_NT_THRESHOLD=%zu", nt_threshold_) + (why.empty() ? "" : "; " + why)
-                : why + "; ACCORD_NT_THRESHOLD overrides it";
+      nt_fixed_
+          ? format("set by ACCORD_NT_THRESHOLD=%zu", nt_threshold_) + (why.empty() ? "" : "; " + why)
+          : why + "; ACCORD_NT_THRESHOLD overrides it";
   LOG_INFO(kInit, "rank %d: store mode: %s (%s)", rank_, mode.c_str(), reason.c_str());
 }
 
@@ -701,9 +702,9 @@ Status Communicator::check_args(const CollArgs& a, size_t* in_bytes, size_t* out
 // 64 KiB chunks, so the FIFO's footprint decides, not the number of chunks. Reduce-scatter and
 // all-gather gained 3-25% from 1 MiB up, broadcast and point-to-point neither gained nor lost
 // (bench/NOTES-2026-11.md, "64 KiB chunks on host buffers"). Device calls, calls across hosts,
-// ACCORD_CHUNK_BYTES and all-reduces chosen from a tune file keep chunk_bytes_. Every rank computes the same value
-// when all run with the same settings, as ACCORD_CHUNK_BYTES and ACCORD_TUNE_FILE already
-// require: the schedules of a call must agree.
+// ACCORD_CHUNK_BYTES and all-reduces chosen from a tune file keep chunk_bytes_. Every rank
+// computes the same value when all run with the same settings, as ACCORD_CHUNK_BYTES and
+// ACCORD_TUNE_FILE already require: the schedules of a call must agree.
 size_t Communicator::call_chunk(bool on_device) const {
   if (on_device || nhosts_ > 1 || settings_.chunk_bytes > 0) return chunk_bytes_;
   return std::min(chunk_bytes_, kHostChunkBytes);

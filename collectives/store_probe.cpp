@@ -84,8 +84,9 @@ StoreDecision decide_store_mode(const std::vector<StoreProbe>& host_probes) {
   StoreDecision d;
   if (host_probes.empty()) return d;
   for (const StoreProbe& p : host_probes) {
-    const bool valid = std::isfinite(p.ordinary_ns_per_byte) && std::isfinite(p.streaming_ns_per_byte) &&
-                       p.ordinary_ns_per_byte > 0 && p.streaming_ns_per_byte > 0;
+    const bool valid = std::isfinite(p.ordinary_ns_per_byte) &&
+                       std::isfinite(p.streaming_ns_per_byte) && p.ordinary_ns_per_byte > 0 &&
+                       p.streaming_ns_per_byte > 0;
     if (!valid) return StoreDecision{};
     d.ordinary_ns_per_byte = std::max(d.ordinary_ns_per_byte, p.ordinary_ns_per_byte);
     d.streaming_ns_per_byte = std::max(d.streaming_ns_per_byte, p.streaming_ns_per_byte);
@@ -98,7 +99,8 @@ StoreDecision decide_store_mode(const std::vector<StoreProbe>& host_probes) {
 // Exact round trip: every rank must decide from the same numbers.
 std::string encode_store_probe(const StoreProbe& p) {
   char buf[128];
-  std::snprintf(buf, sizeof buf, "%a %a %a", p.ordinary_ns_per_byte, p.streaming_ns_per_byte, p.took_ms);
+  std::snprintf(buf, sizeof buf, "%a %a %a", p.ordinary_ns_per_byte, p.streaming_ns_per_byte,
+                p.took_ms);
   return buf;
 }
 

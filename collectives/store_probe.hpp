@@ -22,7 +22,7 @@ StoreProbe run_store_probe();
 
 // What every rank of a host decides from the probes of all its ranks (in rank order).
 struct StoreDecision {
-  bool streaming = false;  // non-temporal stores from kStreamingFromBytes, else none
+  bool streaming = false;            // non-temporal stores from kStreamingFromBytes, else none
   double ordinary_ns_per_byte = 0;   // the slowest rank's fastest pass, ordinary stores
   double streaming_ns_per_byte = 0;  // the same with non-temporal stores
   bool measured = false;             // false: some probe missing, so ordinary stores

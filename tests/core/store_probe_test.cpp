@@ -39,12 +39,14 @@ TEST(StoreProbe, TheSlowestRankDecidesForEachKindOfStore) {
   EXPECT_FALSE(d.streaming);
   EXPECT_DOUBLE_EQ(d.ordinary_ns_per_byte, 0.41);
   EXPECT_DOUBLE_EQ(d.streaming_ns_per_byte, 0.42);
-  EXPECT_TRUE(decide_store_mode({probe(0.40, 0.30), probe(0.50, 0.35), probe(0.45, 0.20)}).streaming);
+  EXPECT_TRUE(
+      decide_store_mode({probe(0.40, 0.30), probe(0.50, 0.35), probe(0.45, 0.20)}).streaming);
 }
 
 // Every rank of a host gets the probes in rank order, but the decision must not depend on it.
 TEST(StoreProbe, TheSameProbesInAnyOrderDecideAlike) {
-  std::vector<StoreProbe> v = {probe(0.40, 0.30), probe(0.52, 0.49), probe(0.38, 0.50), probe(0.61, 0.33)};
+  std::vector<StoreProbe> v = {probe(0.40, 0.30), probe(0.52, 0.49), probe(0.38, 0.50),
+                               probe(0.61, 0.33)};
   std::vector<int> order = {0, 1, 2, 3};
   const StoreDecision first = decide_store_mode(v);
   do {
@@ -61,9 +63,13 @@ TEST(StoreProbe, TheSameProbesInAnyOrderDecideAlike) {
 TEST(StoreProbe, AMissingOrBrokenProbeLeavesOrdinaryStores) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
-  for (const std::vector<StoreProbe>& v : std::vector<std::vector<StoreProbe>>{
-           {}, {probe(0, 0.1)}, {probe(0.4, 0)}, {probe(0.4, 0.1), probe(nan, 0.1)},
-           {probe(0.4, 0.1), probe(0.4, -1)}, {probe(inf, 0.1)}}) {
+  for (const std::vector<StoreProbe>& v :
+       std::vector<std::vector<StoreProbe>>{{},
+                                            {probe(0, 0.1)},
+                                            {probe(0.4, 0)},
+                                            {probe(0.4, 0.1), probe(nan, 0.1)},
+                                            {probe(0.4, 0.1), probe(0.4, -1)},
+                                            {probe(inf, 0.1)}}) {
     const StoreDecision d = decide_store_mode(v);
     EXPECT_FALSE(d.streaming);
     EXPECT_FALSE(d.measured);
