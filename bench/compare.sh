@@ -9,7 +9,9 @@
 # ("run R lost at SIZE B (medians only): ..."), with each
 # round's context switches per call (voluntary/involuntary, the rank with the most), how many
 # calls it timed and the machine's steal time meanwhile, to tell a collapse that slept from
-# one that lost its core to another task or its vCPU to the host.
+# one that lost its core to another task or its vCPU to the host. The table's head names the
+# machine: CPU model and the flags that matter here, caches, kernel, Open MPI, commit, date and
+# load (bench/machine.sh).
 # Usage: bench/compare.sh [BUILD_DIR] [--four | --only-four] [--reps N] [--program NAME] [--busy] [--max SIZE]
 #                         [--raw DIR] [--trace FILE]
 #   --only-four  4 oversubscribed ranks only
@@ -66,6 +68,8 @@ if [ -n "$trace" ]; then
   python3 "$(dirname "$0")/cpu_trace.py" "$trace" --match "${prog:0:15}" ${busy_pid:+--pid "$busy_pid"} &
   trace_pid=$!
 fi
+# The machine first (the CPU and its flags decide which kernels and stores run): bench/machine.sh.
+"$(dirname "$0")/machine.sh" "$build"
 for np in "${nps[@]}"; do
   for r in $(seq "$reps"); do
     # 8 B, then 16 B x 4^k up to --max (so 16, 64 and 256 MiB are all measured by default).

@@ -32,7 +32,7 @@ def read_runs(paths):
                 # Paired rounds: round k of Accord and round k of Open MPI ran back to back;
                 # the median of the three pairs' ratios. A change of the machine's state
                 # between two rounds spoils one pair, where it can put two of one library's
-                # three rounds and one of the other's on its slow side (bench/README.md,
+                # three rounds and one of the other's on its slow side (bench/NOTES-2026-11.md,
                 # "Rounds of equal length").
                 size, a, m = last
                 at = [r.us for r in parsed[1]["accord"]]

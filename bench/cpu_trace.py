@@ -12,7 +12,7 @@ since the last sample (/proc/stat, in clock ticks: 10 ms here, so a single sampl
 on and its state (R running or runnable, S sleeping) from /proc/PID/stat.
 
 bench/compare.sh --trace FILE starts it beside a sweep (the busy process is passed as --pid),
-and bench/trace_rounds.py matches each round with the samples taken while it ran (bench/README.md,
+and bench/trace_rounds.py matches each round with the samples taken while it ran (bench/NOTES-2026-11.md,
 "Busy collapses: steal per CPU"). It costs about 1% of one CPU at 10 ms.
 """
 import os

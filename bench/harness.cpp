@@ -395,7 +395,7 @@ struct Rank {
       // of tens of ms in the warm-up (a rank that lost its core to a system task, seen in a
       // scheduler trace on 2026-11-27) made the mean call 4 ms at 16 B, so the round timed 25
       // calls instead of 200000, and the stall, which took most of those 25 calls' time too,
-      // was reported as 4 ms a call, for Accord and Open MPI alike (bench/README.md, "Busy
+      // was reported as 4 ms a call, for Accord and Open MPI alike (bench/NOTES-2026-11.md, "Busy
       // collapses at 16 B"). Device calls return before they finish: their mean it is.
       std::sort(warm_calls.begin(), warm_calls.end());
       const double mean = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() / o.warmup;
@@ -420,7 +420,7 @@ struct Rank {
       // 5 warm-up calls that happened to be slow made a round of 16 B beside a busy process
       // last 1-3 ms instead of 100, all within a stretch where both ranks had their cores,
       // and that library's round read 0.15 us against the other's 0.20 over 100 ms
-      // (bench/README.md, "Rounds of equal length").
+      // (bench/NOTES-2026-11.md, "Rounds of equal length").
       const double want_s = o.min_ms / 1e3;
       for (;;) {
         const double elapsed =

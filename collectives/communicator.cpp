@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "collectives/store_probe.hpp"
 #include "core/crypto.hpp"
 #include "core/log.hpp"
 
@@ -21,8 +22,6 @@ namespace {
 constexpr size_t kDefaultSlotBytes = 256 << 10;  // measured best of 32K..512K at 16-256 MiB
 constexpr size_t kDefaultSlots = 8;
 constexpr size_t kHostChunkBytes = 64 << 10;  // Note [Host chunk]
-constexpr size_t kDefaultStreamingBytes = 4 << 20;  // where it pays: Note [Streaming trial]
-constexpr int kStreamingTrials = 16;                // Note [Streaming trial]
 
 std::string host_identity(const Settings& s) {
   if (!s.host_id.empty()) return s.host_id;
@@ -159,9 +158,9 @@ Status Communicator::configure() {
   if (settings_.chunk_bytes > 0) chunk_bytes_ = std::min(chunk_bytes_, static_cast<size_t>(settings_.chunk_bytes));
   if (!settings_.tune_file.empty()) ACCORD_TRY(Tuner::load(settings_.tune_file, &tuner_));
   tuner_.set_net_mbps(static_cast<double>(settings_.net_mbps));
-  nt_fixed_ = settings_.nt_threshold_bytes > 0;  // else Note [Streaming trial]
-  nt_threshold_ =
-      nt_fixed_ ? static_cast<size_t>(settings_.nt_threshold_bytes) : kDefaultStreamingBytes;
+  // Else ordinary stores until the probe at init says otherwise (Note [Store mode probe]).
+  nt_fixed_ = settings_.nt_threshold_bytes > 0;
+  nt_threshold_ = nt_fixed_ ? static_cast<size_t>(settings_.nt_threshold_bytes) : SIZE_MAX;
   return Status::success();
 }
 
@@ -183,7 +182,10 @@ Status Communicator::init(const InitSpec& spec) {
   hosts_ = {host_identity(settings_)};
   shm_domains_ = {shm_domain(settings_, rank_)};
   host_of_ = {0};
-  if (nranks_ == 1) return local.ok() ? setup_device(spec.device) : local;
+  if (nranks_ == 1) {
+    if (local.ok()) log_store_mode("a communicator of one rank: no probe");
+    return local.ok() ? setup_device(spec.device) : local;
+  }
   {
     void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
     if (driver != nullptr) dlclose(driver);
@@ -201,6 +203,7 @@ Status Communicator::init(const InitSpec& spec) {
   s = std::move(local);
   if (s.ok()) s = agree_on_settings(store.get(), deadline);
   if (s.ok()) s = connect_transports(store.get(), deadline);
+  if (s.ok()) s = decide_stores(store.get(), deadline);
   if (s.ok()) s = setup_device(spec.device);
   if (s.ok()) {
     std::vector<std::string> devices;
@@ -368,6 +371,58 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
     links_.recv[static_cast<size_t>(r)] = shm_->receiver(r);
   }
   return connect_remote(store, deadline);
+}
+
+// Note [Store mode probe] (store_probe.cpp): every rank takes part in the store round, so that
+// the rounds stay in step whatever each rank's settings; a rank that does not probe
+// (ACCORD_NT_THRESHOLD set, a sanitizer build) sends "". Each rank then decides from the
+// probes of its host's ranks (local_ranks_), all of which it has, so they decide alike.
+Status Communicator::decide_stores(StoreClient* store, Deadline deadline) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const bool probe = false;
+  const char* skipped = nt_fixed_ ? "" : "a sanitizer build: no probe";
+#else
+  const bool probe = !nt_fixed_;
+  const char* skipped = "";
+#endif
+  const std::string mine = probe ? encode_store_probe(run_store_probe()) : "";
+  std::vector<std::string> all;
+  ACCORD_TRY(store->all_gather("store_probe", rank_, nranks_, mine, &all, deadline));
+  if (!probe) {
+    log_store_mode(skipped);
+    return Status::success();
+  }
+  std::vector<StoreProbe> host;
+  for (int r : local_ranks_) {
+    StoreProbe p;
+    if (decode_store_probe(all[static_cast<size_t>(r)], &p)) host.push_back(p);
+  }
+  const StoreDecision d = decide_store_mode(host);
+  if (d.streaming) nt_threshold_ = kStreamingFromBytes;
+  StoreProbe me;
+  decode_store_probe(mine, &me);
+  log_store_mode(format("probe at init, %zu rank%s of this host at once, each its fastest of 4 "
+                        "passes of a 4 MiB reduction: slowest rank %.3f ns per byte with ordinary "
+                        "stores, %.3f with non-temporal ones%s; this rank's probe took %.1f ms",
+                        host.size(), host.size() == 1 ? "" : "s", d.ordinary_ns_per_byte,
+                        d.streaming_ns_per_byte,
+                        d.measured ? (d.streaming ? ", at least 5% faster" : ", not 5% faster")
+                                   : " (a probe is missing: ordinary stores)",
+                        me.took_ms));
+  return Status::success();
+}
+
+// The init log's line on the store mode (Note [Store mode probe]): which, and why.
+void Communicator::log_store_mode(const std::string& why) const {
+  std::string mode = nt_threshold_ == SIZE_MAX
+                         ? std::string("ordinary stores for every output")
+                         : format("non-temporal stores for out-of-place outputs from %zu bytes",
+                                  nt_threshold_);
+  const std::string reason =
+      nt_fixed_
+          ? format("set by ACCORD_NT_THRESHOLD=%zu", nt_threshold_) + (why.empty() ? "" : "; " + why)
+          : why + "; ACCORD_NT_THRESHOLD overrides it";
+  LOG_INFO(kInit, "rank %d: store mode: %s (%s)", rank_, mode.c_str(), reason.c_str());
 }
 
 // Ranks on this host (same host identity: hostname + boot id, or ACCORD_HOST_ID; and the same
@@ -646,10 +701,10 @@ Status Communicator::check_args(const CollArgs& a, size_t* in_bytes, size_t* out
 // 64 KiB (2 MiB again) were as slow as the default and 4 slots of 256 KiB (1 MiB) as fast as
 // 64 KiB chunks, so the FIFO's footprint decides, not the number of chunks. Reduce-scatter and
 // all-gather gained 3-25% from 1 MiB up, broadcast and point-to-point neither gained nor lost
-// (bench/README.md, 2026-11-27). Device calls, calls across hosts, ACCORD_CHUNK_BYTES and
-// all-reduces chosen from a tune file keep chunk_bytes_. Every rank computes the same value
-// when all run with the same settings, as ACCORD_CHUNK_BYTES and ACCORD_TUNE_FILE already
-// require: the schedules of a call must agree.
+// (bench/NOTES-2026-11.md, "64 KiB chunks on host buffers"). Device calls, calls across hosts,
+// ACCORD_CHUNK_BYTES and all-reduces chosen from a tune file keep chunk_bytes_. Every rank
+// computes the same value when all run with the same settings, as ACCORD_CHUNK_BYTES and
+// ACCORD_TUNE_FILE already require: the schedules of a call must agree.
 size_t Communicator::call_chunk(bool on_device) const {
   if (on_device || nhosts_ > 1 || settings_.chunk_bytes > 0) return chunk_bytes_;
   return std::min(chunk_bytes_, kHostChunkBytes);
@@ -899,12 +954,6 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
   // rank has just read them), so ordinary stores write them back once; non-temporal stores
   // there cost more (256 MiB, 2 ranks: 8.8 GB/s with ordinary stores, 5.8 with streaming).
   x.streaming = plan.out_bytes >= nt_threshold_ && a.send != a.recv;
-  bool trial = false;
-  if (x.streaming && !nt_fixed_) {
-    StreamingTrial& t = nt_trials_[static_cast<size_t>(a.coll)];
-    trial = !t.decided;
-    x.streaming = t.decided ? t.pays : t.calls % 2 == 1;  // call 0, a cold one, is not timed
-  }
   const Schedule* schedule = plan.schedule;
   if (schedule != nullptr) {
     if (scratch_.size() < schedule->scratch_bytes) scratch_.resize(schedule->scratch_bytes);
@@ -923,50 +972,7 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
   x.tag = plan.tag;
   x.fault = armed_fault();
   x.fault_step = fault_.step;
-  if (!trial) return finish_call(execute(*schedule, x, links_));
-  const int64_t t0 = now_ns();
-  Status s = execute(*schedule, x, links_);
-  if (s.ok())
-    note_streaming_trial(a.coll, x.streaming,
-                         static_cast<double>(now_ns() - t0) / static_cast<double>(plan.out_bytes));
-  return finish_call(std::move(s));
-}
-
-// Note [Streaming trial]: non-temporal stores of the output (x.streaming) pay on one machine
-// and lose on another. On the AMD EPYC VM the built-in threshold was tuned on, 16-256 MiB
-// all-reduces ran faster with them; on the Intel Xeon VM of 2026-11-26 (35.8 MiB L3) they
-// were slower at every size from 4 to 256 MiB (2 ranks, 4 MiB, nothing else running: 1.25-1.4
-// ms a call with ordinary stores, 1.55-1.65 with non-temporal ones; bench/README.md), and a
-// plain 16 MiB copy timed on its own said the opposite of the all-reduces. So the calls
-// themselves decide: the first 1 + 2 * kStreamingTrials calls that would stream alternate
-// between the two kinds of store (the first is cold and not timed), and the fastest call of
-// each kind picks the kind for every later call, streaming only if at least 5% faster. The
-// fastest, not the median: other work on the machine only adds time, in whole scheduler ticks
-// (a 4 MiB call of 1.6 ms took 5.7, 9.8 or 13.8 ms while a nice-19 compile shared a core),
-// and it came every other call for a while, so medians of alternating calls chose by the
-// compile's rhythm (ratios of 0.30 and 6.1 in two runs of one job). The choice is this rank's
-// alone: it changes no result and no message, so ranks need not agree. Each collective has a
-// trial of its own (communicator.hpp).
-void Communicator::note_streaming_trial(Collective coll, bool streaming, double ns_per_byte) {
-  StreamingTrial& t = nt_trials_[static_cast<size_t>(coll)];
-  const int call = t.calls++;
-  if (call == 0) return;
-  double& best = t.best_ns_per_byte[streaming];
-  best = best > 0 ? std::min(best, ns_per_byte) : ns_per_byte;
-  LOG_DEBUG(kTune, "rank %d: %s streaming trial call %d (%s stores): %.3f ns per byte", rank_,
-            collective_name(coll), call, streaming ? "non-temporal" : "ordinary", ns_per_byte);
-  if (call < 2 * kStreamingTrials) return;
-  const double ordinary = t.best_ns_per_byte[0], streamed = t.best_ns_per_byte[1];
-  t.decided = true;
-  t.pays = streamed < 0.95 * ordinary;
-  LOG_INFO(kTune,
-           "rank %d: %s: %s (fastest of %d calls each: %.3f ns per byte with ordinary stores, %.3f "
-           "with non-temporal ones; ACCORD_NT_THRESHOLD fixes the threshold)",
-           rank_, collective_name(coll),
-           t.pays ? "out-of-place calls from 4 MiB write their output with non-temporal stores"
-                  : "non-temporal stores do not pay here; every call writes its output with "
-                    "ordinary stores",
-           kStreamingTrials, ordinary, streamed);
+  return finish_call(execute(*schedule, x, links_));
 }
 
 Status Communicator::run_on_board(const CollArgs& a, const CallPlan& plan) {

@@ -190,8 +190,9 @@ class Communicator {
   const FaultPlan* armed_fault() const;
   // A failure inside a collective breaks the communicator: kept, logged, returned.
   Status finish_call(Status s);
-  // Note [Streaming trial]
-  void note_streaming_trial(Collective coll, bool streaming, double ns_per_byte);
+  // Note [Store mode probe] (store_probe.cpp): the probe at init, and its log line.
+  Status decide_stores(StoreClient* store, Deadline deadline);
+  void log_store_mode(const std::string& why) const;
 
   int rank_ = 0;
   int nranks_ = 1;
@@ -224,19 +225,7 @@ class Communicator {
   std::vector<uint8_t> stage_;  // ExecArgs::stage
   size_t chunk_bytes_ = 0;
   size_t nt_threshold_ = 0;
-  bool nt_fixed_ = false;  // ACCORD_NT_THRESHOLD set: no trial
-  // Note [Streaming trial]: without ACCORD_NT_THRESHOLD, the calls of one collective that would
-  // stream alternate between non-temporal and ordinary stores until each has kStreamingTrials
-  // timings, then keep the faster. One trial per collective: their costs per byte differ, and
-  // a loop that alternates two of them (FSDP's all-gather and reduce-scatter) would otherwise
-  // give each kind of store to one collective and compare the collectives.
-  struct StreamingTrial {
-    bool decided = false;
-    bool pays = false;
-    int calls = 0;
-    double best_ns_per_byte[2] = {0, 0};  // [streaming]; 0: no call yet
-  };
-  StreamingTrial nt_trials_[static_cast<size_t>(Collective::kRecv) + 1];  // by Collective
+  bool nt_fixed_ = false;  // ACCORD_NT_THRESHOLD set, else Note [Store mode probe]
   using ScheduleKey = std::tuple<int, int, size_t, size_t, size_t, int, bool>;
   std::map<ScheduleKey, Schedule> schedules_;  // map nodes do not move: pointers stay valid
   ScheduleKey last_key_;

@@ -402,7 +402,7 @@ unsigned Communicator::kernel_blocks_limit() const {
 // A call's blocks: one per kBytesPerBlock of its largest step, within the limit above. A call
 // that uses a host-staged FIFO keeps one block: every block's leader polls the flags over the
 // bus, and 16 blocks halved the bandwidth of 2 ranks on one H200 (16 MiB: 1.95 GB/s against
-// 4.07 with one block, bench/README.md).
+// 4.07 with one block, bench/NOTES-2026-11.md).
 constexpr uint64_t kBytesPerBlock = 16 << 10;
 uint32_t Communicator::call_blocks(const Schedule& sched) const {
   const unsigned limit = max_blocks_;

@@ -56,8 +56,9 @@ const std::vector<Entry>& entries() {
       INT_ENTRY("ACCORD_NET_MBPS", net_mbps, "10000",
                 "speed of each host's network link in Mbit/s, for the tuner's choice across hosts"),
       SIZE_ENTRY("ACCORD_NT_THRESHOLD", nt_threshold_bytes, "0",
-                 "message size from which outputs are written with streaming stores (0: 4 MiB if "
-                 "the first such calls run faster with them, else never)"),
+                 "message size from which out-of-place outputs are written with streaming "
+                 "(non-temporal) stores (0: 4 MiB if the probe at init finds them faster on this "
+                 "host, else never; the init log says which)"),
       SIZE_ENTRY("ACCORD_SHM_SLOT_BYTES", shm_slot_bytes, "0", "bytes per shared-memory FIFO slot"),
       INT_ENTRY("ACCORD_SHM_NSLOTS", shm_nslots, "0", "slots per shared-memory FIFO"),
       INT_ENTRY("ACCORD_SPIN_US", spin_us, "-1",

@@ -67,7 +67,7 @@ WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed, int64_
     // over at once, and keep handing it over for a while (32 yields) before sleeping. On the
     // 2-core VM, 4 ranks, 8 B: spinning 2 us first ran at 0.5-0.9x Open MPI's speed, yielding
     // at once at 1.1-1.4x; 4 yields before the futex lost again (0.9x), 8-128 were alike
-    // (bench/README.md, "4 ranks on 2 cores").
+    // (bench/NOTES-2026-11.md, "4 ranks on 2 cores").
     p.spin_ns = 0;
     p.yields = 32;
   } else {
@@ -87,7 +87,7 @@ WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed, int64_
 // between 256 KiB and 4 MiB while the host was noisy: 256 KiB took 0.4-0.6 ms instead of
 // 0.05, about one futex sleep per call, while Open MPI, which never sleeps, took 0.1-0.2. In
 // 12 such interleaved runs the ranks lost to Open MPI at 15 of 36 sizes with the 200 us spin
-// and at 5 with a 100 ms one (bench/README.md, "Spinning while CPUs are free"). Spinning on
+// and at 5 with a 100 ms one (bench/NOTES-2026-11.md, "Spinning while CPUs are free"). Spinning on
 // is free when every runnable task has a CPU, and costly when one does not: the spinner holds
 // a core until the scheduler's tick (4 ms here) while a test running beside it, or the
 // trainer's compute threads, wait for it. So past the first 200 us a waiter spins on only
@@ -100,7 +100,7 @@ WaitPolicy make_wait_policy(int64_t spin_us_setting, bool oversubscribed, int64_
 // One task more than the CPUs is allowed (kSpinBesideTasks). Beside one busy process on 2
 // cores (3 runnable with both ranks waiting), sleeping after 200 us left Accord at 1.01-1.13x
 // Open MPI at 1 MiB, and lost single runs (0.81x), where spinning 10 ms gave 1.42-1.50x; with
-// this rule ten busy runs gave 1.11-1.55x at 1 MiB and lost at no size (bench/README.md,
+// this rule ten busy runs gave 1.11-1.55x at 1 MiB and lost at no size (bench/NOTES-2026-11.md,
 // "Spinning beside one task"; Open MPI never sleeps). Why sleeping costs that much there was
 // not measured. Two or more extra tasks (tests beside one another, a compile, a trainer's
 // compute threads next to 2 ranks) still make the waiter sleep.
@@ -147,7 +147,7 @@ bool room_to_spin() {
 // other: 6 us per call), a rank saw 1-10 yields over 500 us in about 30000, 67-99 % under 10 us
 // and nearly all the others under 100 us; pairs of long yields there still closed a rank's
 // gate 0-6 times in a run of 20000 calls. The thresholds were chosen from those counts, not
-// swept. bench/README.md, "4 ranks beside a busy process", has the measurements.
+// swept. bench/NOTES-2026-11.md, "4 ranks beside a busy process", has the measurements.
 //
 // Note [A short spin behind a closed gate]
 // A rank whose gate has closed sleeps at once, and each sleep costs a futex wake: 10-25 us an
@@ -169,14 +169,14 @@ bool room_to_spin() {
 // beyond the noise. Two rules tried first cost more beside two busy processes: stopping
 // after two misses in a row with a probe every 16th wait (256 KiB 269-277 us against 246-248),
 // and this credit with a probe every 16th (512 B 56 against 40, 4 KiB 63 against 43).
-// bench/README.md, "A short spin behind a closed gate".
+// bench/NOTES-2026-11.md, "A short spin behind a closed gate".
 void yield_cpu() { sched_yield(); }
 
 // Note [Moving off a CPU a yield found taken]
 // A yield that comes back after 2 ms or more (kMoveOffYieldNs) handed the CPU to a task that
 // does not wait (Note [Yields that hand the CPU away]). On the 2-core VM, 4 ranks beside one
 // busy process, the kernel now and then puts the busy process beside one or two ranks while
-// the others have the other CPU to themselves (bench/cpu_trace.py samples, bench/README.md,
+// the others have the other CPU to themselves (bench/cpu_trace.py samples, bench/NOTES-2026-11.md,
 // "Moving off a CPU a yield found taken"). Such a rank's yields give the busy task the rest of
 // its slice, up to the next tick (2-8 ms there), its gate closes and its waits sleep; a sleep
 // costs a futex wake, and each wake lets the kernel place the rank again. Open MPI's ranks
@@ -199,7 +199,7 @@ void yield_cpu() { sched_yield(); }
 // Measured on the 2-core VM, 4 ranks, Accord alone, against ACCORD_CPU_MOVE=0 in the same
 // build, alternating: beside one busy process the 90th percentile of 32 times went from 9.2 to
 // 7.1 us at 8 B, 14.8 to 9.6 at 4 KiB and 174 to 99 at 256 KiB; quiet and beside two busy
-// processes, no size moved beyond the noise (bench/README.md, "Moving off a CPU a yield found
+// processes, no size moved beyond the noise (bench/NOTES-2026-11.md, "Moving off a CPU a yield found
 // taken").
 int move_off_cpu(int cpu) {
   cpu_set_t mask;

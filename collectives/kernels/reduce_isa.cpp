@@ -349,7 +349,7 @@ inline void vec_copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
 // goes in one `rep movsb`, not block by block. 4 KiB messages gained too (15.1 against 6.5
 // slow, 35.6 against 31.1 fast), 1 KiB ones less (4.3 against 3.7, 32.5 against 20.0), so the
 // threshold is 1 KiB. In 2-rank all-reduces of 256 KiB-4 MiB that is 2.4-2.6x in the slow
-// state and 1.1-1.3x in the fast one (bench/README.md). What the receiver then does with the
+// state and 1.1-1.3x in the fast one (bench/NOTES-2026-11.md). What the receiver then does with the
 // slot is the same either way. Under AddressSanitizer and ThreadSanitizer the vector loop runs
 // instead, whose accesses they see. ACCORD_SLOT_COPY=vector restores the vector loop
 // (reduce_dispatch.cpp). Only x86-64 has `rep movsb`; elsewhere the vector loop.

@@ -50,7 +50,7 @@ const char* const kCollNames[kNumColls] = {"MPI_Allreduce", "MPI_Reduce_scatter_
 const char* const kCollEnv[kNumColls] = {
     "ACCORD_MPI_MIN_BYTES_ALLREDUCE", "ACCORD_MPI_MIN_BYTES_REDUCE_SCATTER",
     "ACCORD_MPI_MIN_BYTES_ALLGATHER", "ACCORD_MPI_MIN_BYTES_BCAST", "ACCORD_MPI_MIN_BYTES_REDUCE"};
-// From bench/README.md ("MPI_Allreduce with libaccord_mpi.so"): with 4 ranks on 2 cores Open
+// From bench/NOTES-2026-11.md ("MPI_Allreduce with libaccord_mpi.so"): with 4 ranks on 2 cores Open
 // MPI was faster at 32 B and 128 B, Accord from 512 B up (with 2 ranks Accord won at every
 // size). Measured for MPI_Allreduce; the other calls use the same default.
 constexpr size_t kDefaultMinBytes = 512;

@@ -3,7 +3,7 @@
 # least --min-ms (Note [Timing across scheduler ticks], bench/harness.cpp). With no warm-up
 # the harness has no estimate at all and starts from -n 2 calls: the round must still go on
 # until it has filled the time. Rounds of unequal length compared the libraries over
-# different stretches of the scheduler's slices (bench/README.md, "Rounds of equal length").
+# different stretches of the scheduler's slices (bench/NOTES-2026-11.md, "Rounds of equal length").
 # Usage: round_length.sh RUN_MPIRUN ALL_REDUCE_PERF
 set -eu
 run=$1; prog=$2

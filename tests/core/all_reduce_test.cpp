@@ -247,84 +247,79 @@ TEST(AllReduce, TwoHundredFiftySixMiBOfFloat32InProcesses) {
   for (const auto& f : failures) ADD_FAILURE() << f;
 }
 
-// Note [Streaming trial]: the first out-of-place calls from 4 MiB alternate between
-// non-temporal and ordinary stores (one cold call, then 16 of each), then every rank keeps one
-// kind. Each call exact through the trial and after it; the trial logged call by call, decided
-// once per collective although all-reduces and all-gathers alternate; none with
-// ACCORD_NT_THRESHOLD set.
-TEST(AllReduce, StreamingTrialAlternatesStoresThenDecidesOncePerCollectiveWithExactResults) {
-  char dir[] = "/tmp/accord-nt-trial-XXXXXX";
+// Note [Store mode probe] (collectives/store_probe.cpp): the kind of store for large outputs is
+// decided at init, once, from the probes of every rank of the host, so every rank logs one
+// line with the same decision from the same numbers (the lines differ only in the rank and
+// this rank's probe time); with ACCORD_NT_THRESHOLD set, no probe and the threshold given.
+// Calls from the first one on are exact whichever kind was chosen (4 MiB and a little more:
+// all-reduces out of place at three alignments, and all-gathers).
+TEST(AllReduce, StoreModeIsDecidedAtInitAlikeOnEveryRankOfAHost) {
+  char dir[] = "/tmp/accord-store-mode-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   const size_t count = (4u << 20) / 4 + 3;     // just over the threshold, odd
-  for (const char* threshold : {"0", "4M"}) {  // 0: the built-in choice
+  for (const char* threshold : {"0", "4M"}) {  // 0: the probe decides
     SCOPED_TRACE(std::string("ACCORD_NT_THRESHOLD='") + threshold + "'");
     const std::string log =
         std::string(dir) + "/log" + (std::strcmp(threshold, "0") != 0 ? "-set" : "") + "-%p";
-    ScopedEnv level("ACCORD_LOG", "warn,tune:debug");
+    ScopedEnv level("ACCORD_LOG", "warn,init:info");
     ScopedEnv file("ACCORD_LOG_FILE", log.c_str());
     ScopedEnv nt("ACCORD_NT_THRESHOLD", threshold);
-    // Slot-sized chunks: 4x fewer hand-offs than the 64 KiB of host calls (Note [Host chunk]),
-    // which took this test from 67 to 114 s under ThreadSanitizer; stores are what it tests.
-    ScopedEnv chunk("ACCORD_CHUNK_BYTES", "256K");
-    auto failures = run_processes(2, [&](accord_comm_t comm, int rank, int nranks) {
-      log_reconfigure();  // this process's log, as set above (the test binary's was configured
-                          // earlier)
-      // All-gathers of 4 MiB and a little more in all, as the all-reduces.
-      const size_t part = count / static_cast<size_t>(nranks) + 1;
-      std::vector<int32_t> mine(part), all(part * static_cast<size_t>(nranks) + 1, -1);
-      for (int i = 0; i < 36; ++i) {
-        std::string e = check(comm, rank, nranks, ACCORD_FLOAT32, ACCORD_SUM, count, false,
-                              i % 3 * 4, static_cast<size_t>(i));
-        if (!e.empty()) return "call " + std::to_string(i) + ": " + e;
-        for (size_t k = 0; k < part; ++k) mine[k] = static_cast<int32_t>(k) * 3 + rank + i;
-        if (accord_all_gather(mine.data(), all.data(), part, ACCORD_INT32, comm, nullptr) !=
-            ACCORD_SUCCESS)
-          return "all_gather " + std::to_string(i) + ": " + accord_last_error(comm);
-        for (int r = 0; r < nranks; ++r)
-          for (size_t k = 0; k < part; ++k)
-            if (all[static_cast<size_t>(r) * part + k] != static_cast<int32_t>(k) * 3 + r + i)
-              return "all_gather " + std::to_string(i) + ": wrong element " + std::to_string(k) +
-                     " of rank " + std::to_string(r);
-        if (all.back() != -1) return "all_gather " + std::to_string(i) + ": wrote past the end";
-      }
-      return std::string();
-    });
+    ScopedEnv chunk("ACCORD_CHUNK_BYTES", "256K");  // fewer hand-offs under ThreadSanitizer
+    auto failures = run_processes(
+        2,
+        [&](accord_comm_t comm, int rank, int nranks) {
+          const size_t part = count / static_cast<size_t>(nranks) + 1;
+          std::vector<int32_t> mine(part), all(part * static_cast<size_t>(nranks) + 1, -1);
+          for (int i = 0; i < 6; ++i) {
+            std::string e = check(comm, rank, nranks, ACCORD_FLOAT32, ACCORD_SUM, count, false,
+                                  i % 3 * 4, static_cast<size_t>(i));
+            if (!e.empty()) return "call " + std::to_string(i) + ": " + e;
+            for (size_t k = 0; k < part; ++k) mine[k] = static_cast<int32_t>(k) * 3 + rank + i;
+            if (accord_all_gather(mine.data(), all.data(), part, ACCORD_INT32, comm, nullptr) !=
+                ACCORD_SUCCESS)
+              return "all_gather " + std::to_string(i) + ": " + accord_last_error(comm);
+            for (int r = 0; r < nranks; ++r)
+              for (size_t k = 0; k < part; ++k)
+                if (all[static_cast<size_t>(r) * part + k] != static_cast<int32_t>(k) * 3 + r + i)
+                  return "all_gather " + std::to_string(i) + ": wrong element " +
+                         std::to_string(k) + " of rank " + std::to_string(r);
+            if (all.back() != -1) return "all_gather " + std::to_string(i) + ": wrote past the end";
+          }
+          return std::string();
+        },
+        120, [](int) { log_reconfigure(); });  // this process's log, as set above
     for (const auto& f : failures) ADD_FAILURE() << f;
   }
-  const std::vector<std::string> names = files_in(dir);
-  int trial_logs = 0, set_logs = 0;
-  for (const std::string& name : names) {
+  // Each rank's line, from "store mode:" to the end of the line, less this rank's probe time.
+  std::vector<std::string> probed, set;
+  for (const std::string& name : files_in(dir)) {
     const std::string text = take_file(std::string(dir) + "/" + name);
-    // A rank's log names its call's plan; the test process's own log (it made no call) is skipped.
-    if (text.find("tune all_reduce of 4194316 bytes") == std::string::npos) continue;
-    auto occurrences = [&](const std::string& what) {
-      int n = 0;
-      for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-      return n;
-    };
-    const int decided = occurrences("(fastest of 16 calls each: ");
-    if (name.rfind("log-set-", 0) == 0) {
-      ++set_logs;
-      EXPECT_EQ(occurrences("streaming trial call"), 0) << name << ":\n" << text;
-      EXPECT_EQ(decided, 0) << name << ":\n" << text;
-      continue;
-    }
-    ++trial_logs;
-    for (const std::string coll : {"all_reduce", "all_gather"}) {
-      const std::string c = ": " + coll + " streaming trial call ";
-      EXPECT_EQ(occurrences(c), 32) << name << ":\n" << text;
-      EXPECT_EQ(occurrences(c + "31 (non-temporal stores)"), 1) << name << ":\n" << text;
-      EXPECT_EQ(occurrences(c + "32 (ordinary stores)"), 1) << name << ":\n" << text;
-      EXPECT_EQ(occurrences(": " + coll + ": "), 1) << coll << " decided once; " << name << ":\n"
-                                                    << text;
-    }
-    EXPECT_EQ(occurrences("(non-temporal stores): "), 32) << name << ":\n" << text;
-    EXPECT_EQ(occurrences("(ordinary stores): "), 32) << name << ":\n" << text;
-    EXPECT_EQ(decided, 2) << name << ":\n" << text;
+    const size_t at = text.find("store mode: ");
+    if (at == std::string::npos) continue;  // the test process's own log
+    EXPECT_EQ(text.find("store mode: ", at + 1), std::string::npos) << "one line; " << name << ":\n"
+                                                                    << text;
+    std::string line = text.substr(at, text.find('\n', at) - at);
+    const size_t took = line.find("; this rank's probe took ");
+    if (took != std::string::npos) line.erase(took);
+    (name.rfind("log-set-", 0) == 0 ? set : probed).push_back(line);
   }
   rmdir(dir);
-  EXPECT_EQ(trial_logs, 2) << "one log per rank process";
-  EXPECT_EQ(set_logs, 2) << "one log per rank process";
+  ASSERT_EQ(probed.size(), 2u) << "one log per rank process";
+  ASSERT_EQ(set.size(), 2u) << "one log per rank process";
+  EXPECT_EQ(probed[0], probed[1]) << "every rank of the host decides alike, from the same numbers";
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  EXPECT_NE(probed[0].find("a sanitizer build: no probe"), std::string::npos) << probed[0];
+#else
+  EXPECT_NE(probed[0].find("(probe at init, 2 ranks of this host at once, "), std::string::npos)
+      << probed[0];
+#endif
+  for (const std::string& line : set) {
+    EXPECT_NE(line.find("store mode: non-temporal stores for out-of-place outputs from 4194304 "
+                        "bytes (set by ACCORD_NT_THRESHOLD=4194304)"),
+              std::string::npos)
+        << line;
+    EXPECT_EQ(line.find("probe at init"), std::string::npos) << line;
+  }
 }
 
 // Note [Host chunk]: host calls with every rank on one host cut their messages at 64 KiB;

@@ -11,7 +11,7 @@
 // more, so payloads up to 244 bytes ride on the board and a payload of at most 52 bytes still
 // moves one cache line (the others are neither written nor read). With a single line, 64 B
 // took the FIFOs at twice the board's time (0.49 against 0.24-0.28 us, 2 ranks, Intel Xeon
-// VM) and lost a run to Open MPI beside a busy process (bench/README.md). Nobody acknowledges:
+// VM) and lost a run to Open MPI beside a busy process (bench/NOTES-2026-11.md). Nobody acknowledges:
 // line k % 2 is next written for call k + 2, which starts only after this rank saw every
 // peer's line of call k + 1, and a peer writes that line only after it finished reading call k
 // (program order, and the release/acquire pair on seq). Every rank must therefore make the
