@@ -25,6 +25,13 @@
 #   DEMO_GPU=0             skip the GPU part
 #   DEMO_LOGS=DIR          where the outputs go (default: BUILD_DIR/demo-logs)
 set -euo pipefail
+# ACCORD_SIM_TOPO and DEMO_LOGS are relative to where the demo was started; BUILD_DIR is
+# relative to the repository, as in scripts/build.sh.
+sim_topo=${ACCORD_SIM_TOPO:-}
+[ -z "$sim_topo" ] || [[ $sim_topo == /* ]] || sim_topo=$PWD/$sim_topo
+logs=${DEMO_LOGS:-}
+[ -z "$logs" ] || [[ $logs == /* ]] || logs=$PWD/$logs
+unset ACCORD_SIM_TOPO  # the GPU part gets it back explicitly; the host sections run without it
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
 quick=0 verbose=0 do_build=1
@@ -39,12 +46,9 @@ while [ $# -gt 0 ]; do
   shift
 done
 t_start=$SECONDS
-logs=${DEMO_LOGS:-$build/demo-logs}
+logs=${logs:-$build/demo-logs}
 mkdir -p "$logs"
 logs=$(cd "$logs" && pwd)
-# The GPU part gets ACCORD_SIM_TOPO back explicitly; the host sections run without it.
-sim_topo=${ACCORD_SIM_TOPO:-}
-unset ACCORD_SIM_TOPO
 failed=()
 
 # ---------------------------------------------------------------------------------------------
@@ -110,7 +114,8 @@ fi
 # Helpers for the sections.
 mpiflags=(--oversubscribe)
 if [ "$(id -u)" = 0 ]; then mpiflags+=(--allow-run-as-root); fi
-have_mpirun=0
+have_mpirun=0 no_mpi_why="no mpirun"
+command -v mpirun >/dev/null && no_mpi_why="this build has no MPI"
 # Not `ldd ... | grep -q`: under pipefail, grep -q leaving at the first match can kill ldd with
 # SIGPIPE, and the pipeline then says "no MPI" (a fresh clone's demo ran without Open MPI so).
 if command -v mpirun >/dev/null && [[ "$(ldd "$build/bench/all_reduce_perf")" == *libmpi* ]]; then
@@ -287,7 +292,7 @@ if [ $have_mpirun = 1 ]; then
   echo "=== 2. All-reduce of float32 on host memory, 2 ranks: Accord and Open MPI on the same buffers"
   show allreduce-host "$filter_mpi" launch 2 "$build/bench/all_reduce_perf" "${host_sizes[@]}" --compare-mpi || true
 else
-  echo "=== 2. All-reduce of float32 on host memory, 2 ranks (no mpirun: no Open MPI to compare with)"
+  echo "=== 2. All-reduce of float32 on host memory, 2 ranks (no Open MPI to compare with: $no_mpi_why)"
   show allreduce-host "$filter_gpu" launch 2 "$build/bench/all_reduce_perf" "${host_sizes[@]}" || true
 fi
 
@@ -327,7 +332,8 @@ else
   if [ $gpu_kind = sim ]; then
     gpu_summary="GPU (simulated, $ngpus x ${gpu_name:-GPU}): 1 rank and 2 processes on GPU 0 $exact; no GPU times"
   else
-    gpu_summary="GPU ($gpu_name): 1 rank ${one:-failed}; 2 processes on GPU 0 ${two:-failed}; $exact"
+    gpu_summary="GPU ($gpu_name): 1 rank ${one:-failed}; 2 processes on GPU 0 ($([ $mps = 1 ] || echo "no ")MPS)"
+    gpu_summary+=" ${two:-failed}; $exact"
   fi
 fi
 
@@ -413,7 +419,7 @@ if [ $have_mpirun = 1 ]; then
     echo "host all-reduce, 2 ranks: FAILED (section 2)"
   fi
 else
-  echo "host all-reduce, 2 ranks: $(gpu_figures "$host_log") (no mpirun: no Open MPI to compare with)"
+  echo "host all-reduce, 2 ranks: $(gpu_figures "$host_log") (no Open MPI to compare with: $no_mpi_why)"
 fi
 echo "$gpu_summary"
 echo "$train_summary"
