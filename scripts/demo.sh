@@ -137,7 +137,10 @@ launch() {
     mpirun "${mpiflags[@]}" -np "$np" "$@"
     return
   fi
-  local port=$((20000 + RANDOM % 20000))
+  # A port the kernel has just given out and nobody holds (a random one may be taken).
+  local port
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
+    2>/dev/null) || port=$((20000 + RANDOM % 20000))
   for ((r = 0; r < np; r++)); do
     RANK=$r WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$@" &
     pids+=($!)
