@@ -78,7 +78,7 @@ elif grep -q '^=== 3\. GPU part skipped' "$out"; then
   [ "$lines" -le 80 ] && echo "ok: $lines lines" || { echo "FAIL: $lines lines, more than 80"; errors=$((errors + 1)); }
 else
   check "section 3 on the GPUs CUDA found" '^=== 3\. All-reduce on GPU buffers: [0-9]+ x '
-  check "summary: GPU figures" '^GPU \(.+\): 1 rank 8 B in [0-9.]+ us, .+; 2 processes on GPU 0 8 B in [0-9.]+ us, .+; exact$'
+  check "summary: GPU figures" '^GPU \(.+\): 1 rank 8 B in [0-9.]+ us, .+; 2 processes on GPU 0 \((no )?MPS\) 8 B in [0-9.]+ us, .+; exact$'
 fi
 echo "$errors failed checks"
 [ $errors = 0 ]
