@@ -1,9 +1,11 @@
 // accord-topo: tells a user which GPUs can talk to which, how fast, and what Accord will do about
 // it. Without arguments it probes this machine (or loads ACCORD_TOPO_FILE); --file reads any
 // supported topology file. Prints text (the default), JSON (schema in topology/README.md) or
-// Graphviz, and can convert what it read to Accord JSON or NCCL XML.
+// Graphviz, and can convert what it read to Accord JSON or NCCL XML. --runtime says which GPUs
+// Accord's collectives would run on (CUDA's, simulated ones, or none and why).
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "core/settings.hpp"
@@ -11,11 +13,13 @@
 #include "topology/formats.hpp"
 #include "topology/report.hpp"
 #include "topology/search.hpp"
+#include "transport/device/device_runtime.hpp"
 
 namespace {
 
 const char kUsage[] =
     "usage: accord-topo [--file F] [--format text|json|dot] [--dump-json F] [--dump-nccl-xml F]\n"
+    "       accord-topo --runtime\n"
     "\n"
     "Shows the GPUs of this machine (or of a described one), which pairs can use peer access\n"
     "and which go through host memory (and why), the NUMA affinity, the rings and trees Accord\n"
@@ -29,6 +33,9 @@ const char kUsage[] =
     "  --gpus LIST        plan rings and trees over these GPUs only, e.g. 0,1,4,5\n"
     "  --dump-json F      also write the topology as Accord JSON to F\n"
     "  --dump-nccl-xml F  also write it as NCCL topology XML (NCCL_TOPO_FILE format) to F\n"
+    "  --runtime          say which GPUs Accord's collectives would use and stop: the device\n"
+    "                     runtime (cuda, simulated with ACCORD_SIM_TOPO, or none and why), then\n"
+    "                     one line per GPU\n"
     "  --help-env         list the ACCORD_* environment variables\n"
     "  --help             this text\n"
     "\n"
@@ -56,6 +63,25 @@ bool parse_gpus(const char* text, std::vector<int>* out) {
   return true;
 }
 
+// --runtime: the device runtime's own description ("cuda: 1 device(s)", "simulated: 4 GPUs of
+// FILE", "none: no GPUs (why); ..."), then "GPU0: NAME, PCI BUS, sm_90" per GPU.
+int print_runtime() {
+  accord::Settings settings;
+  accord::Status st = accord::load_settings(&settings);
+  if (!st.ok()) return fail(st);
+  std::unique_ptr<accord::DeviceRuntime> rt;
+  if (!(st = accord::make_device_runtime(settings, &rt)).ok()) return fail(st);
+  std::printf("%s\n", rt->description().c_str());
+  for (int d = 0; d < rt->device_count(); ++d) {
+    accord::DeviceInfo info;
+    if (!(st = rt->device_info(d, &info)).ok()) return fail(st);
+    std::printf("GPU%d: %s, PCI %s", d, info.name.c_str(), info.pci_bus_id.c_str());
+    if (info.sm > 0) std::printf(", sm_%d", info.sm);
+    std::printf("\n");
+  }
+  return std::ferror(stdout) ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,6 +102,8 @@ int main(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
+    } else if (a == "--runtime") {
+      return print_runtime();
     } else if (a == "--help-env") {
       std::fputs(accord::settings_help().c_str(), stdout);
       return 0;

@@ -1,6 +1,6 @@
 // accord-topo end to end: every fixture in all three formats exits 0, the JSON parses and has the
-// documented keys, a broken file exits non-zero naming the file and line, and probing this
-// machine (no GPU here) works.
+// documented keys, a broken file exits non-zero naming the file and line, probing this machine
+// (no GPU here) works, and --runtime names the GPUs the collectives would use.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -24,9 +24,10 @@ const char* const kFiles[] = {
     "pcie-8gpu-2socket-pix-phb-sys-topo-m.txt", "simplep2p-titanx-pascal-plus-titan-z-mixed.txt",
     "tf-4gpu-cannot-enable-peer-access-dma-matrix.txt"};
 
-int run(const std::string& args, std::string* out) {
+// ENV: assignments put before the command ("ACCORD_SIM_TOPO=... "), or empty.
+int run(const std::string& args, std::string* out, const std::string& env = "") {
   const char* bin = std::getenv("ACCORD_TOPO_BIN");
-  std::string cmd = std::string(bin ? bin : "accord-topo") + " " + args + " 2>&1";
+  std::string cmd = env + std::string(bin ? bin : "accord-topo") + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return -1;
   char buf[4096];
@@ -117,4 +118,25 @@ TEST(Tool, HonoursTopoFileAndDumpSettings) {
   std::ifstream in(dump);
   std::string dumped((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(dumped.find("\"observations\""), std::string::npos);
+}
+
+TEST(Tool, RuntimeSaysWhichGpus) {
+  std::string out;
+  // Simulated GPUs of a file: its GPUs, names and bus ids.
+  const std::string file = fixture("autodl-2x-rtx2080ti-pix-p2p-cannot.txt");
+  ASSERT_EQ(run("--runtime", &out, "ACCORD_SIM_TOPO='" + file + "' "), 0) << out;
+  EXPECT_EQ(out, "simulated: 2 GPUs of " + file +
+                     "\nGPU0: NVIDIA GeForce RTX 2080 Ti, PCI 0000:b4:00.0\n"
+                     "GPU1: NVIDIA GeForce RTX 2080 Ti, PCI 0000:b5:00.0\n");
+  // This machine: CUDA's GPUs, or none and why.
+  ASSERT_EQ(run("--runtime", &out, "env -u ACCORD_SIM_TOPO "), 0) << out;
+  if (out.rfind("cuda: ", 0) == 0) {
+    EXPECT_NE(out.find("\nGPU0: "), std::string::npos) << out;
+  } else {
+    EXPECT_EQ(out.rfind("none: no GPUs (", 0), 0u) << out;
+    EXPECT_NE(out.find("set ACCORD_SIM_TOPO=FILE"), std::string::npos) << out;
+  }
+  // A file that is not there: an error naming it.
+  EXPECT_NE(run("--runtime", &out, "ACCORD_SIM_TOPO=/nonexistent-topology.txt "), 0);
+  EXPECT_NE(out.find("/nonexistent-topology.txt"), std::string::npos) << out;
 }
