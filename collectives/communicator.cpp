@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 
 #include "core/crypto.hpp"
 #include "core/log.hpp"
@@ -49,6 +50,29 @@ std::string shm_domain(const Settings& s, int rank) {
                 static_cast<unsigned long long>(st.st_ino));
 }
 bool shm_off(const std::string& domain) { return domain.rfind("off:", 0) == 0; }
+
+// Note [Process identity]: a rank's process is its pid, its pid namespace and a token, never
+// the pid alone. Containers that share the host's name and /dev/shm but have pid namespaces
+// of their own can all be pid 1: taken for one process, such ranks were routed as threads of
+// one process (device pointers passed between them) and watched through each other's pidfds.
+// The namespace is the inode of /proc/self/ns/pid (unique among the namespaces alive on one
+// kernel; pid_namespace() in transport/shm); the token is 64 random bits made once per process
+// (made again in a forked child, which has a pid of its own). Ranks are one process only if
+// all three agree; a pidfd is only opened for a peer in this rank's pid namespace, where its
+// pid means that process, and shared-memory segments name their creator's namespace.
+std::string process_token() {
+  static std::mutex mu;
+  static pid_t made_in = 0;
+  static std::string token;
+  std::lock_guard<std::mutex> lock(mu);
+  if (made_in != getpid()) {
+    uint64_t rnd = 0;
+    if (!random_bytes(&rnd, sizeof rnd).ok()) rnd = static_cast<uint64_t>(getpid()) * 0x9e3779b97f4a7c15ULL;
+    token = to_hex(&rnd, sizeof rnd);
+    made_in = getpid();
+  }
+  return token;
+}
 
 int open_pidfd(pid_t pid) {
 #ifdef SYS_pidfd_open
@@ -202,12 +226,10 @@ Status Communicator::init(const InitSpec& spec) {
   if (s.ok()) s = agree_on_settings(store.get(), deadline);
   if (s.ok()) s = connect_transports(store.get(), deadline);
   if (s.ok()) s = setup_device(spec.device);
+  if (s.ok()) s = gather_gpus(store.get(), deadline);
   if (s.ok()) {
-    std::vector<std::string> devices;
-    s = store->all_gather("device", rank_, nranks_, std::to_string(device_), &devices, deadline);
-    for (size_t r = 0; s.ok() && r < devices.size(); ++r) device_of_[r] = std::atoi(devices[r].c_str());
-    if (s.ok()) compute_ring();
-    if (s.ok()) find_gpu_sharers();
+    compute_ring();
+    find_gpu_sharers();
   }
   if (s.ok()) s = connect_device_fifos(store.get(), deadline);
   // Note [Device init barrier]: no rank may launch a collective kernel while another rank of
@@ -322,9 +344,11 @@ Status Communicator::agree_on_settings(StoreClient* store, Deadline deadline) {
 }
 
 Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
-  // The pid line carries " g" when this rank may run on a GPU (Note [Device FIFOs]).
-  const std::string me = host_identity(settings_) + "\n" + std::to_string(getpid()) + (may_use_gpu_ ? " g" : "") +
-                         "\n" + shm_domain(settings_, rank_) + "\n" + cpu_mask();
+  // The process line: pid, pid namespace and token (Note [Process identity]), then " g" when
+  // this rank may run on a GPU (Note [Device FIFOs]).
+  const std::string me = host_identity(settings_) + "\n" + std::to_string(getpid()) + " " + pid_namespace() + " " +
+                         process_token() + (may_use_gpu_ ? " g" : "") + "\n" + shm_domain(settings_, rank_) +
+                         "\n" + cpu_mask();
   std::vector<std::string> infos;
   ACCORD_TRY(store->all_gather("info", rank_, nranks_, me, &infos, deadline));
   std::vector<long> job_pids;
@@ -390,11 +414,14 @@ void Communicator::group_by_host(const std::vector<std::string>& infos, std::vec
   };
   const std::vector<std::string> mine = fields(infos[static_cast<size_t>(rank_)]);
   const std::string my_key = mine[0] + "\n" + mine[2];
+  const std::string mine_ns = pid_namespace();
   local_ranks_.clear();
   remote_ranks_.clear();
   hosts_.clear();
   shm_domains_.clear();
   pid_of_.clear();
+  proc_of_.clear();
+  pidns_of_.clear();
   std::map<std::string, int> index;  // host identity + domain -> small int, by first appearance
   std::vector<int> per_host;
   std::vector<std::string> local_masks;  // Note [Oversubscribed] (transport/wait.hpp)
@@ -405,6 +432,13 @@ void Communicator::group_by_host(const std::vector<std::string>& infos, std::vec
     hosts_.push_back(f[0]);
     shm_domains_.push_back(f[2]);
     pid_of_.push_back(std::atol(f[1].c_str()));
+    {
+      // "PID NS TOKEN[ g]": the process is the first three words (Note [Process identity]).
+      const std::string& line = f[1];
+      const size_t ns_at = line.find(' ') + 1, token_at = line.find(' ', ns_at) + 1;
+      pidns_of_.push_back(line.substr(ns_at, token_at - 1 - ns_at));
+      proc_of_.push_back(line.substr(0, line.find(' ', token_at)));
+    }
     const std::string key = f[0] + "\n" + f[2];
     auto at = index.emplace(key, static_cast<int>(index.size())).first;
     host_of_.push_back(at->second);
@@ -417,6 +451,8 @@ void Communicator::group_by_host(const std::vector<std::string>& infos, std::vec
     }
     local_ranks_.push_back(r);
     local_masks.push_back(f[3]);
+    // Pids only mean a process inside their own pid namespace (Note [Process identity]).
+    if (pidns_of_.back() != mine_ns) continue;
     const pid_t pid = static_cast<pid_t>(pid_of_.back());
     local_pids->push_back(pid);
     if (r != rank_ && pid != getpid()) links_.pidfd[static_cast<size_t>(r)] = open_pidfd(pid);

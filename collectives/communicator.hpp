@@ -146,6 +146,17 @@ class Communicator {
   // Note [Device FIFOs]: how GPU ranks a and b (on this host) exchange device buffers, and why.
   enum class DeviceRoute { kHostStaged, kP2p, kIpc };
   DeviceRoute device_route(int a, int b, std::string* why) const;
+  // Note [GPU identity] (device_path.cpp): every rank's GPU as the ranks told each other at
+  // init; what every route is decided from.
+  struct GpuFacts {
+    int ordinal = -1;                // as the rank's own process numbers it
+    std::string uuid;                // or the bus id, where the runtime has no UUID
+    std::string bus;                 // canonical_bus_id
+    std::vector<std::string> peers;  // bus ids it can peer with both ways (peer_bus_ids)
+  };
+  Status gather_gpus(StoreClient* store, Deadline deadline);
+  bool same_gpu(int a, int b) const;
+  std::string gpu_label(int r) const;  // "GPU 3", or with the bus id when numberings differ
   std::string device_pair(int a, int b) const;
   Status connect_device_fifos(StoreClient* store, Deadline deadline);
   Status upload_peers(const std::vector<dev::DevPeer>& peers);
@@ -207,7 +218,14 @@ class Communicator {
   std::vector<int> remote_ranks_;   // on other hosts, or another /dev/shm of this one: TCP
   std::vector<std::string> hosts_;  // host identity of every rank (from init)
   std::vector<std::string> shm_domains_;  // /dev/shm each rank sees (Note [Shared memory domain])
-  std::vector<long> pid_of_;        // process of every rank (compare only ranks of one host)
+  std::vector<long> pid_of_;        // pid of every rank (meaningful only in its pid namespace)
+  // Note [Process identity] (communicator.cpp): every rank's process ("PID NS TOKEN": equal
+  // only for ranks of one process) and pid namespace.
+  std::vector<std::string> proc_of_;
+  std::vector<std::string> pidns_of_;
+  bool same_process(int a, int b) const {
+    return proc_of_.empty() ? a == b : proc_of_[static_cast<size_t>(a)] == proc_of_[static_cast<size_t>(b)];
+  }
   std::vector<int> host_of_;        // host and /dev/shm as small ints (ScheduleRequest::host_of)
   int nhosts_ = 1;
   bool hosts_even_ = true;          // as many ranks on every host (hierarchical needs it)
@@ -258,7 +276,9 @@ class Communicator {
   DeviceRuntime* rt_ = nullptr;
   DeviceRuntime* probe_rt_ = nullptr;  // host-only communicator, CUDA present: refuses device buffers
   int device_ = -1;
-  std::vector<int> device_of_;
+  std::vector<int> device_of_;      // every rank's GPU ordinal, in its own process's numbering
+  std::vector<GpuFacts> gpus_;      // Note [GPU identity]; empty with one rank
+  bool numberings_differ_ = false;  // some GPU has two ordinals, or one ordinal two GPUs
   void* grid_dev_ = nullptr;        // DevCall::grid, inside counts_dev_
   unsigned max_blocks_ = 1;         // Note [Blocks]
   std::string gpu_sharers_;         // ranks of this process on this GPU ("0 and 1"), empty if alone
