@@ -353,6 +353,11 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
   ACCORD_TRY(store->all_gather("info", rank_, nranks_, me, &infos, deadline));
   std::vector<long> job_pids;
   group_by_host(infos, &job_pids);
+  // Note [Device data over TCP]: every rank decides alike whether TCP peers get device sockets.
+  job_may_use_gpu_ = std::any_of(infos.begin(), infos.end(), [](const std::string& info) {
+    const size_t nl = info.find('\n'), nl2 = info.find('\n', nl + 1);
+    return info.substr(nl + 1, nl2 - nl - 1).find(" g") != std::string::npos;
+  });
   if (settings_.shm_disable) {
     // Note [Shared memory domain]: no local peers, so no segment: nothing in /dev/shm at all.
     LOG_INFO(kInit, "rank %d: ACCORD_SHM_DISABLE=1: no shared memory; TCP to every other rank",
@@ -489,6 +494,12 @@ Status Communicator::connect_remote(StoreClient* store, Deadline deadline) {
     links_.send[static_cast<size_t>(r)] = tcp_->sender(r);
     links_.recv[static_cast<size_t>(r)] = tcp_->receiver(r);
   }
+  if (job_may_use_gpu_) {
+    // Note [Device data over TCP]: sockets of their own for GPU data.
+    options.store_prefix = "tcpdev/";
+    ACCORD_TRY(TcpTransport::setup(store, rank_, nranks_, remote_ranks_, options, deadline, &tcp_dev_)
+                   .prefix("GPU data over TCP: "));
+  }
   LOG_INFO(kInit, "rank %d: TCP to %zu ranks on other hosts over %s (%s), %d sockets per peer", rank_,
            remote_ranks_.size(), tcp_->interface_name().c_str(), tcp_->listen_address().to_string().c_str(),
            tcp_->nsocks());
@@ -496,12 +507,18 @@ Status Communicator::connect_remote(StoreClient* store, Deadline deadline) {
 }
 
 // GPU buffers move through the shared-memory slots (registered with the device runtime) or the
-// device FIFOs. The TCP transport's slots are host memory the device runtime does not know: a
-// device call over them gave wrong results with no error (seen with ACCORD_SHM_DISABLE=1 on
-// simulated GPUs). Until the device path serves TCP peers, such a call is refused at once.
+// device FIFOs; to ranks over TCP through pinned FIFOs and pump threads (Note [Device data over
+// TCP]). A remote rank without them (it has no GPU) cannot take part: refused at once.
 Status Communicator::check_device_peers(const CollArgs& a) const {
-  if (remote_ranks_.empty()) return Status::success();
-  const int peer = remote_ranks_[0];
+  int missing = 0, peer = -1;
+  for (int r : remote_ranks_) {
+    if (static_cast<size_t>(r) < dev_route_of_.size() &&
+        dev_route_of_[static_cast<size_t>(r)] == static_cast<int>(DeviceRoute::kTcpStaged))
+      continue;
+    if (peer < 0) peer = r;
+    ++missing;
+  }
+  if (missing == 0) return Status::success();
   const std::string& domain = shm_domains_.at(static_cast<size_t>(peer));
   const char* why = hosts_.at(static_cast<size_t>(peer)) != hosts_.at(static_cast<size_t>(rank_))
                         ? "another host"
@@ -509,10 +526,10 @@ Status Communicator::check_device_peers(const CollArgs& a) const {
                         ? "ACCORD_SHM_DISABLE=1"
                         : "another /dev/shm";
   return error(ACCORD_ERR_UNSUPPORTED,
-               "rank %d: %s on GPU buffers: rank %d (and %zu more) is reached over TCP (%s), and "
-               "GPU buffers over TCP are not supported yet; pass host buffers (stream NULL), or "
-               "run the ranks on one host with one /dev/shm and without ACCORD_SHM_DISABLE",
-               rank_, collective_name(a.coll), peer, remote_ranks_.size() - 1, why);
+               "rank %d: %s on GPU buffers: rank %d (and %d more) is reached over TCP (%s) and "
+               "runs on no GPU, so it cannot take GPU buffers; give every rank a GPU, or pass host "
+               "buffers (stream NULL)",
+               rank_, collective_name(a.coll), peer, missing - 1, why);
 }
 
 std::string Communicator::plan() const {
@@ -537,12 +554,13 @@ std::string Communicator::plan() const {
         out += format("pair %d-%d: shm (same host %s, shared memory)\n", a, b, short_host(ha).c_str());
       else if (ha == hb)
         out +=
-            format("pair %d-%d: tcp (same host %s, %s, %d sockets)\n", a, b, short_host(ha).c_str(),
+            format("pair %d-%d: tcp (same host %s, %s, %d sockets%s)\n", a, b, short_host(ha).c_str(),
                    shm_off(da) || shm_off(db) ? "ACCORD_SHM_DISABLE=1" : "but another /dev/shm",
-                   tcp_nsocks());
+                   tcp_nsocks(), gpus && tcp_dev_ ? "; GPU buffers staged through pinned host memory" : "");
       else
-        out += format("pair %d-%d: tcp (different hosts %s and %s, %d sockets)\n", a, b, short_host(ha).c_str(),
-                      short_host(hb).c_str(), tcp_nsocks());
+        out += format("pair %d-%d: tcp (different hosts %s and %s, %d sockets%s)\n", a, b, short_host(ha).c_str(),
+                      short_host(hb).c_str(), tcp_nsocks(),
+                      gpus && tcp_dev_ ? "; GPU buffers staged through pinned host memory" : "");
     }
   return out;
 }

@@ -17,7 +17,9 @@
 // FIFOs in the receiver's GPU memory: "p2p" within one process (a pointer), "ipc" across
 // processes (a CUDA IPC handle through the bootstrap store). The other pairs are host-staged:
 // the FIFO is in the receiver's shared-memory segment, registered with the device runtime and
-// written and read by the kernels directly. Pairs on different hosts have no device path yet.
+// written and read by the kernels directly. Pairs over TCP (other hosts, ACCORD_SHM_DISABLE=1)
+// are tcp-staged: pinned FIFOs of this rank that pump threads connect to the peer's over sockets
+// (Note [Device data over TCP], device_tcp.cpp).
 #include <dlfcn.h>
 #include <poll.h>
 #include <unistd.h>
@@ -188,6 +190,7 @@ void Communicator::release_device() {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
+  stop_tcp_pumps();  // after the kernels: Note [Device data over TCP]
   if (stream_.id != 0) (void)rt_->destroy_stream(stream_);
   if (order_event_.id != 0) (void)rt_->destroy_event(order_event_);
   (void)rt_->free_device(dev_scratch_);
@@ -495,7 +498,8 @@ uint32_t Communicator::call_blocks(const Schedule& sched) const {
   if (limit <= 1) return 1;
   auto staged = [&](int peer) {
     return peer >= 0 && static_cast<size_t>(peer) < dev_route_of_.size() &&
-           dev_route_of_[static_cast<size_t>(peer)] == static_cast<int>(DeviceRoute::kHostStaged);
+           (dev_route_of_[static_cast<size_t>(peer)] == static_cast<int>(DeviceRoute::kHostStaged) ||
+            dev_route_of_[static_cast<size_t>(peer)] == static_cast<int>(DeviceRoute::kTcpStaged));
   };
   uint64_t largest = 0;
   for (const Step& st : sched.steps) {
@@ -626,6 +630,16 @@ Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline)
     peers[static_cast<size_t>(peer)].send =
         describe(base, base + shape_.header_bytes(), counts + 2 * peer);
   }
+  // Note [Device data over TCP]: two pinned FIFOs of this rank per TCP peer with a GPU.
+  for (int peer : remote_ranks_) {
+    if (tcp_dev_ == nullptr || device_of_[static_cast<size_t>(peer)] < 0) continue;
+    void *out = nullptr, *in = nullptr;
+    ACCORD_TRY(add_tcp_pump(peer, fifo_bytes, &out, &in));
+    dev_route_of_[static_cast<size_t>(peer)] = static_cast<int>(DeviceRoute::kTcpStaged);
+    dev::DevPeer& p = peers[static_cast<size_t>(peer)];
+    ACCORD_TRY(host_fifo(out, counts + 2 * peer, &p.send));
+    ACCORD_TRY(host_fifo(in, counts + 2 * peer + 1, &p.recv));
+  }
   // A rank may not free its FIFOs (destroy, exit) while a peer still has to open them: wait
   // until every direct peer has opened ours (as the shm segments' "mapped" round).
   if (!direct.empty()) {
@@ -636,6 +650,7 @@ Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline)
     }
   }
   ACCORD_TRY(upload_peers(peers));
+  start_tcp_pumps();
   LOG_INFO(kGpu, "rank %d: device FIFOs with %zu peer%s in GPU memory (%zu slots x %zu KiB of GPU %d memory each); "
            "kernels of up to %u blocks",
            rank_, direct.size(), direct.size() == 1 ? "" : "s", shape_.nslots, shape_.slot_bytes >> 10, device_,
@@ -667,6 +682,8 @@ const char* Communicator::device_channel(int peer) const {
       return "ipc";
     case static_cast<int>(DeviceRoute::kHostStaged):
       return "host-staged";
+    case static_cast<int>(DeviceRoute::kTcpStaged):
+      return "tcp-staged";
     default:
       return nullptr;
   }
@@ -1133,6 +1150,7 @@ void Communicator::watchdog_loop() {
       ctx.seq = call.seq;
       ctx.deadline = started >= call.seq ? deadline : Deadline::after_ms(settings_.timeout_ms);
       failure = check_wait(ctx, "its part of the collective on the GPU");
+      if (failure.ok() && ctx.peer_rank >= 0) failure = pump_failure(ctx.peer_rank);
     }
     if (!failure.ok()) {
       // The error first, then the abort: a caller whose stream passes the aborted kernel finds

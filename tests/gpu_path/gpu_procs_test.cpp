@@ -743,6 +743,65 @@ TEST_F(GpuProcsProcesses, SeparatePidNamespacesOwnGpus) {
     ADD_FAILURE() << f;
 }
 
+// ---------------------------------------------------------------------------------------------
+// GPU buffers between ranks whose pair is TCP (Note [Device data over TCP]): ACCORD_SHM_DISABLE=1,
+// rank r on GPU r (ACCORD_DEVICE per rank: without shared memory every rank is its host's only
+// one). Every pair is TCP with GPU buffers staged through pinned host memory; every collective
+// exact. Before, such calls were refused (ACCORD_ERR_UNSUPPORTED).
+TEST_F(GpuProcsProcesses, GpuBuffersOverTcp) {
+  const int gpus = m_.gpus();
+  const int n = std::min(gpus, 4);
+  for (const auto& f : run_processes(
+           n,
+           [&](accord_comm_t c, int r, int nr) -> std::string {
+             const std::string plan = plan_of(c);
+             for (int a = 0; a < nr; ++a)
+               for (int b = a + 1; b < nr; ++b) {
+                 const std::string line = pair_line(plan, a, b);
+                 if (line.rfind("tcp (", 0) != 0 ||
+                     line.find("GPU buffers staged through pinned host memory") == std::string::npos)
+                   return "pair " + std::to_string(a) + "-" + std::to_string(b) +
+                          " should be TCP with GPU buffers staged; plan says: " + line;
+               }
+             return some_collectives(c, r, nr, r, gpus, 2);
+           },
+           kTimeoutS,
+           [](int r) {
+             setenv("ACCORD_SHM_DISABLE", "1", 1);
+             setenv("ACCORD_DEVICE", std::to_string(r).c_str(), 1);
+           }))
+    ADD_FAILURE() << f;
+}
+
+// Two hosts of two ranks (ACCORD_HOST_ID), rank r on GPU r: inside a host the GPU routes,
+// between hosts TCP with GPU buffers staged; every collective exact with the tuner's choices,
+// and the hierarchical all-reduce forced (ACCORD_ALGO=hier: intra-host on the GPU path,
+// inter-host over TCP).
+TEST_F(GpuProcsProcesses, GpuBuffersOverTcpTwoHosts) {
+  const int gpus = m_.gpus();
+  for (const char* algo : {"", "hier"}) {
+    for (const auto& f : run_processes(
+             4,
+             [&](accord_comm_t c, int r, int nr) -> std::string {
+               const std::string plan = plan_of(c);
+               const std::string across = pair_line(plan, 1, 2), inside = pair_line(plan, 2, 3);
+               if (across.rfind("tcp (different hosts", 0) != 0 ||
+                   across.find("GPU buffers staged through pinned host memory") == std::string::npos)
+                 return "pair 1-2 should be TCP between hosts with GPU buffers staged; plan says: " + across;
+               if (inside.rfind(expected_transport(m_, 2, 3, true), 0) != 0)
+                 return "pair 2-3 should be " + expected_transport(m_, 2, 3, true) + "; plan says: " + inside;
+               return some_collectives(c, r, nr, r, gpus, 3);
+             },
+             kTimeoutS,
+             [&](int r) {
+               setenv("ACCORD_HOST_ID", r < 2 ? "host-a" : "host-b", 1);
+               setenv("ACCORD_DEVICE", std::to_string(r).c_str(), 1);
+               if (*algo) setenv("ACCORD_ALGO", algo, 1);
+             }))
+      ADD_FAILURE() << (*algo ? "ACCORD_ALGO=hier: " : "") << f;
+  }
+}
+
 class GpuProcsThreads : public GpuProcs {
  protected:
   void SetUp() override {
