@@ -176,6 +176,7 @@ class Communicator {
   void pump_send(TcpPump* p);
   void pump_recv(TcpPump* p);
   Status pump_failure(int peer);  // success: its pumps are well (or it has none)
+  void pump_failed(TcpPump* p, Status s, const char* what);
   Status upload_peers(const std::vector<dev::DevPeer>& peers);
   Status reserve_steps(size_t bytes, uint64_t seq, size_t* offset);
   void start_watchdog();

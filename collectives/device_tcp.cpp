@@ -15,7 +15,8 @@
 // a thread): a spin of 50 us, then sleeps of 20 us to 1 ms.
 //
 // At destroy, after the kernels ended (release_device), the send pumps first send what the
-// kernels wrote (the peer's kernel may still wait for it), then every pump stops. A pump that
+// kernels wrote (the peer's kernel may still wait for it; for up to ACCORD_TIMEOUT_MS), then
+// every pump stops. A pump that
 // fails (the peer's sockets closed: it died, or it was destroyed while this rank still
 // waited) records why; the watchdog fails the collective that waits for that peer
 // (Communicator::pump_failure), and not one that no longer needs it.
@@ -111,6 +112,12 @@ Status Communicator::pump_failure(int peer) {
   return Status::success();
 }
 
+void Communicator::pump_failed(TcpPump* p, Status s, const char* what) {
+  std::lock_guard<std::mutex> lock(p->mu);
+  p->failure = std::move(s).prefix(format("rank %d: %s rank %d over TCP: ", rank_, what, p->peer));
+  p->failed.store(true, std::memory_order_release);
+}
+
 namespace {
 WaitContext pump_context(int rank, int peer, const std::atomic<bool>* abort, const char* what) {
   WaitContext ctx;
@@ -139,12 +146,7 @@ void Communicator::pump_send(TcpPump* p) {
     const uint8_t* data = out.slot_data(m % nslots);
     void* slot = nullptr;
     Status s = tcp->acquire_like(bytes, data, &slot, ctx);
-    if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(p->mu);
-      p->failure = std::move(s).prefix(format("rank %d: sending GPU data to rank %d over TCP: ", rank_, p->peer));
-      p->failed.store(true, std::memory_order_release);
-      return;
-    }
+    if (!s.ok()) return pump_failed(p, std::move(s), "sending GPU data to");
     std::memcpy(slot, data, bytes);
     tcp->post(bytes, tag);
     out.ctrl->head.store(m + 1, std::memory_order_release);
@@ -164,10 +166,7 @@ void Communicator::pump_recv(TcpPump* p) {
     Status s = tcp->wait(&data, &bytes, &tag, ctx);
     if (!s.ok()) {
       if (pumps_stop_.load(std::memory_order_acquire) == 2) return;  // destroyed
-      std::lock_guard<std::mutex> lock(p->mu);
-      p->failure = std::move(s).prefix(format("rank %d: receiving GPU data from rank %d over TCP: ", rank_, p->peer));
-      p->failed.store(true, std::memory_order_release);
-      return;
+      return pump_failed(p, std::move(s), "receiving GPU data from");
     }
     // A free slot: the kernel has released the message nslots before this one.
     auto room = [&] { return m - in.ctrl->head.load(std::memory_order_acquire) < nslots; };
