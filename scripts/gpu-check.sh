@@ -22,6 +22,9 @@
 #             compared bit for bit (scripts/compare_losses.py: 1 process NCCL against Accord, 2
 #             processes Accord against Gloo, rank by rank), and each run's ms a step; files in
 #             LOG_DIR/ddp/
+#   tcp2      GPU buffers between 2 processes over TCP (ACCORD_SHM_DISABLE=1: staged through pinned
+#             host memory by pump threads, Note [Device data over TCP]), then the same job on
+#             host buffers, for issue 35's ">= 70 % of host buffers" (not in the default list)
 #   kill      kill -9 one of 2 ranks in the middle of 64 MiB all-reduces (MPS): the other ends
 #             (not in the default list)
 #   gpusuite3 the gpu suite 3 times over, 4 at once (not in the default list)
@@ -143,6 +146,10 @@ for s in $steps; do
     torch) mps_on; step torch 90 torch_allreduce env LD_PRELOAD="$build/nccl/libaccord_nccl.so" \
              python3 -m torch.distributed.run --nproc-per-node 2 examples/torch_allreduce.py ;;
     ddp) mps_on; step ddp 240 pytorch_ddp ddp_check ;;
+    tcp2) mps_on
+      step tcp2 90 all_reduce_perf "${mpi[@]}" -x ACCORD_SHM_DISABLE=1 -np 2 "$perf" -g 1 -b 8 -e 64M -f 8 -n 5 -w 1 \
+        --show-plan
+      step tcp2host 90 all_reduce_perf "${mpi[@]}" -x ACCORD_SHM_DISABLE=1 -np 2 "$perf" -b 8 -e 64M -f 8 -n 5 -w 1 ;;
     kill) mps_on  # without mpirun, which would kill the survivor itself
       step kill 60 all_reduce_perf bash -c "export ACCORD_DEVICE=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29533
         RANK=0 $perf -g 1 -b 64M -e 64M -n 100000 -w 1 & p0=\$!
