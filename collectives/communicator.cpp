@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 
 #include "collectives/store_probe.hpp"
 #include "core/crypto.hpp"
@@ -48,6 +49,29 @@ std::string shm_domain(const Settings& s, int rank) {
                 static_cast<unsigned long long>(st.st_ino));
 }
 bool shm_off(const std::string& domain) { return domain.rfind("off:", 0) == 0; }
+
+// Note [Process identity]: a rank's process is its pid, its pid namespace and a token, never
+// the pid alone. Containers that share the host's name and /dev/shm but have pid namespaces
+// of their own can all be pid 1: taken for one process, such ranks were routed as threads of
+// one process (device pointers passed between them) and watched through each other's pidfds.
+// The namespace is the inode of /proc/self/ns/pid (unique among the namespaces alive on one
+// kernel; pid_namespace() in transport/shm); the token is 64 random bits made once per process
+// (made again in a forked child, which has a pid of its own). Ranks are one process only if
+// all three agree; a pidfd is only opened for a peer in this rank's pid namespace, where its
+// pid means that process, and shared-memory segments name their creator's namespace.
+std::string process_token() {
+  static std::mutex mu;
+  static pid_t made_in = 0;
+  static std::string token;
+  std::lock_guard<std::mutex> lock(mu);
+  if (made_in != getpid()) {
+    uint64_t rnd = 0;
+    if (!random_bytes(&rnd, sizeof rnd).ok()) rnd = static_cast<uint64_t>(getpid()) * 0x9e3779b97f4a7c15ULL;
+    token = to_hex(&rnd, sizeof rnd);
+    made_in = getpid();
+  }
+  return token;
+}
 
 int open_pidfd(pid_t pid) {
 #ifdef SYS_pidfd_open
@@ -205,12 +229,10 @@ Status Communicator::init(const InitSpec& spec) {
   if (s.ok()) s = connect_transports(store.get(), deadline);
   if (s.ok()) s = decide_stores(store.get(), deadline);
   if (s.ok()) s = setup_device(spec.device);
+  if (s.ok()) s = gather_gpus(store.get(), deadline);
   if (s.ok()) {
-    std::vector<std::string> devices;
-    s = store->all_gather("device", rank_, nranks_, std::to_string(device_), &devices, deadline);
-    for (size_t r = 0; s.ok() && r < devices.size(); ++r) device_of_[r] = std::atoi(devices[r].c_str());
-    if (s.ok()) compute_ring();
-    if (s.ok()) find_gpu_sharers();
+    compute_ring();
+    find_gpu_sharers();
   }
   if (s.ok()) s = connect_device_fifos(store.get(), deadline);
   // Note [Device init barrier]: no rank may launch a collective kernel while another rank of
@@ -325,13 +347,20 @@ Status Communicator::agree_on_settings(StoreClient* store, Deadline deadline) {
 }
 
 Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
-  // The pid line carries " g" when this rank may run on a GPU (Note [Device FIFOs]).
-  const std::string me = host_identity(settings_) + "\n" + std::to_string(getpid()) + (may_use_gpu_ ? " g" : "") +
-                         "\n" + shm_domain(settings_, rank_) + "\n" + cpu_mask();
+  // The process line: pid, pid namespace and token (Note [Process identity]), then " g" when
+  // this rank may run on a GPU (Note [Device FIFOs]).
+  const std::string me = host_identity(settings_) + "\n" + std::to_string(getpid()) + " " + pid_namespace() + " " +
+                         process_token() + (may_use_gpu_ ? " g" : "") + "\n" + shm_domain(settings_, rank_) +
+                         "\n" + cpu_mask();
   std::vector<std::string> infos;
   ACCORD_TRY(store->all_gather("info", rank_, nranks_, me, &infos, deadline));
   std::vector<long> job_pids;
   group_by_host(infos, &job_pids);
+  // Note [Device data over TCP]: every rank decides alike whether TCP peers get device sockets.
+  job_may_use_gpu_ = std::any_of(infos.begin(), infos.end(), [](const std::string& info) {
+    const size_t nl = info.find('\n'), nl2 = info.find('\n', nl + 1);
+    return info.substr(nl + 1, nl2 - nl - 1).find(" g") != std::string::npos;
+  });
   if (settings_.shm_disable) {
     // Note [Shared memory domain]: no local peers, so no segment: nothing in /dev/shm at all.
     LOG_INFO(kInit, "rank %d: ACCORD_SHM_DISABLE=1: no shared memory; TCP to every other rank",
@@ -445,11 +474,14 @@ void Communicator::group_by_host(const std::vector<std::string>& infos, std::vec
   };
   const std::vector<std::string> mine = fields(infos[static_cast<size_t>(rank_)]);
   const std::string my_key = mine[0] + "\n" + mine[2];
+  const std::string mine_ns = pid_namespace();
   local_ranks_.clear();
   remote_ranks_.clear();
   hosts_.clear();
   shm_domains_.clear();
   pid_of_.clear();
+  proc_of_.clear();
+  pidns_of_.clear();
   std::map<std::string, int> index;  // host identity + domain -> small int, by first appearance
   std::vector<int> per_host;
   std::vector<std::string> local_masks;  // Note [Oversubscribed] (transport/wait.hpp)
@@ -460,6 +492,13 @@ void Communicator::group_by_host(const std::vector<std::string>& infos, std::vec
     hosts_.push_back(f[0]);
     shm_domains_.push_back(f[2]);
     pid_of_.push_back(std::atol(f[1].c_str()));
+    {
+      // "PID NS TOKEN[ g]": the process is the first three words (Note [Process identity]).
+      const std::string& line = f[1];
+      const size_t ns_at = line.find(' ') + 1, token_at = line.find(' ', ns_at) + 1;
+      pidns_of_.push_back(line.substr(ns_at, token_at - 1 - ns_at));
+      proc_of_.push_back(line.substr(0, line.find(' ', token_at)));
+    }
     const std::string key = f[0] + "\n" + f[2];
     auto at = index.emplace(key, static_cast<int>(index.size())).first;
     host_of_.push_back(at->second);
@@ -472,6 +511,8 @@ void Communicator::group_by_host(const std::vector<std::string>& infos, std::vec
     }
     local_ranks_.push_back(r);
     local_masks.push_back(f[3]);
+    // Pids only mean a process inside their own pid namespace (Note [Process identity]).
+    if (pidns_of_.back() != mine_ns) continue;
     const pid_t pid = static_cast<pid_t>(pid_of_.back());
     local_pids->push_back(pid);
     if (r != rank_ && pid != getpid()) links_.pidfd[static_cast<size_t>(r)] = open_pidfd(pid);
@@ -508,6 +549,12 @@ Status Communicator::connect_remote(StoreClient* store, Deadline deadline) {
     links_.send[static_cast<size_t>(r)] = tcp_->sender(r);
     links_.recv[static_cast<size_t>(r)] = tcp_->receiver(r);
   }
+  if (job_may_use_gpu_) {
+    // Note [Device data over TCP]: sockets of their own for GPU data.
+    options.store_prefix = "tcpdev/";
+    ACCORD_TRY(TcpTransport::setup(store, rank_, nranks_, remote_ranks_, options, deadline, &tcp_dev_)
+                   .prefix("GPU data over TCP: "));
+  }
   LOG_INFO(kInit, "rank %d: TCP to %zu ranks on other hosts over %s (%s), %d sockets per peer", rank_,
            remote_ranks_.size(), tcp_->interface_name().c_str(), tcp_->listen_address().to_string().c_str(),
            tcp_->nsocks());
@@ -515,12 +562,18 @@ Status Communicator::connect_remote(StoreClient* store, Deadline deadline) {
 }
 
 // GPU buffers move through the shared-memory slots (registered with the device runtime) or the
-// device FIFOs. The TCP transport's slots are host memory the device runtime does not know: a
-// device call over them gave wrong results with no error (seen with ACCORD_SHM_DISABLE=1 on
-// simulated GPUs). Until the device path serves TCP peers, such a call is refused at once.
+// device FIFOs; to ranks over TCP through pinned FIFOs and pump threads (Note [Device data over
+// TCP]). A remote rank without them (it has no GPU) cannot take part: refused at once.
 Status Communicator::check_device_peers(const CollArgs& a) const {
-  if (remote_ranks_.empty()) return Status::success();
-  const int peer = remote_ranks_[0];
+  int missing = 0, peer = -1;
+  for (int r : remote_ranks_) {
+    if (static_cast<size_t>(r) < dev_route_of_.size() &&
+        dev_route_of_[static_cast<size_t>(r)] == static_cast<int>(DeviceRoute::kTcpStaged))
+      continue;
+    if (peer < 0) peer = r;
+    ++missing;
+  }
+  if (missing == 0) return Status::success();
   const std::string& domain = shm_domains_.at(static_cast<size_t>(peer));
   const char* why = hosts_.at(static_cast<size_t>(peer)) != hosts_.at(static_cast<size_t>(rank_))
                         ? "another host"
@@ -528,10 +581,10 @@ Status Communicator::check_device_peers(const CollArgs& a) const {
                         ? "ACCORD_SHM_DISABLE=1"
                         : "another /dev/shm";
   return error(ACCORD_ERR_UNSUPPORTED,
-               "rank %d: %s on GPU buffers: rank %d (and %zu more) is reached over TCP (%s), and "
-               "GPU buffers over TCP are not supported yet; pass host buffers (stream NULL), or "
-               "run the ranks on one host with one /dev/shm and without ACCORD_SHM_DISABLE",
-               rank_, collective_name(a.coll), peer, remote_ranks_.size() - 1, why);
+               "rank %d: %s on GPU buffers: rank %d (and %d more) is reached over TCP (%s) and "
+               "runs on no GPU, so it cannot take GPU buffers; give every rank a GPU, or pass host "
+               "buffers (stream NULL)",
+               rank_, collective_name(a.coll), peer, missing - 1, why);
 }
 
 std::string Communicator::plan() const {
@@ -556,12 +609,13 @@ std::string Communicator::plan() const {
         out += format("pair %d-%d: shm (same host %s, shared memory)\n", a, b, short_host(ha).c_str());
       else if (ha == hb)
         out +=
-            format("pair %d-%d: tcp (same host %s, %s, %d sockets)\n", a, b, short_host(ha).c_str(),
+            format("pair %d-%d: tcp (same host %s, %s, %d sockets%s)\n", a, b, short_host(ha).c_str(),
                    shm_off(da) || shm_off(db) ? "ACCORD_SHM_DISABLE=1" : "but another /dev/shm",
-                   tcp_nsocks());
+                   tcp_nsocks(), gpus && tcp_dev_ ? "; GPU buffers staged through pinned host memory" : "");
       else
-        out += format("pair %d-%d: tcp (different hosts %s and %s, %d sockets)\n", a, b, short_host(ha).c_str(),
-                      short_host(hb).c_str(), tcp_nsocks());
+        out += format("pair %d-%d: tcp (different hosts %s and %s, %d sockets%s)\n", a, b, short_host(ha).c_str(),
+                      short_host(hb).c_str(), tcp_nsocks(),
+                      gpus && tcp_dev_ ? "; GPU buffers staged through pinned host memory" : "");
     }
   return out;
 }

@@ -144,10 +144,39 @@ class Communicator {
   void release_device();
   void compute_ring();
   // Note [Device FIFOs]: how GPU ranks a and b (on this host) exchange device buffers, and why.
-  enum class DeviceRoute { kHostStaged, kP2p, kIpc };
+  enum class DeviceRoute { kHostStaged, kP2p, kIpc, kTcpStaged };
   DeviceRoute device_route(int a, int b, std::string* why) const;
+  // Note [GPU identity] (device_path.cpp): every rank's GPU as the ranks told each other at
+  // init; what every route is decided from.
+  struct GpuFacts {
+    int ordinal = -1;                // as the rank's own process numbers it
+    std::string uuid;                // or the bus id, where the runtime has no UUID
+    std::string bus;                 // canonical_bus_id
+    std::vector<std::string> peers;  // bus ids it can peer with both ways (peer_bus_ids)
+  };
+  Status gather_gpus(StoreClient* store, Deadline deadline);
+  bool same_gpu(int a, int b) const;
+  std::string gpu_label(int r) const;  // "GPU 3", or with the bus id when numberings differ
   std::string device_pair(int a, int b) const;
   Status connect_device_fifos(StoreClient* store, Deadline deadline);
+  // Note [Device data over TCP] (device_tcp.cpp): GPU buffers to ranks over TCP staged
+  // through pinned host FIFOs that pump threads drive.
+  struct TcpPump {
+    int peer = -1;
+    void* out = nullptr;  // pinned FIFO the kernel sends into; the send pump drains it
+    void* in = nullptr;   // pinned FIFO the recv pump fills; the kernel receives from it
+    std::thread send, recv;
+    std::mutex mu;
+    Status failure;  // the first failure of either pump (guarded by mu)
+    std::atomic<bool> failed{false};
+  };
+  Status add_tcp_pump(int peer, size_t fifo_bytes, void** out_fifo, void** in_fifo);
+  void start_tcp_pumps();
+  void stop_tcp_pumps();
+  void pump_send(TcpPump* p);
+  void pump_recv(TcpPump* p);
+  Status pump_failure(int peer);  // success: its pumps are well (or it has none)
+  void pump_failed(TcpPump* p, Status s, const char* what);
   Status upload_peers(const std::vector<dev::DevPeer>& peers);
   Status reserve_steps(size_t bytes, uint64_t seq, size_t* offset);
   void start_watchdog();
@@ -203,12 +232,27 @@ class Communicator {
   StoreEndpoint endpoint_;  // the job's bootstrap address and secret (TCP authenticates with it)
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<TcpTransport> tcp_;  // ranks on other hosts (remote_ranks_); null if none
+  // The same ranks' device data, on sockets of its own (Note [Device data over TCP]): null
+  // unless some rank of the job may run on a GPU. Its pumps, and whether they are to stop.
+  std::unique_ptr<TcpTransport> tcp_dev_;
+  std::vector<std::unique_ptr<TcpPump>> pumps_;
+  std::atomic<int> pumps_stop_{0};  // 1: drain what the kernels wrote, then stop; 2: stop now
+  std::atomic<bool> pumps_abort_{false};  // the TCP waits' abort flag
+  std::atomic<int> send_pumps_running_{0};
+  bool job_may_use_gpu_ = false;  // some rank's info carries " g" (set by connect_transports)
   PeerLinks links_;
   std::vector<int> local_ranks_;    // on this host and /dev/shm, including this rank: shared memory
   std::vector<int> remote_ranks_;   // on other hosts, or another /dev/shm of this one: TCP
   std::vector<std::string> hosts_;  // host identity of every rank (from init)
   std::vector<std::string> shm_domains_;  // /dev/shm each rank sees (Note [Shared memory domain])
-  std::vector<long> pid_of_;        // process of every rank (compare only ranks of one host)
+  std::vector<long> pid_of_;        // pid of every rank (meaningful only in its pid namespace)
+  // Note [Process identity] (communicator.cpp): every rank's process ("PID NS TOKEN": equal
+  // only for ranks of one process) and pid namespace.
+  std::vector<std::string> proc_of_;
+  std::vector<std::string> pidns_of_;
+  bool same_process(int a, int b) const {
+    return proc_of_.empty() ? a == b : proc_of_[static_cast<size_t>(a)] == proc_of_[static_cast<size_t>(b)];
+  }
   std::vector<int> host_of_;        // host and /dev/shm as small ints (ScheduleRequest::host_of)
   int nhosts_ = 1;
   bool hosts_even_ = true;          // as many ranks on every host (hierarchical needs it)
@@ -247,7 +291,9 @@ class Communicator {
   DeviceRuntime* rt_ = nullptr;
   DeviceRuntime* probe_rt_ = nullptr;  // host-only communicator, CUDA present: refuses device buffers
   int device_ = -1;
-  std::vector<int> device_of_;
+  std::vector<int> device_of_;      // every rank's GPU ordinal, in its own process's numbering
+  std::vector<GpuFacts> gpus_;      // Note [GPU identity]; empty with one rank
+  bool numberings_differ_ = false;  // some GPU has two ordinals, or one ordinal two GPUs
   void* grid_dev_ = nullptr;        // DevCall::grid, inside counts_dev_
   unsigned max_blocks_ = 1;         // Note [Blocks]
   std::string gpu_sharers_;         // ranks of this process on this GPU ("0 and 1"), empty if alone

@@ -17,7 +17,9 @@
 // FIFOs in the receiver's GPU memory: "p2p" within one process (a pointer), "ipc" across
 // processes (a CUDA IPC handle through the bootstrap store). The other pairs are host-staged:
 // the FIFO is in the receiver's shared-memory segment, registered with the device runtime and
-// written and read by the kernels directly. Pairs on different hosts have no device path yet.
+// written and read by the kernels directly. Pairs over TCP (other hosts, ACCORD_SHM_DISABLE=1)
+// are tcp-staged: pinned FIFOs of this rank that pump threads connect to the peer's over sockets
+// (Note [Device data over TCP], device_tcp.cpp).
 #include <dlfcn.h>
 #include <poll.h>
 #include <unistd.h>
@@ -188,6 +190,7 @@ void Communicator::release_device() {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
+  stop_tcp_pumps();  // after the kernels: Note [Device data over TCP]
   if (stream_.id != 0) (void)rt_->destroy_stream(stream_);
   if (order_event_.id != 0) (void)rt_->destroy_event(order_event_);
   (void)rt_->free_device(dev_scratch_);
@@ -214,8 +217,13 @@ void Communicator::compute_ring() {
   pos_of_.clear();
   auto* sim = dynamic_cast<const SimulatedRuntime*>(rt_);
   if (device_ < 0 || sim == nullptr || nhosts_ != 1 || nranks_ < 3) return;
-  for (int d : device_of_)
-    if (d < 0) return;
+  // The topology file's indices, found by bus id (Note [GPU identity]): ordinals differ
+  // between processes with different CUDA_VISIBLE_DEVICES.
+  std::vector<int> physical;
+  for (const GpuFacts& g : gpus_) {
+    physical.push_back(g.ordinal < 0 ? -1 : sim->physical_of_bus(g.bus));
+    if (physical.back() < 0) return;
+  }
   const topo::System& sys = sim->system();
   const int n = nranks_;
   std::vector<double> bw(static_cast<size_t>(n * n), 0.0);
@@ -223,7 +231,7 @@ void Communicator::compute_ring() {
   std::vector<topo::PathClass> paths(static_cast<size_t>(n * n), topo::PathClass::kSelf);
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < n; ++j) {
-      const int di = device_of_[static_cast<size_t>(i)], dj = device_of_[static_cast<size_t>(j)];
+      const int di = physical[static_cast<size_t>(i)], dj = physical[static_cast<size_t>(j)];
       if (i == j) continue;
       bw[static_cast<size_t>(i * n + j)] = di == dj ? 1e6 : sys.bandwidth_gbs(di, dj);
       if (di != dj) paths[static_cast<size_t>(i * n + j)] = sys.path(di, dj);
@@ -256,9 +264,7 @@ void Communicator::find_gpu_sharers() {
   if (device_ < 0) return;
   std::vector<int> on_gpu;
   for (int r : local_ranks_)
-    if (device_of_[static_cast<size_t>(r)] == device_ &&
-        pid_of_[static_cast<size_t>(r)] == pid_of_[static_cast<size_t>(rank_)])
-      on_gpu.push_back(r);
+    if (same_gpu(r, rank_) && same_process(r, rank_)) on_gpu.push_back(r);
   if (on_gpu.size() > 1) gpu_sharers_ = rank_list(on_gpu);
 }
 
@@ -273,7 +279,7 @@ void Communicator::find_gpu_sharers() {
 //    ACCORD_TIMEOUT_MS);
 //  - ranks of different processes on one GPU: without MPS the GPU runs one process's kernels
 //    at a time, in time slices, so every hop of a collective waits for a slice.
-// GPUs are compared by ordinal (device_of_), as device_route does.
+// GPUs and processes are compared by identity (Note [GPU identity], Note [Process identity]).
 static bool mps_running() {
   const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
   const std::string control =
@@ -284,92 +290,175 @@ static bool mps_running() {
 void Communicator::warn_shared_gpu() const {
   if (device_ < 0 || settings_.p2p_disable) return;  // ACCORD_P2P_DISABLE: every pair host-staged
   std::vector<int> here, others;  // ranks on this GPU: of this process, of other processes
-  const long me = pid_of_[static_cast<size_t>(rank_)];
   for (int r : local_ranks_)
-    if (device_of_[static_cast<size_t>(r)] == device_)
-      (pid_of_[static_cast<size_t>(r)] == me ? here : others).push_back(r);
+    if (same_gpu(r, rank_)) (same_process(r, rank_) ? here : others).push_back(r);
   if (here.size() > 1 && here.front() == rank_)
     LOG_WARN(
         kGpu,
-        "rank %d: ranks %s are threads of one process on GPU %d: while a collective is in "
+        "rank %d: ranks %s are threads of one process on GPU %s: while a collective is in "
         "flight, no thread of the process may make a CUDA call that waits for the device "
         "(cudaMalloc, cudaFree, cudaHostRegister, a synchronous cudaMemcpy, work on the legacy "
         "default stream, or the first launch of a kernel, which CUDA loads lazily by default): "
         "it would wait for a collective kernel that waits for that thread's rank, for ever "
         "(until ACCORD_TIMEOUT_MS). Set CUDA_MODULE_LOADING=EAGER, allocate before the first "
         "collective, or run one process per rank",
-        rank_, rank_list(here).c_str(), device_);
+        rank_, rank_list(here).c_str(), gpu_label(rank_).substr(4).c_str());
   if (!others.empty() && std::min(here.front(), others.front()) == rank_ && !mps_running()) {
     std::vector<int> all = here;
     all.insert(all.end(), others.begin(), others.end());
     std::sort(all.begin(), all.end());
-    std::vector<long> distinct;
-    for (int r : all) distinct.push_back(pid_of_[static_cast<size_t>(r)]);
-    std::sort(distinct.begin(), distinct.end());
-    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    std::vector<std::string> seen;  // one pid per process, in rank order
     std::string pids;
-    for (long pid : distinct) pids += format("%s %ld", pids.empty() ? "" : ",", pid);
+    for (int r : all) {
+      if (std::find(seen.begin(), seen.end(), proc_of_[static_cast<size_t>(r)]) != seen.end()) continue;
+      seen.push_back(proc_of_[static_cast<size_t>(r)]);
+      pids += format("%s %ld", pids.empty() ? "" : ",", pid_of_[static_cast<size_t>(r)]);
+    }
     LOG_WARN(kGpu,
-             "rank %d: GPU %d is shared by ranks %s in different processes (pids%s) and MPS does "
+             "rank %d: GPU %s is shared by ranks %s in different processes (pids%s) and MPS does "
              "not run: the GPU runs one process's kernels at a time, in time slices, so each hop "
              "of a collective waits for a slice (expect low bandwidth; a long collective may reach "
              "ACCORD_TIMEOUT_MS). Start MPS before the job (nvidia-cuda-mps-control -d), or give "
              "each rank its own GPU",
-             rank_, device_, rank_list(all).c_str(), pids.c_str());
+             rank_, gpu_label(rank_).substr(4).c_str(), rank_list(all).c_str(), pids.c_str());
   }
 }
 
+// Note [GPU identity]: a GPU is its UUID (and PCI bus id), never its ordinal: under Slurm's
+// --gpus-per-task=1 or any per-rank CUDA_VISIBLE_DEVICES every rank may call its GPU "GPU 0",
+// and ranks on different GPUs looked like ranks sharing one (routed to FIFOs in "their" GPU's
+// memory), while two ends whose visible sets differ could choose different routes and wait
+// for each other until the init timeout. So every rank publishes, at init, its GPU's ordinal,
+// UUID, bus id and the bus ids of the GPUs it can peer with both ways (peer_bus_ids: the GPUs
+// its process sees; the simulation knows the whole machine), and every rank decides every
+// pair's route from those same facts, so both ends of a pair always agree:
+//  - one GPU (same UUID): p2p within one process, ipc between processes;
+//  - GPUs that peer (either end lists the other's bus id): p2p within one process (which sees
+//    both GPUs), ipc between processes (CUDA 10.1 and later map IPC memory of a GPU the
+//    process does not see; the device is found by bus id, cudaDeviceGetByPCIBusId);
+//  - else host-staged, and so are processes in different pid namespaces (Note [Process
+//    identity]: containers; CUDA IPC between them is not relied on until tried on hardware).
+// ACCORD_P2P_DISABLE=1 makes every pair host-staged.
+bool Communicator::same_gpu(int a, int b) const {
+  if (gpus_.empty()) return device_of_[static_cast<size_t>(a)] == device_of_[static_cast<size_t>(b)];
+  const GpuFacts &ga = gpus_[static_cast<size_t>(a)], &gb = gpus_[static_cast<size_t>(b)];
+  return ga.ordinal >= 0 && gb.ordinal >= 0 && ga.uuid == gb.uuid;
+}
+
+std::string Communicator::gpu_label(int r) const {
+  const int ordinal = device_of_[static_cast<size_t>(r)];
+  if (!numberings_differ_ || gpus_.empty()) return format("GPU %d", ordinal);
+  return format("GPU %d of rank %d (%s)", ordinal, r, gpus_[static_cast<size_t>(r)].bus.c_str());
+}
+
+Status Communicator::gather_gpus(StoreClient* store, Deadline deadline) {
+  std::string mine = "-1";
+  if (device_ >= 0) {
+    DeviceInfo info;
+    std::vector<std::string> peers;
+    ACCORD_TRY(rt_->device_info(device_, &info).prefix(format("rank %d: ", rank_)));
+    ACCORD_TRY(rt_->peer_bus_ids(device_, &peers).prefix(format("rank %d: ", rank_)));
+    const std::string bus = canonical_bus_id(info.pci_bus_id);
+    mine = format("%d %s %s ", device_, info.uuid.empty() ? bus.c_str() : info.uuid.c_str(), bus.c_str());
+    for (size_t i = 0; i < peers.size(); ++i) mine += (i ? "," : "") + peers[i];
+  }
+  std::vector<std::string> all;
+  ACCORD_TRY(store->all_gather("device", rank_, nranks_, mine, &all, deadline));
+  gpus_.assign(static_cast<size_t>(nranks_), GpuFacts());
+  for (size_t r = 0; r < all.size(); ++r) {
+    GpuFacts& g = gpus_[r];
+    const std::string& v = all[r];
+    g.ordinal = std::atoi(v.c_str());
+    device_of_[r] = g.ordinal;
+    if (g.ordinal < 0) continue;
+    const size_t u = v.find(' ') + 1, b = v.find(' ', u) + 1, p = v.find(' ', b) + 1;
+    g.uuid = v.substr(u, b - 1 - u);
+    g.bus = v.substr(b, p - 1 - b);
+    for (size_t at = p; at < v.size();) {
+      const size_t comma = std::min(v.find(',', at), v.size());
+      g.peers.push_back(v.substr(at, comma - at));
+      at = comma + 1;
+    }
+  }
+  numberings_differ_ = false;
+  for (int a = 0; a < nranks_; ++a)
+    for (int b = a + 1; b < nranks_; ++b)
+      if (gpus_[static_cast<size_t>(a)].ordinal >= 0 && gpus_[static_cast<size_t>(b)].ordinal >= 0 &&
+          same_gpu(a, b) != (device_of_[static_cast<size_t>(a)] == device_of_[static_cast<size_t>(b)]))
+        numberings_differ_ = true;
+  return Status::success();
+}
+
 Communicator::DeviceRoute Communicator::device_route(int a, int b, std::string* why) const {
-  const int da = device_of_[static_cast<size_t>(a)], db = device_of_[static_cast<size_t>(b)];
+  const GpuFacts &ga = gpus_[static_cast<size_t>(a)], &gb = gpus_[static_cast<size_t>(b)];
+  const std::string la = gpu_label(a), lb = gpu_label(b);
   const long pa = pid_of_[static_cast<size_t>(a)], pb = pid_of_[static_cast<size_t>(b)];
-  if (da == db && !settings_.p2p_disable) {
-    if (pa == pb) {
-      *why = format("GPU %d shared by both ranks: FIFOs in its memory", da);
+  const bool one_process = same_process(a, b);
+  const bool one_pidns = pidns_of_[static_cast<size_t>(a)] == pidns_of_[static_cast<size_t>(b)];
+  const std::string apart =
+      format("processes %ld and %ld in different pid namespaces (containers?): staged through the "
+             "shared memory they see, CUDA IPC between them is not relied on",
+             pa, pb);
+  if (same_gpu(a, b) && !settings_.p2p_disable) {
+    if (one_process) {
+      *why = format("%s shared by both ranks: FIFOs in its memory", la.c_str());
       return DeviceRoute::kP2p;
     }
-    *why = format("GPU %d shared by both ranks, processes %ld and %ld: FIFOs in its memory through IPC "
+    if (!one_pidns) {
+      *why = format("%s shared by both ranks, %s", la.c_str(), apart.c_str());
+      return DeviceRoute::kHostStaged;
+    }
+    *why = format("%s shared by both ranks, processes %ld and %ld: FIFOs in its memory through IPC "
                   "handles (their kernels share the GPU by time slices unless MPS runs)",
-                  da, pa, pb);
+                  la.c_str(), pa, pb);
     return DeviceRoute::kIpc;
   }
   if (settings_.p2p_disable) {
-    *why = format("GPU %d and GPU %d: ACCORD_P2P_DISABLE=1", da, db);
+    *why = format("%s and %s: ACCORD_P2P_DISABLE=1", la.c_str(), lb.c_str());
     return DeviceRoute::kHostStaged;
   }
+  auto lists = [](const GpuFacts& g, const std::string& bus) {
+    return std::find(g.peers.begin(), g.peers.end(), bus) != g.peers.end();
+  };
+  const bool peer = lists(ga, gb.bus) || lists(gb, ga.bus);
   std::string over;  // " over path NV2", when the topology names the path
   if (auto* sim = dynamic_cast<const SimulatedRuntime*>(rt_)) {
     const topo::System& sys = sim->system();
-    const std::string path =
-        sys.path(da, db) == topo::PathClass::kUnknown
-            ? std::string("an unknown path")
-            : "path " + topo::path_class_name(sys.path(da, db), sys.pair(da, db).nvlinks);
-    if (sys.path(da, db) != topo::PathClass::kUnknown) over = " over " + path;
-    if (!(sys.p2p(da, db) && sys.p2p(db, da))) {
-      const std::string& reason =
-          sys.p2p_reason(da, db).empty() ? sys.p2p_reason(db, da) : sys.p2p_reason(da, db);
-      *why = format("GPU %d and GPU %d cannot peer: %s", da, db,
-                    reason.empty() ? path.c_str() : reason.c_str());
-      return DeviceRoute::kHostStaged;
-    }
-  } else {
-    bool ab = false, ba = false;
-    (void)rt_->can_access_peer(da, db, &ab);
-    (void)rt_->can_access_peer(db, da, &ba);
-    if (!(ab && ba)) {
-      *why = format("GPU %d and GPU %d cannot peer: the driver says no (cudaDeviceCanAccessPeer)",
-                    da, db);
-      return DeviceRoute::kHostStaged;
+    const int da = sim->physical_of_bus(ga.bus), db = sim->physical_of_bus(gb.bus);
+    if (da >= 0 && db >= 0) {
+      const std::string path =
+          sys.path(da, db) == topo::PathClass::kUnknown
+              ? std::string("an unknown path")
+              : "path " + topo::path_class_name(sys.path(da, db), sys.pair(da, db).nvlinks);
+      if (sys.path(da, db) != topo::PathClass::kUnknown) over = " over " + path;
+      if (!peer) {
+        const std::string& reason =
+            sys.p2p_reason(da, db).empty() ? sys.p2p_reason(db, da) : sys.p2p_reason(da, db);
+        *why = format("%s and %s cannot peer: %s", la.c_str(), lb.c_str(),
+                      reason.empty() ? path.c_str() : reason.c_str());
+        return DeviceRoute::kHostStaged;
+      }
     }
   }
-  if (pa == pb) {
-    *why = format("GPU %d and GPU %d peer%s, one process: kernels write into the receiver's "
+  if (!peer) {
+    *why = format("%s and %s cannot peer: the driver says no (cudaDeviceCanAccessPeer, asked by "
+                  "each rank whose process sees both GPUs; CUDA_VISIBLE_DEVICES may hide them)",
+                  la.c_str(), lb.c_str());
+    return DeviceRoute::kHostStaged;
+  }
+  if (one_process) {
+    *why = format("%s and %s peer%s, one process: kernels write into the receiver's "
                   "GPU memory",
-                  da, db, over.c_str());
+                  la.c_str(), lb.c_str(), over.c_str());
     return DeviceRoute::kP2p;
   }
-  *why = format("GPU %d and GPU %d peer%s, processes %ld and %ld: GPU memory mapped through "
+  if (!one_pidns) {
+    *why = format("%s and %s peer%s, but %s", la.c_str(), lb.c_str(), over.c_str(), apart.c_str());
+    return DeviceRoute::kHostStaged;
+  }
+  *why = format("%s and %s peer%s, processes %ld and %ld: GPU memory mapped through "
                 "IPC handles exchanged at init",
-                da, db, over.c_str(), pa, pb);
+                la.c_str(), lb.c_str(), over.c_str(), pa, pb);
   return DeviceRoute::kIpc;
 }
 
@@ -393,7 +482,7 @@ unsigned Communicator::kernel_blocks_limit() const {
   DeviceInfo info;
   if (rt_->device_info(device_, &info).ok() && info.multiprocessors > 0) {
     int sharing = 0;
-    for (int r : local_ranks_) sharing += device_of_[static_cast<size_t>(r)] == device_ ? 1 : 0;
+    for (int r : local_ranks_) sharing += same_gpu(r, rank_) ? 1 : 0;
     limit = std::min(limit, static_cast<unsigned>(std::max(1, info.multiprocessors / (2 * std::max(1, sharing)))));
   }
   return std::max(1u, limit);
@@ -409,7 +498,8 @@ uint32_t Communicator::call_blocks(const Schedule& sched) const {
   if (limit <= 1) return 1;
   auto staged = [&](int peer) {
     return peer >= 0 && static_cast<size_t>(peer) < dev_route_of_.size() &&
-           dev_route_of_[static_cast<size_t>(peer)] == static_cast<int>(DeviceRoute::kHostStaged);
+           (dev_route_of_[static_cast<size_t>(peer)] == static_cast<int>(DeviceRoute::kHostStaged) ||
+            dev_route_of_[static_cast<size_t>(peer)] == static_cast<int>(DeviceRoute::kTcpStaged));
   };
   uint64_t largest = 0;
   for (const Step& st : sched.steps) {
@@ -515,8 +605,12 @@ Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline)
       if (!from_hex(value, &at, sizeof at))
         return error(ACCORD_ERR_INTERNAL, "device FIFO %s: rank %d published a malformed pointer",
                      where.c_str(), peer);
-      if (pd != device_)
-        ACCORD_TRY(rt_->enable_peer(device_, pd).prefix(format(
+      // One process: it sees the peer's GPU, under its own ordinal (Note [GPU identity]).
+      int local = pd;
+      ACCORD_TRY(rt_->device_by_bus_id(gpus_[static_cast<size_t>(peer)].bus, &local));
+      if (local < 0) local = pd;
+      if (!same_gpu(rank_, peer))
+        ACCORD_TRY(rt_->enable_peer(device_, local).prefix(format(
             "device FIFO %s: peer access was expected (the topology says the pair peers); set "
             "ACCORD_P2P_DISABLE=1 to stage through host memory: ",
             where.c_str())));
@@ -536,6 +630,16 @@ Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline)
     peers[static_cast<size_t>(peer)].send =
         describe(base, base + shape_.header_bytes(), counts + 2 * peer);
   }
+  // Note [Device data over TCP]: two pinned FIFOs of this rank per TCP peer with a GPU.
+  for (int peer : remote_ranks_) {
+    if (tcp_dev_ == nullptr || device_of_[static_cast<size_t>(peer)] < 0) continue;
+    void *out = nullptr, *in = nullptr;
+    ACCORD_TRY(add_tcp_pump(peer, fifo_bytes, &out, &in));
+    dev_route_of_[static_cast<size_t>(peer)] = static_cast<int>(DeviceRoute::kTcpStaged);
+    dev::DevPeer& p = peers[static_cast<size_t>(peer)];
+    ACCORD_TRY(host_fifo(out, counts + 2 * peer, &p.send));
+    ACCORD_TRY(host_fifo(in, counts + 2 * peer + 1, &p.recv));
+  }
   // A rank may not free its FIFOs (destroy, exit) while a peer still has to open them: wait
   // until every direct peer has opened ours (as the shm segments' "mapped" round).
   if (!direct.empty()) {
@@ -546,6 +650,7 @@ Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline)
     }
   }
   ACCORD_TRY(upload_peers(peers));
+  start_tcp_pumps();
   LOG_INFO(kGpu, "rank %d: device FIFOs with %zu peer%s in GPU memory (%zu slots x %zu KiB of GPU %d memory each); "
            "kernels of up to %u blocks",
            rank_, direct.size(), direct.size() == 1 ? "" : "s", shape_.nslots, shape_.slot_bytes >> 10, device_,
@@ -577,6 +682,8 @@ const char* Communicator::device_channel(int peer) const {
       return "ipc";
     case static_cast<int>(DeviceRoute::kHostStaged):
       return "host-staged";
+    case static_cast<int>(DeviceRoute::kTcpStaged):
+      return "tcp-staged";
     default:
       return nullptr;
   }
@@ -1043,6 +1150,7 @@ void Communicator::watchdog_loop() {
       ctx.seq = call.seq;
       ctx.deadline = started >= call.seq ? deadline : Deadline::after_ms(settings_.timeout_ms);
       failure = check_wait(ctx, "its part of the collective on the GPU");
+      if (failure.ok() && ctx.peer_rank >= 0) failure = pump_failure(ctx.peer_rank);
     }
     if (!failure.ok()) {
       // The error first, then the abort: a caller whose stream passes the aborted kernel finds

@@ -73,7 +73,7 @@ const std::vector<Entry>& entries() {
                  "narrowed and put back; 0: never)"),
       BOOL_ENTRY("ACCORD_SHM_DISABLE", shm_disable, "0",
                  "no shared memory: TCP between all ranks, on one host too (GPU buffers are then "
-                 "refused)"),
+                 "staged through pinned host memory)"),
       STR_ENTRY("ACCORD_BOOTSTRAP_ADDR", bootstrap_addr, "",
                 "address (ip or ip:port) the bootstrap listener binds; default loopback, or "
                 "MASTER_ADDR"),

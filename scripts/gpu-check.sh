@@ -4,7 +4,7 @@
 # log before they are killed, so a hang is a finding, not a lost call.
 #
 #   scripts/gpu-check.sh BUILD_DIR LOG_DIR [STEP...]
-#   (default: one mps2 procs2 trainer torch suite staged mps4 colls; GPU_CHECK_SECONDS=300:
+#   (default: one mps2 procs2 trainer torch ddp suite staged mps4 colls; GPU_CHECK_SECONDS=300:
 #   a step not started by then is skipped)
 #
 # Steps (each prints one "=== step: ok|FAIL rc|HANG after N s" line; a summary ends the run).
@@ -19,6 +19,14 @@
 #   colls     reduce_scatter, all_gather, broadcast, reduce: 2 processes under MPS
 #   trainer   accord-train --device gpu, 2 ranks under MPS, --sync accord
 #   torch     PyTorch's NCCL process group on libaccord_nccl.so (examples/torch_allreduce.py)
+#   ddp       examples/pytorch_ddp.py (DDP, DDP_STEPS=300 steps): 1 process on PyTorch's own NCCL
+#             and on Accord, 2 processes sharing the GPU on Accord and on Gloo (MPS); the losses
+#             compared bit for bit (scripts/compare_losses.py: 1 process NCCL against Accord, 2
+#             processes Accord against Gloo, rank by rank), and each run's ms a step; files in
+#             LOG_DIR/ddp/
+#   tcp2      GPU buffers between 2 processes over TCP (ACCORD_SHM_DISABLE=1: staged through pinned
+#             host memory by pump threads, Note [Device data over TCP]), then the same job on
+#             host buffers, for issue 35's ">= 70 % of host buffers" (not in the default list)
 #   kill      kill -9 one of 2 ranks in the middle of 64 MiB all-reduces (MPS): the other ends
 #             (not in the default list)
 #   gpusuite3 the gpu suite 3 times over, 4 at once (not in the default list)
@@ -32,7 +40,7 @@ set -u
 build=${1:?usage: gpu-check.sh BUILD_DIR LOG_DIR [STEP...]}
 logs=${2:?usage: gpu-check.sh BUILD_DIR LOG_DIR [STEP...]}
 shift 2
-steps=${*:-one mps2 procs2 trainer torch suite staged mps4 colls}
+steps=${*:-one mps2 procs2 trainer torch ddp suite staged mps4 colls}
 deadline=${GPU_CHECK_SECONDS:-300}  # steps not started by then are skipped (device time is short)
 mkdir -p "$logs"
 build=$(cd "$build" && pwd)
@@ -97,6 +105,29 @@ step() {
   tail -n 40 "$log" | grep -v "^===" | sed 's/^/    /'
 }
 
+# The ddp step: four runs of the example, then the comparisons; fails if any run or comparison does.
+ddp_check() {
+  local out=$logs/ddp rc=0 r
+  local run=(python3 -m torch.distributed.run --master-port 29561)
+  local args=(examples/pytorch_ddp.py --device cuda --steps "${DDP_STEPS:-300}" --quiet)
+  local accord=(env LD_PRELOAD="$build/nccl/libaccord_nccl.so")
+  mkdir -p "$out"
+  echo "--- 1 process, PyTorch's NCCL"; "${run[@]}" --nproc-per-node 1 "${args[@]}" --backend nccl --out "$out/nccl1" || rc=1
+  echo "--- 1 process, Accord"; "${accord[@]}" "${run[@]}" --nproc-per-node 1 "${args[@]}" --backend nccl \
+    --out "$out/accord1" || rc=1
+  echo "--- 2 processes on GPU 0, Accord"; "${accord[@]}" "${run[@]}" --nproc-per-node 2 "${args[@]}" --backend nccl \
+    --out "$out/accord2" || rc=1
+  echo "--- 2 processes on GPU 0, Gloo"; "${run[@]}" --nproc-per-node 2 "${args[@]}" --backend gloo --out "$out/gloo2" || rc=1
+  echo "--- losses: 1 process, NCCL against Accord"
+  python3 scripts/compare_losses.py "$out/nccl1.rank0" "$out/accord1.rank0" || rc=1
+  for r in 0 1; do
+    echo "--- losses: 2 processes, rank $r, Accord against Gloo"
+    python3 scripts/compare_losses.py "$out/accord2.rank$r" "$out/gloo2.rank$r" || rc=1
+  done
+  grep -H "ms a step" "$out"/*.rank*
+  return $rc
+}
+
 perf=$build/bench/all_reduce_perf
 gdb=$(command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv,noheader
@@ -123,6 +154,11 @@ for s in $steps; do
              --epochs 1 --max-steps 200 --sync accord --log-every 50 ;;
     torch) mps_on; step torch 90 torch_allreduce env LD_PRELOAD="$build/nccl/libaccord_nccl.so" \
              python3 -m torch.distributed.run --nproc-per-node 2 examples/torch_allreduce.py ;;
+    ddp) mps_on; step ddp 240 pytorch_ddp ddp_check ;;
+    tcp2) mps_on
+      step tcp2 90 all_reduce_perf "${mpi[@]}" -x ACCORD_SHM_DISABLE=1 -np 2 "$perf" -g 1 -b 8 -e 64M -f 8 -n 5 -w 1 \
+        --show-plan
+      step tcp2host 90 all_reduce_perf "${mpi[@]}" -x ACCORD_SHM_DISABLE=1 -np 2 "$perf" -b 8 -e 64M -f 8 -n 5 -w 1 ;;
     kill) mps_on  # without mpirun, which would kill the survivor itself
       step kill 60 all_reduce_perf bash -c "export ACCORD_DEVICE=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29533
         RANK=0 $perf -g 1 -b 64M -e 64M -n 100000 -w 1 & p0=\$!

@@ -12,7 +12,13 @@
 // fixture through the topology parser, and the process tests come before the thread tests
 // (meson runs them as separate tests anyway, to keep each short).
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cstdlib>
@@ -280,25 +286,29 @@ std::string run_case(accord_comm_t comm, accord_stream_t stream, const DeviceBuf
   return "";
 }
 
-// Every case in turn on one rank's communicator, with a barrier on the stream now and then.
-std::string every_collective(accord_comm_t comm, int rank, int nranks, int gpus) {
+// Every case in turn on one rank's communicator (every `stride`-th case, from the first), with
+// a barrier on the stream now and then. The rank must run on GPU want_dev of the want_gpus its
+// process sees.
+std::string some_collectives(accord_comm_t comm, int rank, int nranks, int want_dev, int want_gpus,
+                             size_t stride) {
   int dev = -1, count = 0;
   accord_status_t s = accord_comm_device(comm, &dev);
   if (s != ACCORD_SUCCESS) return api_error("accord_comm_device", comm, s);
-  // Rank r on GPU r, or every rank on ACCORD_DEVICE's GPU (ranks sharing one GPU).
-  const char* fixed = std::getenv("ACCORD_DEVICE");
-  const int want = fixed != nullptr ? std::atoi(fixed) : rank;
-  if (dev != want)
-    return "runs on GPU " + std::to_string(dev) + ", expected GPU " + std::to_string(want);
+  if (dev != want_dev)
+    return "runs on GPU " + std::to_string(dev) + ", expected GPU " + std::to_string(want_dev);
   s = accord_device_count(&count);
-  if (s != ACCORD_SUCCESS || count != gpus)
-    return "accord_device_count says " + std::to_string(count) + " GPUs, the fixture has " +
-           std::to_string(gpus);
+  if (s != ACCORD_SUCCESS || count != want_gpus)
+    return "accord_device_count says " + std::to_string(count) + " GPUs, expected " +
+           std::to_string(want_gpus);
   accord_stream_t stream = nullptr;
   s = accord_stream_create(&stream, dev);
   if (s != ACCORD_SUCCESS) return api_error("accord_stream_create", comm, s);
   std::string failure;
-  const std::vector<Case> cases = every_case(nranks);
+  std::vector<Case> cases;
+  {
+    const std::vector<Case> all = every_case(nranks);
+    for (size_t i = 0; i < all.size(); i += stride) cases.push_back(all[i]);
+  }
   {
     DeviceBuffers bufs;
     for (const Case& c : cases) {
@@ -333,6 +343,12 @@ std::string every_collective(accord_comm_t comm, int rank, int nranks, int gpus)
   s = accord_stream_destroy(stream);
   if (failure.empty() && s != ACCORD_SUCCESS) failure = api_error("accord_stream_destroy", comm, s);
   return failure;
+}
+
+// Every case; rank r on GPU r, or every rank on ACCORD_DEVICE's GPU (ranks sharing one GPU).
+std::string every_collective(accord_comm_t comm, int rank, int nranks, int gpus) {
+  const char* fixed = std::getenv("ACCORD_DEVICE");
+  return some_collectives(comm, rank, nranks, fixed != nullptr ? std::atoi(fixed) : rank, gpus, 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -566,6 +582,223 @@ TEST_F(GpuProcsProcesses, RanksSharingOneGpu) {
     EXPECT_EQ(occurrences(text, want), 1u) << n << " ranks; log:\n" << text;
     EXPECT_NE(text.find("nvidia-cuda-mps-control -d"), std::string::npos) << text;
     EXPECT_EQ(occurrences(text, "are threads of one process"), 0u) << text;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Identity as clusters give it: per-rank CUDA_VISIBLE_DEVICES (Note [GPU identity]) and ranks in
+// pid namespaces of their own (Note [Process identity]).
+
+// Rank r runs with CUDA_VISIBLE_DEVICES=visible[r]: it must see count[r] GPUs and run on its
+// ordinal dev[r], which is GPU physical[r] of the machine.
+struct VisibleJob {
+  std::vector<std::string> visible;
+  std::vector<int> dev, count, physical;
+};
+
+// Every pair's route follows the physical pair: "shared by both ranks" (ipc between processes)
+// exactly where the two GPUs are one, else what the topology implies for the two GPUs.
+std::string check_physical_routes(const Machine& m, const std::vector<int>& physical, accord_comm_t comm,
+                                  int nranks) {
+  const std::string plan = plan_of(comm);
+  std::string wrong;
+  int nwrong = 0;
+  for (int a = 0; a < nranks; ++a)
+    for (int b = a + 1; b < nranks; ++b) {
+      const int pa = physical[static_cast<size_t>(a)], pb = physical[static_cast<size_t>(b)];
+      const std::string line = pair_line(plan, a, b);
+      const std::string want =
+          pa == pb ? (p2p_disabled() ? "host-staged" : "ipc") : expected_transport(m, pa, pb, true);
+      const bool shared = line.find("shared by both ranks") != std::string::npos;
+      if (line.substr(0, line.find(' ')) == want && shared == (pa == pb && !p2p_disabled())) continue;
+      if (++nwrong <= 3)
+        wrong += "\n  pair " + std::to_string(a) + "-" + std::to_string(b) + " (GPUs " + std::to_string(pa) +
+                 " and " + std::to_string(pb) + " of the machine): expected " + want +
+                 (pa == pb ? " on the one GPU" : " between two GPUs") + ", plan says: " +
+                 (line.empty() ? "(no line)" : line);
+    }
+  if (nwrong == 0) return "";
+  return std::to_string(nwrong) + " of " + std::to_string(nranks * (nranks - 1) / 2) +
+         " pairs have the wrong route" + (nwrong > 3 ? " (the first 3):" : ":") + wrong;
+}
+
+// Every 6th case of every_case: the routes are what this checks, and 8 processes run it.
+constexpr size_t kCaseStride = 6;
+
+void run_visible_job(const Machine& m, const VisibleJob& job, int timeout_s) {
+  const int n = static_cast<int>(job.visible.size());
+  for (const auto& f : run_processes(
+           n,
+           [&](accord_comm_t c, int r, int nr) {
+             std::string failure = check_physical_routes(m, job.physical, c, nr);
+             if (!failure.empty()) return failure;
+             return some_collectives(c, r, nr, job.dev[static_cast<size_t>(r)],
+                                     job.count[static_cast<size_t>(r)], kCaseStride);
+           },
+           timeout_s, [&](int r) { setenv("CUDA_VISIBLE_DEVICES", job.visible[static_cast<size_t>(r)].c_str(), 1); }))
+    ADD_FAILURE() << f;
+}
+
+// Slurm's --gpus-per-task=1: each rank sees one GPU, its own, as "GPU 0". Before GPUs were
+// told apart by UUID, every pair looked like one shared GPU.
+TEST_F(GpuProcsProcesses, OneVisibleGpuPerRank) {
+  VisibleJob job;
+  for (int r = 0; r < m_.gpus(); ++r) {
+    job.visible.push_back(std::to_string(r));
+    job.dev.push_back(0);
+    job.count.push_back(1);
+    job.physical.push_back(r);
+  }
+  run_visible_job(m_, job, kTimeoutS);
+}
+
+// 4 ranks whose visible lists are the machine's GPUs rotated by the rank: rank r runs on its
+// ordinal r (local rank), which is GPU 2r mod the GPUs of the machine. On the 4-GPU machine
+// ranks 0 and 2 share GPU 0 and ranks 1 and 3 GPU 2, under different ordinals; on the DGX-1
+// the GPUs are 0, 2, 4 and 6.
+TEST_F(GpuProcsProcesses, RotatedVisibleDevices) {
+  const int g = m_.gpus();
+  VisibleJob job;
+  for (int r = 0; r < 4; ++r) {
+    std::string list;
+    for (int i = 0; i < g; ++i) list += (i ? "," : "") + std::to_string((r + i) % g);
+    job.visible.push_back(list);
+    job.dev.push_back(r);
+    job.count.push_back(g);
+    job.physical.push_back((2 * r) % g);
+  }
+  run_visible_job(m_, job, kTimeoutS);
+}
+
+// Runs in each forked rank before its communicator exists: the rank goes on in a child that is
+// pid 1 of a new pid namespace (as in a container of its own, sharing this /dev/shm), while
+// this process waits for it and exits with its status.
+void into_own_pid_namespace(int) {
+  if (unshare(CLONE_NEWPID) != 0) _exit(5);
+  const pid_t child = fork();
+  if (child < 0) _exit(6);
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // killed with its parent (the harness's timeout)
+    return;
+  }
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+}
+
+bool can_unshare_pid() {
+  const pid_t probe = fork();
+  if (probe == 0) _exit(unshare(CLONE_NEWPID) == 0 ? 0 : 1);
+  int status = 1;
+  if (probe < 0 || waitpid(probe, &status, 0) != probe) return false;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// Every rank is pid 1 of its own namespace: the ranks are still told apart (Note [Process
+// identity]); no pair is routed as one process, and, as CUDA IPC between pid namespaces is not
+// relied on, every GPU pair is host-staged through the /dev/shm they share. Collectives on
+// device and host buffers exact. Before, equal pids made them "one process": p2p routes that
+// passed raw pointers between processes.
+std::string apart(const Machine& m, accord_comm_t c, int r, int n, int want_dev, int gpus) {
+  const std::string plan = plan_of(c);
+  const char* fixed = std::getenv("ACCORD_DEVICE");
+  for (int a = 0; a < n; ++a)
+    for (int b = a + 1; b < n; ++b) {
+      const std::string line = pair_line(plan, a, b);
+      // Where the GPUs cannot peer that is the reason given; else the namespaces.
+      const bool could = fixed != nullptr || m.peer(a, b);
+      if (line.rfind("host-staged", 0) != 0 ||
+          (!p2p_disabled() && could && line.find("different pid namespaces") == std::string::npos))
+        return "pair " + std::to_string(a) + "-" + std::to_string(b) +
+               " should be host-staged between pid namespaces; plan says: " + line;
+    }
+  if (getpid() != 1) return "not pid 1 of a pid namespace of its own (pid " + std::to_string(getpid()) + ")";
+  std::vector<int32_t> in(kPrime), out(kPrime, -1);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(i % 7) + r;
+  accord_status_t s = accord_all_reduce(in.data(), out.data(), in.size(), ACCORD_INT32, ACCORD_SUM, c, nullptr);
+  if (s != ACCORD_SUCCESS) return api_error("all_reduce on host buffers", c, s);
+  for (size_t i = 0; i < out.size(); ++i)
+    if (out[i] != static_cast<int32_t>(n * (i % 7)) + n * (n - 1) / 2)
+      return "all_reduce on host buffers: element " + std::to_string(i) + " is " + std::to_string(out[i]);
+  return some_collectives(c, r, n, want_dev, gpus, kCaseStride);
+}
+
+TEST_F(GpuProcsProcesses, SeparatePidNamespacesSharingOneGpu) {
+  if (!can_unshare_pid()) GTEST_SKIP() << "unshare(CLONE_NEWPID) is not allowed here (needs root)";
+  const int gpus = m_.gpus();
+  SharedGpuEnv env;
+  for (const auto& f : run_processes(
+           2, [&](accord_comm_t c, int r, int n) { return apart(m_, c, r, n, 0, gpus); }, kTimeoutS,
+           into_own_pid_namespace))
+    ADD_FAILURE() << f;
+}
+
+TEST_F(GpuProcsProcesses, SeparatePidNamespacesOwnGpus) {
+  if (!can_unshare_pid()) GTEST_SKIP() << "unshare(CLONE_NEWPID) is not allowed here (needs root)";
+  const int gpus = m_.gpus();
+  for (const auto& f : run_processes(
+           4, [&](accord_comm_t c, int r, int n) { return apart(m_, c, r, n, r, gpus); }, kTimeoutS,
+           into_own_pid_namespace))
+    ADD_FAILURE() << f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// GPU buffers between ranks whose pair is TCP (Note [Device data over TCP]): ACCORD_SHM_DISABLE=1,
+// rank r on GPU r (ACCORD_DEVICE per rank: without shared memory every rank is its host's only
+// one). Every pair is TCP with GPU buffers staged through pinned host memory; every collective
+// exact. Before, such calls were refused (ACCORD_ERR_UNSUPPORTED).
+TEST_F(GpuProcsProcesses, GpuBuffersOverTcp) {
+  const int gpus = m_.gpus();
+  const int n = std::min(gpus, 4);
+  for (const auto& f : run_processes(
+           n,
+           [&](accord_comm_t c, int r, int nr) -> std::string {
+             const std::string plan = plan_of(c);
+             for (int a = 0; a < nr; ++a)
+               for (int b = a + 1; b < nr; ++b) {
+                 const std::string line = pair_line(plan, a, b);
+                 if (line.rfind("tcp (", 0) != 0 ||
+                     line.find("GPU buffers staged through pinned host memory") == std::string::npos)
+                   return "pair " + std::to_string(a) + "-" + std::to_string(b) +
+                          " should be TCP with GPU buffers staged; plan says: " + line;
+               }
+             return some_collectives(c, r, nr, r, gpus, 2);
+           },
+           kTimeoutS,
+           [](int r) {
+             setenv("ACCORD_SHM_DISABLE", "1", 1);
+             setenv("ACCORD_DEVICE", std::to_string(r).c_str(), 1);
+           }))
+    ADD_FAILURE() << f;
+}
+
+// Two hosts of two ranks (ACCORD_HOST_ID), rank r on GPU r: inside a host the GPU routes,
+// between hosts TCP with GPU buffers staged; every collective exact with the tuner's choices,
+// and the hierarchical all-reduce forced (ACCORD_ALGO=hier: intra-host on the GPU path,
+// inter-host over TCP).
+TEST_F(GpuProcsProcesses, GpuBuffersOverTcpTwoHosts) {
+  const int gpus = m_.gpus();
+  for (const char* algo : {"", "hier"}) {
+    for (const auto& f : run_processes(
+             4,
+             [&](accord_comm_t c, int r, int nr) -> std::string {
+               const std::string plan = plan_of(c);
+               const std::string across = pair_line(plan, 1, 2), inside = pair_line(plan, 2, 3);
+               if (across.rfind("tcp (different hosts", 0) != 0 ||
+                   across.find("GPU buffers staged through pinned host memory") == std::string::npos)
+                 return "pair 1-2 should be TCP between hosts with GPU buffers staged; plan says: " + across;
+               if (inside.rfind(expected_transport(m_, 2, 3, true), 0) != 0)
+                 return "pair 2-3 should be " + expected_transport(m_, 2, 3, true) + "; plan says: " + inside;
+               return some_collectives(c, r, nr, r, gpus, 3);
+             },
+             kTimeoutS,
+             [&](int r) {
+               setenv("ACCORD_HOST_ID", r < 2 ? "host-a" : "host-b", 1);
+               setenv("ACCORD_DEVICE", std::to_string(r).c_str(), 1);
+               if (*algo) setenv("ACCORD_ALGO", algo, 1);
+             }))
+      ADD_FAILURE() << (*algo ? "ACCORD_ALGO=hier: " : "") << f;
   }
 }
 

@@ -7,8 +7,11 @@
 // fresh communicator with ACCORD_ALGO set) over every dtype and op, reduce-scatter,
 // all-gather, broadcast and reduce from the first and last rank, and a barrier.
 // Prints "rank R (HOST): N checks, F failures" and exits non-zero on any failure. "probe" only
-// says whether the mpi mode was built in.
+// says whether the mpi mode was built in. "gpu" (the env launch, with ACCORD_SIM_TOPO): all-reduce
+// of GPU buffers, the library's choice and hierarchical, GPUs inside a host and TCP between hosts
+// (Note [Device data over TCP]).
 #include <accord/accord.h>
+#include <accord/accord_device.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -142,6 +145,46 @@ void check_others(accord_comm_t comm, int nranks) {
   call_ok(accord_barrier(comm, nullptr), comm, "barrier");
 }
 
+// All-reduce of GPU buffers on this rank's GPU, checked exactly, and the plan's pairs between
+// hosts staged over TCP.
+void check_gpu(accord_comm_t comm, int nranks, const char* algo) {
+  int dev = -1;
+  if (!call_ok(accord_comm_device(comm, &dev), comm, "accord_comm_device")) return;
+  ++g_checks;
+  if (dev < 0) return fail("gpu", "the communicator has no GPU (is ACCORD_SIM_TOPO set?)");
+  size_t len = 0;
+  accord_comm_plan(comm, nullptr, &len);
+  std::string plan(len, '\0');
+  if (!call_ok(accord_comm_plan(comm, plan.data(), &len), comm, "accord_comm_plan")) return;
+  ++g_checks;
+  if (plan.find("tcp (different hosts") != std::string::npos &&
+      plan.find("GPU buffers staged through pinned host memory") == std::string::npos)
+    fail("gpu plan", ("pairs between hosts do not stage GPU buffers:\n" + plan).c_str());
+  accord_stream_t stream = nullptr;
+  if (!call_ok(accord_stream_create(&stream, dev), comm, "accord_stream_create")) return;
+  for (size_t n : {size_t{1}, size_t{4099}, size_t{1000003}})
+    for (accord_datatype_t dt : {ACCORD_FLOAT32, ACCORD_INT32})
+      for (accord_red_op_t op : {ACCORD_SUM, ACCORD_MAX}) {
+        const size_t bytes = n * accord_dtype_size(dt);
+        std::vector<char> in(bytes), got(bytes), want(bytes);
+        fill_input(in.data(), n, dt, op, g_rank, nranks, n);
+        fill_expected(want.data(), n, dt, op, nranks, n);
+        const std::string what = std::string("gpu all_reduce ") + algo + " " + dtype_name(dt) + " " + op_name(op) +
+                                 " count " + std::to_string(n);
+        void* buf = nullptr;
+        if (!call_ok(accord_device_alloc(&buf, bytes, dev), comm, what + ": alloc")) continue;
+        if (call_ok(accord_device_memcpy(buf, in.data(), bytes), comm, what + ": copy in") &&
+            call_ok(accord_all_reduce(buf, buf, n, dt, op, comm, stream), comm, what) &&
+            call_ok(accord_stream_synchronize(stream), comm, what + ": synchronize") &&
+            call_ok(accord_device_memcpy(got.data(), buf, bytes), comm, what + ": copy out"))
+          expect_same(got.data(), want.data(), n, dt, what);
+        // Freeing waits for the device (cudaFree): after every rank's collective has ended.
+        call_ok(accord_barrier(comm, nullptr), comm, what + ": barrier");
+        accord_device_free(buf);
+      }
+  accord_stream_destroy(stream);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,9 +216,10 @@ int main(int argc, char** argv) {
   const int base_port = port_text != nullptr ? std::atoi(port_text) : 0;
   int index = 0;
   for (const char* algo : algos) {
+    if (mode == "gpu" && *algo && std::strcmp(algo, "hier") != 0) continue;
     if (*algo) setenv("ACCORD_ALGO", algo, 1);
     else unsetenv("ACCORD_ALGO");
-    if (mode == "env" && base_port > 0) setenv("MASTER_PORT", std::to_string(base_port + index++).c_str(), 1);
+    if (mode != "mpi" && base_port > 0) setenv("MASTER_PORT", std::to_string(base_port + index++).c_str(), 1);
     accord_comm_t comm = nullptr;
     accord_status_t st = make_comm(mode, &comm);
     if (st != ACCORD_SUCCESS) {
@@ -184,11 +228,15 @@ int main(int argc, char** argv) {
     }
     accord_comm_rank(comm, &g_rank);
     accord_comm_count(comm, &nranks);
-    if (*algo == '\0') {
-      check_plan(comm, nranks);
-      check_others(comm, nranks);
+    if (mode == "gpu") {
+      check_gpu(comm, nranks, *algo ? algo : "default");
+    } else {
+      if (*algo == '\0') {
+        check_plan(comm, nranks);
+        check_others(comm, nranks);
+      }
+      check_all_reduce(comm, nranks, *algo ? algo : "default");
     }
-    check_all_reduce(comm, nranks, *algo ? algo : "default");
     accord_comm_destroy(comm);
   }
   std::printf("rank %d (%s): %d checks, %d failures\n", g_rank, g_host, g_checks, g_failures);

@@ -144,8 +144,22 @@ Status CudaRuntime::device_info(int device, DeviceInfo* out) const {
   out->name = prop.name;
   out->sm = prop.major * 10 + prop.minor;
   out->multiprocessors = prop.multiProcessorCount;
-  out->pci_bus_id = bus;
-  for (char& c : out->pci_bus_id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  out->pci_bus_id = canonical_bus_id(bus);
+  const auto* u = reinterpret_cast<const unsigned char*>(&prop.uuid);
+  out->uuid = format("GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+                     u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  return Status();
+}
+
+Status CudaRuntime::device_by_bus_id(const std::string& pci_bus_id, int* out) const {
+  *out = -1;
+  if (count_ == 0) return Status();
+  int device = -1;
+  if (cudaDeviceGetByPCIBusId(&device, pci_bus_id.c_str()) != cudaSuccess) {
+    (void)cudaGetLastError();  // cudaErrorInvalidDevice: not visible here
+    return Status();
+  }
+  *out = device;
   return Status();
 }
 

@@ -31,6 +31,7 @@ class CudaRuntime final : public DeviceRuntime {
   std::string description() const override;
   int device_count() const override { return count_; }
   Status device_info(int device, DeviceInfo* out) const override;
+  Status device_by_bus_id(const std::string& pci_bus_id, int* out) const override;
   Status current_device(int* out) override;
 
   Status alloc_device(int device, size_t bytes, void** out) override;

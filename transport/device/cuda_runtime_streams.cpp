@@ -189,6 +189,12 @@ Status CudaRuntime::ipc_get_handle(const void* ptr, IpcHandle* out) {
   r.offset = reinterpret_cast<uintptr_t>(ptr) - base;
   r.bytes = b.bytes;
   std::memcpy(r.payload, &h, sizeof h);
+  // The owner's bus id after the CUDA handle: an opener numbers GPUs its own way
+  // (CUDA_VISIBLE_DEVICES), so r.device means nothing there.
+  char bus[sizeof r.payload - sizeof h] = "";
+  static_assert(sizeof bus >= 17, "a PCI bus id with its 8-digit domain must fit");
+  ACCORD_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, b.device), b.device, "ipc_get_handle");
+  std::memcpy(r.payload + sizeof h, bus, sizeof bus);
   *out = r;
   return Status();
 }
@@ -204,10 +210,18 @@ Status CudaRuntime::ipc_open_handle(int device, const IpcHandle& h, void** out) 
   std::memcpy(&native_handle, h.payload, sizeof native_handle);
   void* base = nullptr;
   ACCORD_CUDA_CHECK(cudaIpcOpenMemHandle(&base, native_handle, cudaIpcMemLazyEnablePeerAccess), device, "ipc_open_handle");
+  // The owner as this process numbers it (-1: a GPU it does not see; CUDA maps it all the same).
+  char bus[sizeof h.payload - sizeof native_handle + 1] = "";
+  std::memcpy(bus, h.payload + sizeof native_handle, sizeof bus - 1);
+  int owner = -1;
+  if (bus[0] != '\0' && cudaDeviceGetByPCIBusId(&owner, bus) != cudaSuccess) {
+    owner = -1;
+    (void)cudaGetLastError();
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  blocks_[reinterpret_cast<uintptr_t>(base)] = Block{static_cast<size_t>(h.bytes), h.device, true};
-  if (h.device != device && h.device >= 0 && h.device < count_)
-    peer_[static_cast<size_t>(device * count_ + h.device)] = 1;  // lazily enabled by the open
+  blocks_[reinterpret_cast<uintptr_t>(base)] = Block{static_cast<size_t>(h.bytes), owner >= 0 ? owner : device, true};
+  if (owner != device && owner >= 0 && owner < count_)
+    peer_[static_cast<size_t>(device * count_ + owner)] = 1;  // lazily enabled by the open
   *out = static_cast<char*>(base) + h.offset;
   return Status();
 }

@@ -3,6 +3,8 @@
 #include "transport/device/device_runtime.hpp"
 
 #include "accord_config.h"
+#include <cctype>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 
@@ -30,6 +32,45 @@ const char* copy_kind_name(CopyKind kind) {
     case CopyKind::kDeviceToDevice: return "copy_d2d";
   }
   return "copy";
+}
+
+std::string canonical_bus_id(const std::string& pci_bus_id) {
+  std::string id;
+  for (char c : pci_bus_id) id += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // "00000000:07:00.0" (CUDA's 8-digit domain) -> "0000:07:00.0"
+  const size_t colon = id.find(':');
+  if (colon != std::string::npos && colon > 4 && id.find_first_not_of('0') >= colon - 4)
+    id.erase(0, colon - 4);
+  return id;
+}
+
+Status DeviceRuntime::device_by_bus_id(const std::string& pci_bus_id, int* out) const {
+  *out = -1;
+  const std::string want = canonical_bus_id(pci_bus_id);
+  for (int d = 0; d < device_count(); ++d) {
+    DeviceInfo info;
+    ACCORD_TRY(device_info(d, &info));
+    if (canonical_bus_id(info.pci_bus_id) == want) {
+      *out = d;
+      break;
+    }
+  }
+  return Status();
+}
+
+Status DeviceRuntime::peer_bus_ids(int device, std::vector<std::string>* out) {
+  out->clear();
+  for (int d = 0; d < device_count(); ++d) {
+    bool there = false, back = false;
+    if (d == device) continue;
+    ACCORD_TRY(can_access_peer(device, d, &there));
+    ACCORD_TRY(can_access_peer(d, device, &back));
+    if (!there || !back) continue;
+    DeviceInfo info;
+    ACCORD_TRY(device_info(d, &info));
+    out->push_back(canonical_bus_id(info.pci_bus_id));
+  }
+  return Status();
 }
 
 size_t dtype_bytes(accord_datatype_t dtype) {
@@ -63,6 +104,11 @@ Status make_device_runtime(const Settings& settings, std::unique_ptr<DeviceRunti
     SimOptions options;
     options.throttle = settings.sim_throttle;
     options.stall_ms = settings.sim_stall_ms;
+    // Note [Simulated visible devices]: CUDA's variable, read as CUDA reads it.
+    if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+      options.visible_set = true;
+      options.visible_devices = visible;
+    }
     ACCORD_TRY(SimulatedRuntime::from_file(settings.sim_topo, options, &sim));
     LOG_INFO(kGpu, "device runtime: %s (ACCORD_SIM_TOPO)", sim->description().c_str());
     *out = std::move(sim);

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "collectives/kernels/reduce_kernels.hpp"
 #include "core/settings.hpp"
@@ -57,6 +58,7 @@ struct PointerInfo {
 struct DeviceInfo {
   std::string name;        // "Tesla V100-SXM2-16GB", or "simulated GPU 3"
   std::string pci_bus_id;  // "0000:07:00.0"; simulated GPUs without one get "00ff:0N:00.0"
+  std::string uuid;        // "GPU-8c1e...": the GPU's identity whatever CUDA_VISIBLE_DEVICES says
   int sm = 0;              // compute capability x 10, 0 unknown
   int multiprocessors = 0; // 0 unknown (simulated GPUs)
 };
@@ -124,6 +126,16 @@ class DeviceRuntime {
     *out = -1;
     return Status();
   }
+
+  // The ordinal of the GPU with this PCI bus id among the devices this process sees
+  // (cudaDeviceGetByPCIBusId), or -1 when it does not see it (CUDA_VISIBLE_DEVICES); case and
+  // a 4- or 8-digit domain do not matter.
+  virtual Status device_by_bus_id(const std::string& pci_bus_id, int* out) const;
+  // The PCI bus ids of the other GPUs that `device` can peer with in both directions: the
+  // fact each rank publishes at init so that every rank decides every route alike (Note [GPU
+  // identity], collectives/device_path.cpp). This default asks can_access_peer about the
+  // devices this process sees; a runtime that knows the whole machine lists the others too.
+  virtual Status peer_bus_ids(int device, std::vector<std::string>* out);
 
   // ---- memory ----
   // alloc of 0 bytes gives nullptr and succeeds; freeing nullptr succeeds (as in CUDA).
@@ -254,6 +266,10 @@ Status make_device_runtime(const Settings& settings, std::unique_ptr<DeviceRunti
 // every communicator and the public device API (accord_device.h) share it, so that device
 // pointers of one are known to the others. Null (with *why set) when it has no device.
 DeviceRuntime* process_device_runtime(const Settings& settings, std::string* why = nullptr);
+
+// A PCI bus id in one form ("0000:07:00.0", lower case, 4-digit domain), to compare ids from
+// different sources (CUDA gives 8-digit domains in upper case).
+std::string canonical_bus_id(const std::string& pci_bus_id);
 
 // Bytes per element; 0 for an unknown dtype.
 size_t dtype_bytes(accord_datatype_t dtype);

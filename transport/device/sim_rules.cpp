@@ -64,7 +64,7 @@ Status SimulatedRuntime::first_launch(int device, const std::string& name, const
 
 Status SimulatedRuntime::load_kernel(int device, const KernelDesc& kernel) {
   ACCORD_TRY(not_in_host_func("load_kernel"));
-  ACCORD_TRY(check_device(device, "load_kernel"));
+  ACCORD_TRY(to_physical(&device, "load_kernel"));
   if (kernel.host_func == nullptr)
     return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: load_kernel(%s): the kernel has no host body",
                  device, kernel.name);

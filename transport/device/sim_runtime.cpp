@@ -4,6 +4,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -22,10 +25,109 @@ bool overlap(const void* a, const void* b, size_t bytes) {
 }
 }  // namespace
 
+// Note [Simulated visible devices]: CUDA_VISIBLE_DEVICES works here as in CUDA, so that jobs
+// launched as clusters launch them (Slurm's --gpus-per-task=1, a container per GPU) can be
+// tested: the topology file is the machine, and this process sees the GPUs the variable lists,
+// renumbered from 0 in its order. Entries are indices into the machine or GPU UUIDs (a unique
+// prefix is enough; device_info gives each simulated GPU one); as in CUDA, the first entry that
+// is neither, or repeats a GPU, ends the list, and a variable set to nothing hides every GPU.
+// Every call takes and gives the process's ordinals; inside, everything is the file's index.
+// Peer access, IPC and the path between two GPUs are the machine's, visible or not: CUDA (10.1
+// and later) opens an IPC handle of a GPU this process does not see, and NCCL relies on that.
+namespace {
+std::string sim_uuid(const std::string& bus_id) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a of the bus id: the same in every process
+  for (char c : bus_id) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  return format("GPU-5e000000-0000-4000-8000-%012llx",
+                static_cast<unsigned long long>(h & 0xffffffffffffULL));
+}
+}  // namespace
+
 SimulatedRuntime::SimulatedRuntime(topo::System system, SimOptions options)
     : system_(std::move(system)), options_(std::move(options)) {
-  const size_t n = static_cast<size_t>(system_.gpu_count());
-  peer_.assign(n * n, 0);
+  const int n = system_.gpu_count();
+  peer_.assign(static_cast<size_t>(n * n), 0);
+  if (!options_.visible_set) {
+    for (int d = 0; d < n; ++d) visible_.push_back(d);
+    return;
+  }
+  const std::string& list = options_.visible_devices;
+  for (size_t at = 0; at <= list.size();) {
+    size_t comma = list.find(',', at);
+    if (comma == std::string::npos) comma = list.size();
+    std::string entry = list.substr(at, comma - at);
+    at = comma + 1;
+    while (!entry.empty() && std::isspace(static_cast<unsigned char>(entry.back()))) entry.pop_back();
+    entry.erase(0, std::min(entry.size(), entry.find_first_not_of(" \t")));
+    int found = -1;
+    char* end = nullptr;
+    const long index = std::strtol(entry.c_str(), &end, 10);
+    if (!entry.empty() && *end == '\0') {
+      if (index >= 0 && index < n) found = static_cast<int>(index);
+    } else if (entry.rfind("GPU-", 0) == 0) {
+      for (int d = 0; d < n; ++d)
+        if (sim_uuid(bus_id_of(d)).rfind(entry, 0) == 0) found = found == -1 ? d : -2;  // -2: ambiguous
+    }
+    if (found < 0 || std::find(visible_.begin(), visible_.end(), found) != visible_.end()) {
+      if (!entry.empty() || comma < list.size())
+        visible_note_ = format("; CUDA_VISIBLE_DEVICES entry '%s' is %s, so the list ends before it",
+                               entry.c_str(), found == -2 ? "ambiguous" : found >= 0 ? "a repeat" : "no GPU of the file");
+      break;
+    }
+    visible_.push_back(found);
+  }
+  std::string shown;
+  for (int d : visible_) shown += format("%s%d", shown.empty() ? "" : ",", d);
+  visible_note_ = format(", CUDA_VISIBLE_DEVICES='%s': this process sees GPUs %s of the file as 0..%zu%s",
+                         list.c_str(), shown.empty() ? "(none)" : shown.c_str(),
+                         visible_.empty() ? size_t{0} : visible_.size() - 1, visible_note_.c_str());
+}
+
+Status SimulatedRuntime::to_physical(int* device, const char* op) const {
+  const int n = static_cast<int>(visible_.size());
+  if (*device >= 0 && *device < n) {
+    *device = visible_[static_cast<size_t>(*device)];
+    return Status();
+  }
+  if (n == 0 && system_.gpu_count() > 0)
+    return error(ACCORD_ERR_UNSUPPORTED, "%s: device %d does not exist: %s", op, *device, description().c_str());
+  if (n == 0) return check_device(-1, op);  // says why there are none
+  if (n == system_.gpu_count()) return check_device(*device, op);
+  return error(ACCORD_ERR_INVALID_ARGUMENT, "%s: device %d does not exist: this process sees %d of the %d GPUs of %s%s",
+               op, *device, n, system_.gpu_count(), system_.source.c_str(), visible_note_.c_str());
+}
+
+int SimulatedRuntime::ordinal_of(int physical) const {
+  auto it = std::find(visible_.begin(), visible_.end(), physical);
+  return it == visible_.end() ? -1 : static_cast<int>(it - visible_.begin());
+}
+
+std::string SimulatedRuntime::bus_id_of(int physical) const {
+  const topo::Device& d = system_.gpu(physical);
+  // A made-up domain (0x00ff) that no real machine in the fixtures uses, so that ranks in
+  // different processes agree on it and nobody mistakes it for a real slot.
+  return canonical_bus_id(d.pci_bus_id.empty() ? format("00ff:%02x:00.0", physical) : d.pci_bus_id);
+}
+
+int SimulatedRuntime::physical_of_bus(const std::string& pci_bus_id) const {
+  const std::string want = canonical_bus_id(pci_bus_id);
+  for (int d = 0; d < system_.gpu_count(); ++d)
+    if (bus_id_of(d) == want) return d;
+  return -1;
+}
+
+Status SimulatedRuntime::device_by_bus_id(const std::string& pci_bus_id, int* out) const {
+  const int physical = physical_of_bus(pci_bus_id);
+  *out = physical < 0 ? -1 : ordinal_of(physical);
+  return Status();
+}
+
+Status SimulatedRuntime::peer_bus_ids(int device, std::vector<std::string>* out) {
+  ACCORD_TRY(to_physical(&device, "peer_bus_ids"));
+  out->clear();
+  for (int d = 0; d < system_.gpu_count(); ++d)
+    if (d != device && system_.p2p(device, d) && system_.p2p(d, device)) out->push_back(bus_id_of(d));
+  return Status();
 }
 
 SimulatedRuntime::~SimulatedRuntime() {
@@ -55,8 +157,11 @@ static std::string no_gpus_text(const SimOptions& o) {
 
 std::string SimulatedRuntime::description() const {
   if (system_.gpu_count() == 0) return "none: " + no_gpus_text(options_);
-  return format("simulated: %d GPUs of %s%s", system_.gpu_count(), system_.source.c_str(),
-                options_.throttle ? ", copies throttled to the topology's bandwidth" : "");
+  if (visible_.empty())
+    return format("none: no GPUs (CUDA_VISIBLE_DEVICES='%s' hides the %d GPUs of %s)",
+                  options_.visible_devices.c_str(), system_.gpu_count(), system_.source.c_str());
+  return format("simulated: %d GPUs of %s%s%s", system_.gpu_count(), system_.source.c_str(),
+                options_.throttle ? ", copies throttled to the topology's bandwidth" : "", visible_note_.c_str());
 }
 
 Status SimulatedRuntime::check_device(int device, const char* op) const {
@@ -68,12 +173,11 @@ Status SimulatedRuntime::check_device(int device, const char* op) const {
 }
 
 Status SimulatedRuntime::device_info(int device, DeviceInfo* out) const {
-  ACCORD_TRY(check_device(device, "device_info"));
+  ACCORD_TRY(to_physical(&device, "device_info"));
   const topo::Device& d = system_.gpu(device);
   out->name = d.name.empty() || d.name.rfind("GPU ", 0) == 0 ? format("simulated GPU %d", device) : d.name;
-  // A made-up domain (0x00ff) that no real machine in the fixtures uses, so that ranks in
-  // different processes agree on it and nobody mistakes it for a real slot.
-  out->pci_bus_id = d.pci_bus_id.empty() ? format("00ff:%02x:00.0", device) : d.pci_bus_id;
+  out->pci_bus_id = bus_id_of(device);
+  out->uuid = sim_uuid(out->pci_bus_id);
   out->sm = d.sm;
   return Status();
 }
@@ -81,7 +185,7 @@ Status SimulatedRuntime::device_info(int device, DeviceInfo* out) const {
 // ---- memory ----
 
 Status SimulatedRuntime::alloc_device(int device, size_t bytes, void** out) {
-  ACCORD_TRY(check_device(device, "alloc_device"));
+  ACCORD_TRY(to_physical(&device, "alloc_device"));
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: alloc_device: null output pointer", device);
   *out = nullptr;
   if (bytes == 0) return Status();
@@ -122,7 +226,7 @@ Status SimulatedRuntime::pointer_info(const void* ptr, PointerInfo* out) {
   sim::Allocation a;
   if (ptr && memory_.find(ptr, 0, &a)) {
     out->kind = a.kind;
-    out->device = a.device;
+    out->device = a.kind == MemoryKind::kDevice ? ordinal_of(a.device) : a.device;
     out->base = a.base;
     out->bytes = a.bytes;
     out->imported = a.imported;
@@ -133,16 +237,16 @@ Status SimulatedRuntime::pointer_info(const void* ptr, PointerInfo* out) {
 // ---- peer access ----
 
 Status SimulatedRuntime::can_access_peer(int device, int peer, bool* out) {
-  ACCORD_TRY(check_device(device, "can_access_peer"));
-  ACCORD_TRY(check_device(peer, "can_access_peer"));
+  ACCORD_TRY(to_physical(&device, "can_access_peer"));
+  ACCORD_TRY(to_physical(&peer, "can_access_peer"));
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "can_access_peer: null output");
   *out = device != peer && system_.p2p(device, peer);
   return Status();
 }
 
 Status SimulatedRuntime::enable_peer(int device, int peer) {
-  ACCORD_TRY(check_device(device, "enable_peer"));
-  ACCORD_TRY(check_device(peer, "enable_peer"));
+  ACCORD_TRY(to_physical(&device, "enable_peer"));
+  ACCORD_TRY(to_physical(&peer, "enable_peer"));
   if (device == peer)
     return error(ACCORD_ERR_INVALID_ARGUMENT, "enable_peer(%d -> %d): a device cannot enable peer access to "
                  "itself (cudaErrorInvalidDevice)", device, peer);
@@ -302,6 +406,7 @@ std::chrono::steady_clock::time_point SimulatedRuntime::reserve_link(int from, i
 
 Status SimulatedRuntime::copy(CopyKind kind, int device, void* dst, const void* src, size_t bytes) {
   CopyPlan plan;
+  ACCORD_TRY(to_physical(&device, copy_kind_name(kind)));
   ACCORD_TRY(plan_copy(kind, device, dst, src, bytes, &plan));
   ACCORD_TRY(wait_idle(device, true, copy_kind_name(kind),
                        "a synchronous copy runs on the legacy default stream, which waits for every "
@@ -343,7 +448,8 @@ Status SimulatedRuntime::copy_async(CopyKind kind, void* dst, const void* src, s
 Status SimulatedRuntime::copy_peer(int dst_device, void* dst, int src_device, const void* src, size_t bytes) {
   CopyPlan plan;
   ACCORD_TRY(not_in_host_func("copy_peer"));
-  ACCORD_TRY(check_device(src_device, "copy_peer"));
+  ACCORD_TRY(to_physical(&src_device, "copy_peer"));
+  ACCORD_TRY(to_physical(&dst_device, "copy_peer"));
   ACCORD_TRY(plan_peer(src_device, dst_device, dst, src_device, src, bytes, "copy_peer", &plan));
   run_copy(plan);
   return Status();
@@ -354,6 +460,8 @@ Status SimulatedRuntime::copy_peer_async(int dst_device, void* dst, int src_devi
   std::shared_ptr<sim::SimStream> s;
   ACCORD_TRY(not_in_host_func("copy_peer_async"));
   ACCORD_TRY(find_stream(stream, "copy_peer_async", &s));
+  ACCORD_TRY(to_physical(&src_device, "copy_peer_async"));
+  ACCORD_TRY(to_physical(&dst_device, "copy_peer_async"));
   if (s->device() != src_device && s->device() != dst_device)
     return error(ACCORD_ERR_INVALID_ARGUMENT, "copy_peer_async(device %d -> device %d): stream %llu is on device %d; "
                  "use a stream of either device", src_device, dst_device, (unsigned long long)stream.id,

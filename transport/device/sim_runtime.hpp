@@ -49,6 +49,10 @@ struct SimOptions {
   // Note [Simulated CUDA rules]: how long a call that waits for the device to go idle waits
   // before it fails instead of hanging.
   int64_t stall_ms = 60000;
+  // Note [Simulated visible devices]: CUDA_VISIBLE_DEVICES as CUDA reads it (visible_set:
+  // the variable is set, even to nothing).
+  bool visible_set = false;
+  std::string visible_devices;
 };
 
 // Runs a host function as launch_host_func does, flagged so that runtime calls from it fail.
@@ -66,10 +70,20 @@ class SimulatedRuntime final : public DeviceRuntime {
 
   const topo::System& system() const { return system_; }
 
-  const char* kind() const override { return system_.gpu_count() ? "simulated" : "none"; }
+  const char* kind() const override { return visible_.empty() ? "none" : "simulated"; }
   std::string description() const override;
-  int device_count() const override { return system_.gpu_count(); }
+  int device_count() const override { return static_cast<int>(visible_.size()); }
   Status device_info(int device, DeviceInfo* out) const override;
+  Status device_by_bus_id(const std::string& pci_bus_id, int* out) const override;
+  // Every GPU of the machine, visible or not: the topology file is the machine (as NVML sees
+  // every GPU whatever CUDA_VISIBLE_DEVICES says).
+  Status peer_bus_ids(int device, std::vector<std::string>* out) override;
+  // The topology file's index (physical_index) of a visible device, and of a GPU named by bus
+  // id (visible or not); -1 if none.
+  int physical_index(int device) const {
+    return device >= 0 && static_cast<size_t>(device) < visible_.size() ? visible_[static_cast<size_t>(device)] : -1;
+  }
+  int physical_of_bus(const std::string& pci_bus_id) const;
 
   Status alloc_device(int device, size_t bytes, void** out) override;
   Status free_device(void* ptr) override;
@@ -138,7 +152,12 @@ class SimulatedRuntime final : public DeviceRuntime {
   };
   static constexpr int kHostNode = -1;
 
-  Status check_device(int device, const char* op) const;
+  Status check_device(int device, const char* op) const;  // a physical index
+  // Note [Simulated visible devices]: the caller's ordinal (0..device_count()-1) to the
+  // topology file's index, checked; and back (-1: not visible to this process).
+  Status to_physical(int* device, const char* op) const;
+  int ordinal_of(int physical) const;
+  std::string bus_id_of(int physical) const;
   bool peer_enabled(int device, int peer) const;
   // [ptr, ptr + bytes) must be device memory that `device` may touch (its own, or a peer's it
   // enabled access to); with allow_pinned, pinned host memory too. `what` names the argument.
@@ -158,6 +177,8 @@ class SimulatedRuntime final : public DeviceRuntime {
   topo::System system_;
   SimOptions options_;
   sim::SimMemory memory_;
+  std::vector<int> visible_;  // ordinal -> physical index (Note [Simulated visible devices])
+  std::string visible_note_;  // why the visible set is what it is, for description()
 
   mutable std::mutex mu_;  // guards everything below
   std::vector<char> peer_;  // [device * n + peer]: enable_peer(device, peer) succeeded

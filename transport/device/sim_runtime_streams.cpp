@@ -31,7 +31,7 @@ Status SimulatedRuntime::find_event(Event e, const char* op, std::shared_ptr<sim
 
 Status SimulatedRuntime::create_stream(int device, Stream* out, bool blocking) {
   ACCORD_TRY(not_in_host_func("create_stream"));
-  ACCORD_TRY(check_device(device, "create_stream"));
+  ACCORD_TRY(to_physical(&device, "create_stream"));
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: create_stream: null output", device);
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_id_++;
@@ -66,7 +66,7 @@ Status SimulatedRuntime::synchronize_stream(Stream stream) {
 
 Status SimulatedRuntime::synchronize_device(int device) {
   ACCORD_TRY(not_in_host_func("synchronize_device"));
-  ACCORD_TRY(check_device(device, "synchronize_device"));
+  ACCORD_TRY(to_physical(&device, "synchronize_device"));
   std::vector<std::shared_ptr<sim::SimStream>> mine;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -84,7 +84,7 @@ Status SimulatedRuntime::synchronize_device(int device) {
 
 Status SimulatedRuntime::create_event(int device, Event* out) {
   ACCORD_TRY(not_in_host_func("create_event"));
-  ACCORD_TRY(check_device(device, "create_event"));
+  ACCORD_TRY(to_physical(&device, "create_event"));
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: create_event: null output", device);
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_id_++;
@@ -176,7 +176,7 @@ Status SimulatedRuntime::ipc_get_handle(const void* ptr, IpcHandle* out) {
 }
 
 Status SimulatedRuntime::ipc_open_handle(int device, const IpcHandle& h, void** out) {
-  ACCORD_TRY(check_device(device, "ipc_open_handle"));
+  ACCORD_TRY(to_physical(&device, "ipc_open_handle"));
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: ipc_open_handle: null output", device);
   if (h.magic != IpcHandle::kMagic)
     return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: ipc_open_handle: not an IPC handle (bad magic 0x%08x)",
@@ -244,6 +244,7 @@ Status SimulatedRuntime::stream_wait_flag(Stream stream, const std::atomic<uint6
 }
 
 Status SimulatedRuntime::wrap_user_stream(int device, void* user_stream, Stream* out) {
+  ACCORD_TRY(to_physical(&device, "wrap_user_stream"));
   if (!out) return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: wrap_user_stream: null output", device);
   std::shared_ptr<sim::SimStream> s;
   const Stream st{static_cast<uint64_t>(reinterpret_cast<uintptr_t>(user_stream))};

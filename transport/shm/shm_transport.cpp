@@ -57,7 +57,27 @@ Status map_segment(const std::string& name, size_t bytes, bool create, void** ad
   return Status::success();
 }
 
+// The creator of a segment named "accord-<pid>-n<pidns>-<random>" (or, before pid
+// namespaces were named, "accord-<pid>-<random>": ns empty).
+void segment_creator(const std::string& name, long* pid, std::string* ns) {
+  char* end = nullptr;
+  *pid = std::strtol(name.c_str() + sizeof kPrefix - 1, &end, 10);
+  ns->clear();
+  if (end[0] == '-' && end[1] == 'n') *ns = std::string(end + 2, std::strcspn(end + 2, "-"));
+}
+
 }  // namespace
+
+// Read at every call, never kept: a child forked after unshare(CLONE_NEWPID) is in another
+// namespace than the process it was forked from.
+std::string pid_namespace() {
+  char link[64] = "";
+  const ssize_t n = readlink("/proc/self/ns/pid", link, sizeof link - 1);
+  if (n <= 0) return "?";  // no /proc: every process says so (pids compared as before)
+  link[n] = '\0';
+  const char* open = std::strchr(link, '[');
+  return open != nullptr ? std::string(open + 1, std::strcspn(open + 1, "]")) : std::string(link);
+}
 
 std::vector<std::string> list_shm_segments() {
   std::vector<std::string> out;
@@ -71,8 +91,13 @@ std::vector<std::string> list_shm_segments() {
 }
 
 void sweep_stale_shm_segments() {
+  const std::string my_ns = pid_namespace();
   for (const std::string& name : list_shm_segments()) {
-    long pid = std::strtol(name.c_str() + sizeof kPrefix - 1, nullptr, 10);
+    long pid = 0;
+    std::string ns;
+    segment_creator(name, &pid, &ns);
+    // A pid of another namespace (another container on this /dev/shm) names nothing here.
+    if (!ns.empty() && ns != my_ns) continue;
     struct stat st;
     std::string path = "/dev/shm/" + name;
     if (pid <= 0 || stat(path.c_str(), &st) != 0 || st.st_uid != getuid()) continue;
@@ -84,9 +109,13 @@ void sweep_stale_shm_segments() {
 }
 
 void remove_segments_of(const std::vector<long>& pids) {
+  const std::string my_ns = pid_namespace();
   for (const std::string& name : list_shm_segments()) {
-    long pid = std::strtol(name.c_str() + sizeof kPrefix - 1, nullptr, 10);
-    if (std::find(pids.begin(), pids.end(), pid) != pids.end()) shm_unlink(("/" + name).c_str());
+    long pid = 0;
+    std::string ns;
+    segment_creator(name, &pid, &ns);
+    if ((ns.empty() || ns == my_ns) && std::find(pids.begin(), pids.end(), pid) != pids.end())
+      shm_unlink(("/" + name).c_str());
   }
 }
 
@@ -111,7 +140,8 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
   sweep_stale_shm_segments();
   uint8_t rnd[16];
   ACCORD_TRY(random_bytes(rnd, sizeof rnd));
-  std::string mine = "/" + std::string(kPrefix) + std::to_string(getpid()) + "-" + to_hex(rnd, sizeof rnd);
+  std::string mine = "/" + std::string(kPrefix) + std::to_string(getpid()) + "-n" + pid_namespace() + "-" +
+                     to_hex(rnd, sizeof rnd);
   void* my_addr = nullptr;
   ACCORD_TRY(map_segment(mine, seg_bytes, true, &my_addr).prefix(format("rank %d: ", rank)));
   t->mappings_.push_back({my_addr, seg_bytes});

@@ -2,10 +2,12 @@
 //
 // Each rank creates one POSIX shared-memory segment holding a receive FIFO for every local
 // peer (receiver-side buffers: a sender writes into the memory its receiver will read). Names
-// are "/accord-<pid>-<128 random bits>", created O_EXCL with mode 0600, and unlinked as soon
-// as every local peer has mapped the segment, so after init nothing is left in /dev/shm even
-// if a rank is later killed. If a rank dies during the few milliseconds between create and
-// unlink, the next Accord process on the host removes segments whose creator pid is gone.
+// are "/accord-<pid>-n<pid namespace>-<128 random bits>", created O_EXCL with mode 0600, and
+// unlinked as soon as every local peer has mapped the segment, so after init nothing is left in
+// /dev/shm even if a rank is later killed. If a rank dies during the few milliseconds between
+// create and unlink, the next Accord process on the host in the same pid namespace removes
+// segments whose creator pid is gone (a pid of another namespace, another container sharing
+// this /dev/shm, names no process here: Note [Process identity], collectives/communicator.cpp).
 //
 // The first page of the segment holds the owner's death note and its board (Note [Board]).
 // After the FIFOs, the segment holds one device-FIFO area per rank (zero-filled; a whole FIFO
@@ -78,10 +80,15 @@ class ShmTransport {
   std::unique_ptr<Board> board_;
 };
 
-// Removes /dev/shm/accord-<pid>-* segments of this user whose creating process is gone.
+// The inode of this process's pid namespace (/proc/self/ns/pid), as text; "?" without /proc.
+std::string pid_namespace();
+
+// Removes /dev/shm/accord-<pid>-* segments of this user, made in this pid namespace, whose
+// creating process is gone.
 void sweep_stale_shm_segments();
 
-// Removes every /dev/shm/accord-<pid>-* segment of these processes: when a job's init fails,
+// Removes every /dev/shm/accord-<pid>-* segment of these processes (of this pid namespace):
+// when a job's init fails,
 // its segments are useless, and a rank that died may have created one nobody else learned of.
 void remove_segments_of(const std::vector<long>& pids);
 

@@ -57,7 +57,7 @@ Status TcpTransport::setup(StoreClient* store, int rank, int nranks, const std::
   t->listen_addr_ = iface.addr;
   Fd listener;
   ACCORD_TRY(tcp_listen(&t->listen_addr_, 128, &listener).prefix(format("rank %d: TCP transport: ", rank)));
-  ACCORD_TRY(store->set("tcp/" + std::to_string(rank), t->listen_addr_.to_string()));
+  ACCORD_TRY(store->set(options.store_prefix + std::to_string(rank), t->listen_addr_.to_string()));
   if (options.after_listen) options.after_listen(t->listen_addr_);
 
   // Accept from lower ranks on a helper thread while this one connects to higher ranks, so no
@@ -79,7 +79,7 @@ Status TcpTransport::setup(StoreClient* store, int rank, int nranks, const std::
   Status s;
   for (int p : connect_to) {
     std::string text;
-    s = store->get("tcp/" + std::to_string(p), &text, deadline, "rank " + std::to_string(p));
+    s = store->get(options.store_prefix + std::to_string(p), &text, deadline, "rank " + std::to_string(p));
     SockAddr addr;
     if (s.ok()) s = parse_address(text, 0, &addr);
     for (int k = 0; s.ok() && k < t->nsocks_; ++k) {

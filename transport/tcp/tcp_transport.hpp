@@ -41,6 +41,9 @@ struct TcpOptions {
   size_t nslots = 8;              // ring depth each way per peer
   WaitPolicy policy{20000, 0};    // short spin: TCP latency is tens of microseconds anyway
   int64_t linger_ms = 2000;       // at destroy: how long queued messages may take to leave
+  // Bootstrap store keys of the listening addresses: "<prefix><rank>". A communicator's second
+  // transport (device data, Note [Device data over TCP]) has a prefix of its own.
+  std::string store_prefix = "tcp/";
   // Tests: called with the listening address once it is published, before accepting.
   std::function<void(const SockAddr&)> after_listen;
 };

@@ -88,6 +88,34 @@ for n in 3; do
   rm -f "$log"
 done
 
+# GPU buffers across hosts (Note [Device data over TCP]): simulated GPUs (ACCORD_GPU_TOPO, a
+# topology fixture, set by meson), 2 hosts of 2 ranks, the library's choice and hierarchical.
+if [ -n "${ACCORD_GPU_TOPO:-}" ]; then
+  n=2
+  log=$(mktemp)
+  start=$(date +%s%N)
+  port=$((30500 + RANDOM % 1000))
+  pids=()
+  for ((r = 0; r < 2 * n; r++)); do
+    timeout 150 "$here/hosts.sh" run "$tag" $((r / 2)) env -u OMPI_COMM_WORLD_RANK RANK=$r LOCAL_RANK=$((r % 2)) \
+      WORLD_SIZE=$((2 * n)) MASTER_ADDR="$(netns_addr 0)" MASTER_PORT=$port ACCORD_SIM_TOPO="$ACCORD_GPU_TOPO" \
+      "$prog" gpu >>"$log" 2>&1 &
+    pids+=($!)
+  done
+  rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  good=$(grep -c "checks, 0 failures$" "$log")
+  if [ "$rc" = 0 ] && [ "$good" = $((2 * n)) ]; then
+    pass "GPU buffers (simulated), $((2 * n)) ranks on $n hosts, $(grep -m1 -o "[0-9]* checks" "$log") each, $(since "$start") s, all exact"
+  else
+    fail "GPU buffers (simulated) (exit $rc, $good of $((2 * n)) ranks clean):"
+    tail -40 "$log" | sed 's/^/       /'
+  fi
+  rm -f "$log"
+else
+  echo "skip - GPU buffers across hosts: ACCORD_GPU_TOPO is not set"
+fi
+
 netns_down "$tag"
 trap - EXIT
 rm -f "$agent"
