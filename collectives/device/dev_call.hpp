@@ -209,6 +209,35 @@ ACCORD_HD bool wait_until(Lanes& L, DevCtl* ctl, Ready ready, int32_t peer, uint
   }
 }
 
+// Leader only: records the first failure of call `c` in its DevCtl (with several blocks, the
+// first block to fail claims it through DevCall::grid[1]).
+template <class Lanes>
+ACCORD_HD void record_failure(Lanes& L, const DevCall& c, int32_t code, int32_t peer, int64_t step, uint64_t want,
+                              uint64_t got) {
+  if (!L.leader()) return;
+  DevCtl* ctl = c.ctl;
+  if (ctl->err_seq != 0) return;
+  if (c.nblocks > 1 && L.fetch_add(&c.grid[1], 1) != 0) return;  // another block's failure
+  ctl->err_code = code;
+  ctl->err_peer = peer;
+  ctl->err_step = step;
+  ctl->err_want = want;
+  ctl->err_got = got;
+  L.store64(&ctl->err_seq, c.seq);
+}
+
+// The start of every kernel: block 0 says it began (DevCtl::started); false when the
+// communicator is aborted already (every thread gets the answer).
+template <class Lanes>
+ACCORD_HD bool begin_call(Lanes& L, const DevCall& c) {
+  uint32_t aborted = 0;
+  if (L.leader()) {
+    if (L.block() == 0) L.store64(&c.ctl->started, c.seq);
+    aborted = L.load(&c.ctl->abort);
+  }
+  return L.share(aborted) == 0;
+}
+
 template <class Lanes>
 class CallRunner {
  public:
@@ -217,12 +246,7 @@ class CallRunner {
 
   // Runs every step; returns false after recording a failure in DevCtl.
   ACCORD_HD bool run() {
-    uint32_t aborted = 0;
-    if (L_.leader()) {
-      if (L_.block() == 0) L_.store64(&c_.ctl->started, c_.seq);
-      aborted = L_.load(&c_.ctl->abort);
-    }
-    bool ok = L_.share(aborted) == 0;
+    bool ok = begin_call(L_, c_);
     if (!ok) fail_leader(kDevAborted, -1, 0, 0);
     for (uint32_t i = 0; ok && i < c_.nsteps; ++i) {
       index_ = i;
@@ -260,16 +284,7 @@ class CallRunner {
 
   // Leader only: records the first failure of this call.
   ACCORD_HD void fail_leader(int32_t code, int32_t peer, uint64_t want, uint64_t got) {
-    if (!L_.leader()) return;
-    DevCtl* ctl = c_.ctl;
-    if (ctl->err_seq != 0) return;
-    if (c_.nblocks > 1 && L_.fetch_add(&c_.grid[1], 1) != 0) return;  // another block's failure
-    ctl->err_code = code;
-    ctl->err_peer = peer;
-    ctl->err_step = static_cast<int64_t>(index_);
-    ctl->err_want = want;
-    ctl->err_got = got;
-    L_.store64(&ctl->err_seq, c_.seq);
+    record_failure(L_, c_, code, peer, static_cast<int64_t>(index_), want, got);
   }
 
   // Leader only: waits until `*word` satisfies ready(); false when aborted.

@@ -71,12 +71,7 @@ class DirectRunner {
   ACCORD_HD DirectRunner(const DevCall& c, const DevDirect& d, Lanes& lanes) : c_(c), d_(d), L_(lanes) {}
 
   ACCORD_HD bool run() {
-    uint32_t aborted = 0;
-    if (L_.leader()) {
-      if (L_.block() == 0) L_.store64(&c_.ctl->started, c_.seq);
-      aborted = L_.load(&c_.ctl->abort);
-    }
-    bool ok = L_.share(aborted) == 0;
+    bool ok = begin_call(L_, c_);
     if (!ok) fail(kDevAborted, -1, 0, 0);
     const uint64_t rounds = d_.chunk_elems == 0 ? 0 : (d_.count + d_.chunk_elems - 1) / d_.chunk_elems;
     for (uint64_t k = 0; ok && k < rounds; ++k) {
@@ -230,18 +225,9 @@ class DirectRunner {
     return true;
   }
 
-  // Leader only: records the first failure of this call (as CallRunner::fail_leader).
+  // Leader only: the first failure of this call, at this round.
   ACCORD_HD void fail(int32_t code, int32_t peer, uint64_t want, uint64_t got) {
-    if (!L_.leader()) return;
-    DevCtl* ctl = c_.ctl;
-    if (ctl->err_seq != 0) return;
-    if (c_.nblocks > 1 && L_.fetch_add(&c_.grid[1], 1) != 0) return;
-    ctl->err_code = code;
-    ctl->err_peer = peer;
-    ctl->err_step = static_cast<int64_t>(round_index_);
-    ctl->err_want = want;
-    ctl->err_got = got;
-    L_.store64(&ctl->err_seq, c_.seq);
+    record_failure(L_, c_, code, peer, static_cast<int64_t>(round_index_), want, got);
   }
 
   const DevCall& c_;
