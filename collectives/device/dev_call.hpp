@@ -145,6 +145,8 @@ constexpr unsigned kCollectiveThreads = 512;  // one block of the CUDA kernel
 // The direct protocol's part of a launch (direct_call.hpp, Note [Direct protocol]); proto
 // kProtoFifo: the FIFO schedule of DevLaunch::steps instead.
 enum : uint32_t { kProtoFifo = 0, kProtoOneShot = 1, kProtoTwoShot = 2 };
+// The collectives, as schedule.hpp's Collective numbers them (dev_host.cpp checks).
+enum : uint32_t { kCollAllReduce = 0, kCollReduceScatter = 1, kCollAllGather = 2, kCollBroadcast = 3, kCollReduce = 4 };
 struct DevDirect {
   uint8_t* const* scratch = nullptr;  // [nranks] every rank's scratch as this GPU addresses it
   uint64_t count = 0;                 // elements of the call
@@ -154,6 +156,8 @@ struct DevDirect {
   uint32_t round = 0;                 // this call's first round (Note [Direct rounds])
   uint32_t proto = kProtoFifo;
   uint32_t nslices = 1;               // slices of every round (Note [Direct slices])
+  uint32_t coll = kCollAllReduce;
+  int32_t root = 0;                   // broadcast, reduce
   uint32_t pad = 0;
 };
 

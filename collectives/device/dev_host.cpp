@@ -29,6 +29,11 @@ static_assert(static_cast<int>(StepKind::kSend) == kStepSend && static_cast<int>
               static_cast<int>(StepKind::kRecvCopySend) == kStepRecvCopySend &&
               static_cast<int>(StepKind::kCopy) == kStepCopy && static_cast<int>(StepKind::kReduceAll) == kStepReduceAll);
 static_assert(static_cast<int>(Buf::kInput) == kBufInput && static_cast<int>(Buf::kOutput) == kBufOutput);
+static_assert(static_cast<int>(Collective::kAllReduce) == kCollAllReduce &&
+              static_cast<int>(Collective::kReduceScatter) == kCollReduceScatter &&
+              static_cast<int>(Collective::kAllGather) == kCollAllGather &&
+              static_cast<int>(Collective::kBroadcast) == kCollBroadcast &&
+              static_cast<int>(Collective::kReduce) == kCollReduce);
 static_assert(offsetof(SlotHeader, seq) == 0 && offsetof(SlotHeader, size) == 4 && offsetof(SlotHeader, tag) == 8 &&
               sizeof(SlotHeader) == kSlotHeaderBytes);
 static_assert(offsetof(FifoCtrl, head) == kHeadOffset);

@@ -134,14 +134,20 @@ DirectEngine::~DirectEngine() {
 }
 
 uint32_t DirectEngine::choose(Collective coll, size_t bytes, std::string* why) const {
-  if (coll != Collective::kAllReduce) {
-    *why = "only all_reduce has a direct form yet";
+  if (mode_ == ProtoMode::kFifo) {
+    *why = "ACCORD_DEVICE_PROTO=fifo";
     return kProtoFifo;
   }
+  if (coll != Collective::kAllReduce && coll != Collective::kReduceScatter && coll != Collective::kAllGather &&
+      coll != Collective::kBroadcast && coll != Collective::kReduce) {
+    *why = "no direct form";
+    return kProtoFifo;
+  }
+  if (coll != Collective::kAllReduce) {
+    *why = "every pair addresses the other's GPU memory; one synchronization a round (Note [Direct collectives])";
+    return kProtoOneShot;
+  }
   switch (mode_) {
-    case ProtoMode::kFifo:
-      *why = "ACCORD_DEVICE_PROTO=fifo";
-      return kProtoFifo;
     case ProtoMode::kOneShot:
       *why = "ACCORD_DEVICE_PROTO=oneshot";
       return kProtoOneShot;
@@ -161,12 +167,17 @@ uint32_t DirectEngine::choose(Collective coll, size_t bytes, std::string* why) c
   return p;
 }
 
-void DirectEngine::prepare(uint32_t proto, size_t count, size_t elem_bytes, unsigned max_blocks, DevDirect* d,
-                           uint32_t* nblocks) const {
-  // Two-shot keeps its input and its results in the two quarters of the round's half.
-  const uint64_t room = proto == kProtoTwoShot ? half_bytes_ / 2 : half_bytes_;
+void DirectEngine::prepare(Collective coll, int root, uint32_t proto, size_t count, size_t elem_bytes,
+                           unsigned max_blocks, DevDirect* d, uint32_t* nblocks) const {
+  // Two-shot keeps its input and its results in the two quarters of the round's half; a
+  // reduce-scatter round holds every rank's segment.
+  const uint64_t room = proto == kProtoTwoShot ? half_bytes_ / 2
+                        : coll == Collective::kReduceScatter ? half_bytes_ / static_cast<uint64_t>(nranks_)
+                                                             : half_bytes_;
   const uint64_t chunk = std::max<uint64_t>(1, room / elem_bytes);
   const uint64_t round_bytes = std::min<uint64_t>(count, chunk) * elem_bytes;
+  d->coll = static_cast<uint32_t>(coll);
+  d->root = root;
   const uint64_t slices = (round_bytes + kDirectSliceBytes - 1) / kDirectSliceBytes;
   d->scratch = static_cast<uint8_t* const*>(table_);
   d->count = count;
@@ -190,8 +201,9 @@ std::string DirectEngine::describe() const {
                       : nranks_ <= 2                 ? "direct one-shot at every size (2 ranks)"
                       : nranks_ <= 4                 ? "direct one-shot up to 512 KiB, two-shot above"
                                                      : "direct one-shot up to 256 KiB, two-shot above";
-  return format("device protocol: all_reduce %s, by loads and stores of each rank's %zu KiB scratch mapped into "
-                "every peer (every pair addresses the other's GPU memory); other collectives: fifo\n",
+  return format("device protocol: all_reduce %s; reduce_scatter, all_gather, broadcast and reduce direct, one "
+                "synchronization a round; by loads and stores of each rank's %zu KiB scratch mapped into every peer "
+                "(every pair addresses the other's GPU memory)\n",
                 which, (2 * half_bytes_) >> 10);
 }
 
@@ -199,8 +211,8 @@ void DirectEngine::log_choice(Collective coll, size_t bytes, uint32_t proto, con
   int log2 = 0;
   while ((size_t{1} << (log2 + 1)) <= bytes && log2 < 62) ++log2;
   if (!logged_.insert({proto * 256 + static_cast<uint32_t>(coll), log2}).second) return;
-  LOG_INFO(kGpu, "rank %d: %s of %zu bytes: %s (%s)", rank_, collective_name(coll), bytes, proto_name(proto),
-           why.c_str());
+  LOG_INFO(kGpu, "rank %d: %s of %zu bytes: %s (%s)", rank_, collective_name(coll), bytes,
+           coll == Collective::kAllReduce || proto == kProtoFifo ? proto_name(proto) : "direct", why.c_str());
 }
 
 }  // namespace accord::dev

@@ -53,9 +53,10 @@ class DirectEngine {
   // The protocol of a call (the same on every rank: from the call and the job's settings), and
   // why, for the log.
   uint32_t choose(Collective coll, size_t bytes, std::string* why) const;
-  // The direct part of a launch of `count` elements, and its blocks (at most max_blocks).
-  void prepare(uint32_t proto, size_t count, size_t elem_bytes, unsigned max_blocks, DevDirect* d,
-               uint32_t* nblocks) const;
+  // The direct part of a launch of `count` elements per rank (as CollArgs::count), and its
+  // blocks (at most max_blocks).
+  void prepare(Collective coll, int root, uint32_t proto, size_t count, size_t elem_bytes, unsigned max_blocks,
+               DevDirect* d, uint32_t* nblocks) const;
   // After a launch of `d` succeeded: its rounds are spent (Note [Direct rounds]).
   void commit(const DevDirect& d);
   // One line for the plan (--show-plan).

@@ -37,6 +37,16 @@
 // ahead. A flag of exactly round e whose tag is not this call's is a mismatched call
 // (kDevBadTag).
 //
+// Note [Direct collectives]: the other collectives in the same rounds and halves, one
+// synchronization a round (the one-shot shape): a round carries n of the call's count elements
+// per rank (reduce-scatter: per segment, so a round's half holds the nranks segments of n, each
+// at k * n); A puts this rank's part into its half (reduce-scatter: every segment; all-gather
+// and reduce: its input; broadcast: the root only), flag 0 as above (every rank, the root's
+// peers too: a flag also says "done reading the round before"), then B: reduce-scatter folds
+// its own segment from every rank's half, all-gather copies every rank's half to its place in
+// the output, broadcast copies the root's, reduce's root folds all. The argument above holds
+// unchanged: a round writes only halves e % 2.
+//
 // Note [Direct rounds]: every rank numbers rounds from 1 at init and adds the rounds of each
 // direct call (ceil(count / chunk_elems)); the ranks make the same calls, so they agree. The
 // 32-bit round wraps after 4 billion rounds; waits compare with a signed difference.
@@ -189,7 +199,45 @@ class DirectRunner {
     return L_.share(failed) == 0;
   }
 
+  // The other collectives, one synchronization a round (Note [Direct collectives]).
+  ACCORD_HD bool run_other(uint32_t e, uint64_t base, uint64_t n, uint32_t s) {
+    const uint32_t h = e & 1u;
+    const uint64_t es = c_.elem_bytes;
+    const Range r = split(n, d_.nslices, s);
+    const uint64_t len = r.hi - r.lo;
+    const int32_t R = c_.nranks;
+    switch (d_.coll) {  // A
+      case kCollReduceScatter:  // every rank's segment of the round, segment k at k * n
+        for (int32_t k = 0; k < R; ++k)
+          copy(half(c_.rank, h) + (static_cast<uint64_t>(k) * n + r.lo) * es, in(static_cast<uint64_t>(k) * d_.count + base + r.lo),
+               len);
+        break;
+      case kCollBroadcast:
+        if (c_.rank == d_.root) copy(half(c_.rank, h) + r.lo * es, in(base + r.lo), len);
+        break;
+      default:  // all-gather, reduce
+        copy(half(c_.rank, h) + r.lo * es, in(base + r.lo), len);
+    }
+    if (!exchange(0, s, e)) return false;
+    switch (d_.coll) {  // B
+      case kCollReduceScatter:
+        fold(out(base + r.lo), h, static_cast<uint64_t>(c_.rank) * n + r.lo, len);
+        break;
+      case kCollAllGather:
+        for (int32_t p = 0; p < R; ++p)
+          copy(out(static_cast<uint64_t>(p) * d_.count + base + r.lo), half(p, h) + r.lo * es, len);
+        break;
+      case kCollBroadcast:
+        copy(out(base + r.lo), half(d_.root, h) + r.lo * es, len);
+        break;
+      default:  // reduce
+        if (c_.rank == d_.root) fold(out(base + r.lo), h, r.lo, len);
+    }
+    return true;
+  }
+
   ACCORD_HD bool run_slice(uint32_t e, uint64_t base, uint64_t n, uint32_t s) {
+    if (d_.coll != kCollAllReduce) return run_other(e, base, n, s);
     const bool one_shot = d_.proto == kProtoOneShot;
     const uint32_t h_in = e & 1u;
     // A: this rank's input of the slice into its scratch.

@@ -70,7 +70,7 @@ bool Communicator::prepare_direct(const CollArgs& a, size_t elem_bytes, dev::Dev
   const uint32_t proto = direct_->choose(a.coll, bytes, &why);
   direct_->log_choice(a.coll, bytes, proto, why);
   if (proto == dev::kProtoFifo) return false;
-  direct_->prepare(proto, a.count, elem_bytes, max_blocks_, &launch->direct, &launch->call.nblocks);
+  direct_->prepare(a.coll, a.root, proto, a.count, elem_bytes, max_blocks_, &launch->direct, &launch->call.nblocks);
   launch->call.nsteps = 0;
   launch->call.steps = nullptr;
   return true;

@@ -548,6 +548,16 @@ std::vector<Case> direct_cases() {
       for (accord_datatype_t d : {ACCORD_UINT8, ACCORD_INT32, ACCORD_FLOAT32})
         for (accord_red_op_t op : {ACCORD_MAX, ACCORD_MIN, ACCORD_PROD})
           cases.push_back(Case{Coll::kAllReduce, d, op, count, in_place});
+      // Note [Direct collectives]: the other four, roots at both ends and in the middle.
+      for (accord_datatype_t d : {ACCORD_INT8, ACCORD_FLOAT16, ACCORD_FLOAT32, ACCORD_INT64}) {
+        for (accord_red_op_t op : {ACCORD_SUM, ACCORD_AVG, ACCORD_MAX}) {
+          cases.push_back(Case{Coll::kReduceScatter, d, op, count, in_place});
+          cases.push_back(Case{Coll::kReduce, d, op, count, in_place, op == ACCORD_SUM ? 0 : op == ACCORD_AVG ? -1 : -2});
+        }
+        cases.push_back(Case{Coll::kAllGather, d, ACCORD_SUM, count, in_place});
+        cases.push_back(Case{Coll::kBroadcast, d, ACCORD_SUM, count, in_place, -1});
+        cases.push_back(Case{Coll::kBroadcast, d, ACCORD_SUM, count, in_place, 0});
+      }
     }
   return cases;
 }
@@ -556,7 +566,9 @@ std::vector<Case> direct_cases() {
 std::string direct_job(accord_comm_t c, int r, int n, int gpus, bool direct) {
   const std::string wrong = check_proto(plan_of(c), direct);
   if (!wrong.empty()) return wrong;
-  return every_collective(c, r, n, gpus, direct_cases());
+  std::vector<Case> cases = direct_cases();
+  for (Case& k : cases) k.root = k.root == -1 ? n - 1 : k.root == -2 ? n / 2 : k.root;  // last, middle
+  return every_collective(c, r, n, gpus, cases);
 }
 
 struct SharedGpuEnv {
