@@ -167,6 +167,11 @@ Status Communicator::configure() {
       return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_ALGO='%s' is not an algorithm; use ring, tree, direct, rd (recursive doubling), hier (hierarchical, several hosts) or chain",
                    settings_.algo.c_str());
   }
+  dev::ProtoMode proto;
+  if (!dev::parse_proto_mode(settings_.device_proto, &proto))
+    return error(ACCORD_ERR_INVALID_ARGUMENT,
+                 "ACCORD_DEVICE_PROTO='%s' is not a device protocol; use auto, direct, oneshot, twoshot or fifo",
+                 settings_.device_proto.c_str());
   FifoShape& shape = shape_;
   shape.slot_bytes = settings_.shm_slot_bytes > 0 ? static_cast<size_t>(settings_.shm_slot_bytes) : kDefaultSlotBytes;
   shape.slot_bytes = std::max<size_t>(64, shape.slot_bytes & ~size_t{63});
@@ -235,6 +240,7 @@ Status Communicator::init(const InitSpec& spec) {
     find_gpu_sharers();
   }
   if (s.ok()) s = connect_device_fifos(store.get(), deadline);
+  if (s.ok()) s = setup_direct(store.get(), deadline);
   // Note [Device init barrier]: no rank may launch a collective kernel while another rank of
   // the job is still in its device setup: a kernel of this process would spin on a peer whose
   // thread waits in cudaHostRegister or cudaMalloc for the device to go idle (the simulation
@@ -617,7 +623,7 @@ std::string Communicator::plan() const {
                       short_host(hb).c_str(), tcp_nsocks(),
                       gpus && tcp_dev_ ? "; GPU buffers staged through pinned host memory" : "");
     }
-  return out;
+  return out + direct_plan_;
 }
 
 Status Communicator::validate(const CollArgs& args) const {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "collectives/device/dev_call.hpp"
+#include "collectives/device/direct.hpp"
 #include "collectives/executor.hpp"
 #include "collectives/schedule.hpp"
 #include "collectives/tuner.hpp"
@@ -178,6 +179,9 @@ class Communicator {
   Status pump_failure(int peer);  // success: its pumps are well (or it has none)
   void pump_failed(TcpPump* p, Status s, const char* what);
   Status upload_peers(const std::vector<dev::DevPeer>& peers);
+  Status setup_direct(StoreClient* store, Deadline deadline);  // Note [Direct or FIFO] (device/direct_path.cpp)
+  bool prepare_direct(const CollArgs& a, size_t elem_bytes, dev::DevLaunch* launch);
+  Status device_stream(void* user_stream, Stream* out);  // device_path.cpp
   Status reserve_steps(size_t bytes, uint64_t seq, size_t* offset);
   void start_watchdog();
   void stop_watchdog();
@@ -307,6 +311,8 @@ class Communicator {
   std::vector<int> dev_route_of_;
   std::vector<void*> dev_fifo_mem_;
   std::vector<void*> ipc_opened_;
+  std::unique_ptr<dev::DirectEngine> direct_;  // Note [Direct protocol]; null: FIFOs for every call
+  std::string direct_plan_;                     // the plan's "device protocol" line
   void* peers_dev_ = nullptr;
   void* counts_dev_ = nullptr;
   // Note [Kernels on the caller's stream]: the kernels' control block (pinned; host and device

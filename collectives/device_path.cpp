@@ -190,6 +190,7 @@ void Communicator::release_device() {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
+  direct_.reset();  // its scratch, and the peers' opened
   stop_tcp_pumps();  // after the kernels: Note [Device data over TCP]
   if (stream_.id != 0) (void)rt_->destroy_stream(stream_);
   if (order_event_.id != 0) (void)rt_->destroy_event(order_event_);
@@ -906,6 +907,18 @@ std::string Communicator::dead_peer_note() const {
   return std::string();
 }
 
+// The runtime's stream for a caller's stream handle, wrapped once.
+Status Communicator::device_stream(void* user_stream, Stream* out) {
+  auto it = user_streams_.find(user_stream);
+  if (it != user_streams_.end()) {
+    *out = it->second;
+    return Status::success();
+  }
+  ACCORD_TRY(rt_->wrap_user_stream(device_, user_stream, out));
+  user_streams_.emplace(user_stream, *out);
+  return Status::success();
+}
+
 Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   RankScope scope(rank_, nranks_);
   const char* name = collective_name(a.coll);
@@ -920,15 +933,22 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
                  "rank %d: %s: device buffers need a stream of GPU %d (a cudaStream_t, "
                  "or accord_stream_create)",
                  rank_, name, device_);
+  // One rank: every collective is a copy of its input into its output, or nothing in place.
+  // The copy engine moves it at the GPU's memory bandwidth; there is no peer to wait for, so no
+  // kernel, no schedule, no stream-owner table (its lock) and no capture query (a captured copy
+  // is replayed right).
+  if (nranks_ == 1) {
+    size_t in_bytes = 0, out_bytes = 0;
+    ACCORD_TRY(check_args(a, &in_bytes, &out_bytes));
+    if (out_bytes == 0 || a.send == a.recv) return Status::success();
+    Stream us;
+    ACCORD_TRY(device_stream(user_stream, &us).prefix(format("rank %d: %s: ", rank_, name)));
+    return rt_->copy_async(CopyKind::kDeviceToDevice, a.recv, a.send, out_bytes, us)
+        .prefix(format("rank %d: %s: ", rank_, name));
+  }
   ACCORD_TRY(check_stream_owner(user_stream, name));
   Stream us;
-  auto it = user_streams_.find(user_stream);
-  if (it != user_streams_.end()) {
-    us = it->second;
-  } else {
-    ACCORD_TRY(rt_->wrap_user_stream(device_, user_stream, &us).prefix(format("rank %d: %s: ", rank_, name)));
-    user_streams_.emplace(user_stream, us);
-  }
+  ACCORD_TRY(device_stream(user_stream, &us).prefix(format("rank %d: %s: ", rank_, name)));
   // A capture would bake this call's seq and step-ring offset into the graph; a replay would
   // read recycled steps and hang or give wrong results.
   bool capturing = false;
@@ -948,20 +968,6 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   if (sched.scratch_bytes > 0 && sched.scratch_bytes > (dev_scratch_ != nullptr ? shape_.slot_bytes : 0))
     return error(ACCORD_ERR_INTERNAL, "rank %d: %s needs %zu bytes of GPU scratch, more than the %zu allocated "
                  "at init", rank_, name, sched.scratch_bytes, dev_scratch_ != nullptr ? shape_.slot_bytes : 0);
-  // One rank: every collective is a copy of its input into its output (or nothing, in place).
-  // The copy engine moves it at the GPU's memory bandwidth; there is no peer to wait for, so
-  // no kernel, FIFO count or kernel order is involved.
-  if (nranks_ == 1 && std::all_of(sched.steps.begin(), sched.steps.end(),
-                                  [](const Step& st) { return st.kind == StepKind::kCopy; })) {
-    for (const Step& st : sched.steps) {
-      const uint8_t* src = step_src(st, a.send, a.recv);
-      uint8_t* dst = step_dst(st, a.send, a.recv);
-      if (src != dst && st.bytes > 0)
-        ACCORD_TRY(rt_->copy_async(CopyKind::kDeviceToDevice, dst, src, st.bytes, us)
-                       .prefix(format("rank %d: %s: ", rank_, name)));
-    }
-    return Status::success();
-  }
   const uint64_t seq = dev_seq_ + 1;
   const bool reducing = reduces(a.coll);
   dev::DevLaunch launch;
@@ -983,15 +989,17 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   c.seq = seq;
   c.nblocks = call_blocks(sched);
   c.grid = static_cast<uint32_t*>(grid_dev_);
+  // Note [Direct or FIFO] (device/direct_path.cpp): no steps then, and no FIFO.
+  const bool direct = prepare_direct(a, plan.elem_bytes, &launch);
   dev::DevStep* steps = launch.steps;
-  if (c.nsteps > dev::kInlineSteps) {
+  if (!direct && c.nsteps > dev::kInlineSteps) {
     size_t at = 0;
     ACCORD_TRY(reserve_steps(sizeof(dev::DevStep) * c.nsteps, seq, &at));
     steps = reinterpret_cast<dev::DevStep*>(static_cast<uint8_t*>(ring_host_) + at);
     c.steps = reinterpret_cast<const dev::DevStep*>(static_cast<uint8_t*>(ring_dev_) + at);
   }
   // (A schedule in ring order has its peers mapped back to ranks already: Note [Ring order].)
-  for (size_t i = 0; i < sched.steps.size(); ++i) {
+  for (size_t i = 0; !direct && i < sched.steps.size(); ++i) {
     const Step& from = sched.steps[i];
     dev::DevStep& to = steps[i];
     to.kind = static_cast<uint8_t>(from.kind);
@@ -1023,7 +1031,7 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
     if (recent_.size() > 64) recent_.pop_front();
   }
   Status s = rt_->launch_kernel(dev::collective_kernel(), &launch, sizeof launch, us, c.nblocks,
-                                c.nblocks > 1 ? sizeof(uint32_t) * 2 * static_cast<size_t>(nranks_) : 0);
+                                c.nblocks > 1 && !direct ? sizeof(uint32_t) * 2 * static_cast<size_t>(nranks_) : 0);
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(watch_mu_);
     inflight_.pop_back();
@@ -1031,6 +1039,7 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
     if (c.steps != nullptr) ring_records_.pop_back();
     return Status(s.code(), format("rank %d: %s: %s%s", rank_, name, s.message().c_str(), dead_peer_note().c_str()));
   }
+  if (direct) direct_->commit(launch.direct);
   dev_seq_ = seq;
   last_stream_ = us;
   note_stream_use(user_stream, seq);

@@ -95,6 +95,12 @@ const std::vector<Entry>& entries() {
       BOOL_ENTRY("ACCORD_P2P_DISABLE", p2p_disable, "0", "never use GPU peer-to-peer; stage through host"),
       INT_ENTRY("ACCORD_GPU_BLOCKS", gpu_blocks, "16",
                 "most blocks of a collective kernel (one per 16 KiB of its largest step; 1: one block)"),
+      STR_ENTRY("ACCORD_DEVICE_PROTO", device_proto, "auto",
+                "GPU collectives between ranks that address each other's GPU memory: auto (direct loads and "
+                "stores where every pair can, else FIFOs), direct, oneshot, twoshot (force a direct form) or fifo"),
+      SIZE_ENTRY("ACCORD_DIRECT_SCRATCH_BYTES", direct_scratch_bytes, "0",
+                 "GPU memory per rank for the direct protocol, mapped into every peer (0: 8 MiB; a call "
+                 "larger than half of it runs in rounds)"),
       BOOL_ENTRY("ACCORD_SIM_THROTTLE", sim_throttle, "0",
                  "simulated GPUs: copies take at least bytes / the topology's link bandwidth"),
       INT_ENTRY("ACCORD_SIM_STALL_MS", sim_stall_ms, "60000",
@@ -228,7 +234,8 @@ std::string value_text(const Settings& s, const Entry& e) {
 bool shared(const Entry& e) {
   static const char* const kShared[] = {"ACCORD_ALGO",           "ACCORD_CHUNK_BYTES", "ACCORD_TUNE_FILE",
                                         "ACCORD_NET_MBPS",       "ACCORD_SHM_SLOT_BYTES",
-                                        "ACCORD_SHM_NSLOTS",     "ACCORD_CHECK",       "ACCORD_P2P_DISABLE"};
+                                        "ACCORD_SHM_NSLOTS",     "ACCORD_CHECK",       "ACCORD_P2P_DISABLE",
+                                        "ACCORD_DEVICE_PROTO",   "ACCORD_DIRECT_SCRATCH_BYTES"};
   for (const char* name : kShared)
     if (std::strcmp(name, e.info.name) == 0) return true;
   return false;

@@ -43,6 +43,8 @@ struct Settings {
   bool p2p_disable = false;          // ACCORD_P2P_DISABLE
   int64_t device = -1;               // ACCORD_DEVICE (-1 = local rank % devices)
   int64_t gpu_blocks = 16;           // ACCORD_GPU_BLOCKS
+  std::string device_proto;          // ACCORD_DEVICE_PROTO (empty = auto)
+  int64_t direct_scratch_bytes = 0;  // ACCORD_DIRECT_SCRATCH_BYTES (0 = built-in)
   bool sim_throttle = false;         // ACCORD_SIM_THROTTLE
   int64_t sim_stall_ms = 60000;      // ACCORD_SIM_STALL_MS (Note [Simulated CUDA rules])
   // Testing

@@ -16,6 +16,9 @@
 #   mps2      the same under MPS; mps4, mps8: 4 and 8 processes; staged: ACCORD_P2P_DISABLE=1
 #             (host-staged); mps2b1: mps2 with one-block kernels (ACCORD_GPU_BLOCKS=1);
 #             mps8 and mps2b1 are not in the default list
+#   direct    mps2 and mps4 with ACCORD_DEVICE_PROTO=fifo, oneshot and twoshot (issue 33: the direct
+#             protocol against the FIFOs; mps2 and mps4 themselves run the default choice; not in
+#             the default list)
 #   colls     reduce_scatter, all_gather, broadcast, reduce: 2 processes under MPS
 #   trainer   accord-train --device gpu, 2 ranks under MPS, --sync accord
 #   torch     PyTorch's NCCL process group on libaccord_nccl.so (examples/torch_allreduce.py)
@@ -144,6 +147,13 @@ for s in $steps; do
     mps8) mps_on; step mps8 60 all_reduce_perf "${mpi[@]}" -np 8 "$perf" -g 1 -b 8 -e 64M -f 64 -n 10 -w 2 ;;
     mps2b1) mps_on; step mps2b1 60 all_reduce_perf "${mpi[@]}" -x ACCORD_GPU_BLOCKS=1 -np 2 "$perf" -g 1 -b 8 \
              -e 256M -f 4 -n 10 -w 2 ;;
+    direct) mps_on  # issue 33: the direct protocol's forms against the FIFOs, 2 and 4 processes
+      for p in fifo oneshot twoshot; do
+        step "mps2$p" 60 all_reduce_perf "${mpi[@]}" -x ACCORD_DEVICE_PROTO=$p -np 2 "$perf" -g 1 -b 8 -e 128M \
+          -f 4 -n 10 -w 2
+        step "mps4$p" 60 all_reduce_perf "${mpi[@]}" -x ACCORD_DEVICE_PROTO=$p -np 4 "$perf" -g 1 -b 8 -e 64M \
+          -f 8 -n 10 -w 2
+      done ;;
     staged) mps_on; step staged 60 all_reduce_perf "${mpi[@]}" -x ACCORD_P2P_DISABLE=1 -np 2 "$perf" -g 1 \
              -b 8 -e 64M -f 8 -n 10 -w 2 --show-plan ;;
     colls) mps_on

@@ -142,10 +142,30 @@ struct DevCall {
 constexpr uint32_t kInlineSteps = 16;
 constexpr unsigned kCollectiveThreads = 512;  // one block of the CUDA kernel
 
+// The direct protocol's part of a launch (direct_call.hpp, Note [Direct protocol]); proto
+// kProtoFifo: the FIFO schedule of DevLaunch::steps instead.
+enum : uint32_t { kProtoFifo = 0, kProtoOneShot = 1, kProtoTwoShot = 2 };
+// The collectives, as schedule.hpp's Collective numbers them (dev_host.cpp checks).
+enum : uint32_t { kCollAllReduce = 0, kCollReduceScatter = 1, kCollAllGather = 2, kCollBroadcast = 3, kCollReduce = 4 };
+struct DevDirect {
+  uint8_t* const* scratch = nullptr;  // [nranks] every rank's scratch as this GPU addresses it
+  uint64_t count = 0;                 // elements of the call
+  uint64_t chunk_elems = 0;           // elements per round (the last one may have fewer)
+  uint64_t half_bytes = 0;            // bytes of each of a scratch's two data halves
+  uint64_t data_offset = 0;           // where the halves start in a scratch (after the flags)
+  uint32_t round = 0;                 // this call's first round (Note [Direct rounds])
+  uint32_t proto = kProtoFifo;
+  uint32_t nslices = 1;               // slices of every round (Note [Direct slices])
+  uint32_t coll = kCollAllReduce;
+  int32_t root = 0;                   // broadcast, reduce
+  uint32_t pad = 0;
+};
+
 // What one launch carries, by value (a kernel parameter, under CUDA's 4 KiB).
 struct DevLaunch {
   DevCall call;
   DevStep steps[kInlineSteps];
+  DevDirect direct;
 };
 static_assert(sizeof(DevLaunch) <= 4096, "a kernel parameter");
 
@@ -157,7 +177,8 @@ static_assert(sizeof(DevLaunch) <= 4096, "a kernel parameter");
 //   template <class T> T share(T v);      the leader's v, to every thread (a sync included)
 //   uint32_t load(const uint32_t*);       a flag, read with acquire semantics
 //   void store(uint32_t*, uint32_t);      a flag, written with release semantics
-//   void store64(uint64_t*, uint64_t);    the same for DevCtl's counters
+//   void store64(uint64_t*, uint64_t);    the same for DevCtl's counters and the direct flags
+//   uint64_t load64(const uint64_t*);     a direct flag, read with acquire semantics
 //   void publish();                       every thread's writes visible to the peers (before
 //                                         the leader's store of a flag)
 //   void pause(uint32_t spins);           between two polls of a flag
@@ -177,6 +198,50 @@ struct MoveArgs {
   bool copy_bytes = false;  // a dtype-free byte copy
 };
 
+// Leader only: polls until ready() (which loads what it waits on) says yes; false when
+// DevCtl::abort is set. After a long wait it tells the watchdog on whom (peer) and where (step).
+template <class Lanes, class Ready>
+ACCORD_HD bool wait_until(Lanes& L, DevCtl* ctl, Ready ready, int32_t peer, uint32_t step) {
+  for (uint32_t spins = 0;; ++spins) {
+    if (ready()) return true;
+    if (spins == 1024) {  // a long wait: say on whom, for the watchdog's message
+      L.store(reinterpret_cast<uint32_t*>(&ctl->waiting_step), step);
+      L.store(reinterpret_cast<uint32_t*>(&ctl->waiting_peer), static_cast<uint32_t>(peer));
+    }
+    if ((spins & 63) == 63 && L.load(&ctl->abort) != 0) return false;
+    L.pause(spins);
+  }
+}
+
+// Leader only: records the first failure of call `c` in its DevCtl (with several blocks, the
+// first block to fail claims it through DevCall::grid[1]).
+template <class Lanes>
+ACCORD_HD void record_failure(Lanes& L, const DevCall& c, int32_t code, int32_t peer, int64_t step, uint64_t want,
+                              uint64_t got) {
+  if (!L.leader()) return;
+  DevCtl* ctl = c.ctl;
+  if (ctl->err_seq != 0) return;
+  if (c.nblocks > 1 && L.fetch_add(&c.grid[1], 1) != 0) return;  // another block's failure
+  ctl->err_code = code;
+  ctl->err_peer = peer;
+  ctl->err_step = step;
+  ctl->err_want = want;
+  ctl->err_got = got;
+  L.store64(&ctl->err_seq, c.seq);
+}
+
+// The start of every kernel: block 0 says it began (DevCtl::started); false when the
+// communicator is aborted already (every thread gets the answer).
+template <class Lanes>
+ACCORD_HD bool begin_call(Lanes& L, const DevCall& c) {
+  uint32_t aborted = 0;
+  if (L.leader()) {
+    if (L.block() == 0) L.store64(&c.ctl->started, c.seq);
+    aborted = L.load(&c.ctl->abort);
+  }
+  return L.share(aborted) == 0;
+}
+
 template <class Lanes>
 class CallRunner {
  public:
@@ -185,12 +250,7 @@ class CallRunner {
 
   // Runs every step; returns false after recording a failure in DevCtl.
   ACCORD_HD bool run() {
-    uint32_t aborted = 0;
-    if (L_.leader()) {
-      if (L_.block() == 0) L_.store64(&c_.ctl->started, c_.seq);
-      aborted = L_.load(&c_.ctl->abort);
-    }
-    bool ok = L_.share(aborted) == 0;
+    bool ok = begin_call(L_, c_);
     if (!ok) fail_leader(kDevAborted, -1, 0, 0);
     for (uint32_t i = 0; ok && i < c_.nsteps; ++i) {
       index_ = i;
@@ -228,30 +288,14 @@ class CallRunner {
 
   // Leader only: records the first failure of this call.
   ACCORD_HD void fail_leader(int32_t code, int32_t peer, uint64_t want, uint64_t got) {
-    if (!L_.leader()) return;
-    DevCtl* ctl = c_.ctl;
-    if (ctl->err_seq != 0) return;
-    if (c_.nblocks > 1 && L_.fetch_add(&c_.grid[1], 1) != 0) return;  // another block's failure
-    ctl->err_code = code;
-    ctl->err_peer = peer;
-    ctl->err_step = static_cast<int64_t>(index_);
-    ctl->err_want = want;
-    ctl->err_got = got;
-    L_.store64(&ctl->err_seq, c_.seq);
+    record_failure(L_, c_, code, peer, static_cast<int64_t>(index_), want, got);
   }
 
   // Leader only: waits until `*word` satisfies ready(); false when aborted.
   template <class Ready>
   ACCORD_HD bool wait(const uint32_t* word, Ready ready, int32_t peer) {
-    for (uint32_t spins = 0;; ++spins) {
-      if (ready(L_.load(word))) return true;
-      if (spins == 1024) {  // a long wait: say on whom, for the watchdog's message
-        L_.store(reinterpret_cast<uint32_t*>(&c_.ctl->waiting_step), index_);
-        L_.store(reinterpret_cast<uint32_t*>(&c_.ctl->waiting_peer), static_cast<uint32_t>(peer));
-      }
-      if ((spins & 63) == 63 && L_.load(&c_.ctl->abort) != 0) return false;
-      L_.pause(spins);
-    }
+    Lanes& L = L_;
+    return wait_until(L, c_.ctl, [&] { return ready(L.load(word)); }, peer, index_);
   }
 
   // Leader: the number of messages this block has sent to (dir 0) or received from (dir 1)

@@ -14,6 +14,7 @@
 
 #include "collectives/device/dev_call.hpp"
 #include "collectives/device/dev_kernels.hpp"
+#include "collectives/device/direct_call.hpp"
 #include "collectives/kernels/reduce_kernels.hpp"
 #include "collectives/schedule.hpp"
 #include "transport/shm/fifo.hpp"
@@ -28,6 +29,11 @@ static_assert(static_cast<int>(StepKind::kSend) == kStepSend && static_cast<int>
               static_cast<int>(StepKind::kRecvCopySend) == kStepRecvCopySend &&
               static_cast<int>(StepKind::kCopy) == kStepCopy && static_cast<int>(StepKind::kReduceAll) == kStepReduceAll);
 static_assert(static_cast<int>(Buf::kInput) == kBufInput && static_cast<int>(Buf::kOutput) == kBufOutput);
+static_assert(static_cast<int>(Collective::kAllReduce) == kCollAllReduce &&
+              static_cast<int>(Collective::kReduceScatter) == kCollReduceScatter &&
+              static_cast<int>(Collective::kAllGather) == kCollAllGather &&
+              static_cast<int>(Collective::kBroadcast) == kCollBroadcast &&
+              static_cast<int>(Collective::kReduce) == kCollReduce);
 static_assert(offsetof(SlotHeader, seq) == 0 && offsetof(SlotHeader, size) == 4 && offsetof(SlotHeader, tag) == 8 &&
               sizeof(SlotHeader) == kSlotHeaderBytes);
 static_assert(offsetof(FifoCtrl, head) == kHeadOffset);
@@ -52,6 +58,7 @@ struct HostLanes {
   uint32_t load(const uint32_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
   void store(uint32_t* p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
   void store64(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+  uint64_t load64(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
   void publish() { std::atomic_thread_fence(std::memory_order_release); }
   // A simulated kernel holds its stream's thread while it waits, as a real one holds its SMs;
   // on a machine with fewer cores than simulated streams it must still let the others run.
@@ -87,6 +94,11 @@ void run_block(const DevLaunch& p, uint32_t block) {
                                         static_cast<accord_red_op_t>(p.call.op));
   lanes.block_index = block;
   if (p.call.nblocks > 1) lanes.delta.assign(2 * static_cast<size_t>(p.call.nranks), 0);
+  if (p.direct.proto != kProtoFifo) {
+    DirectRunner<HostLanes> direct(p.call, p.direct, lanes);
+    (void)direct.run();  // failures are in DevCtl
+    return;
+  }
   CallRunner<HostLanes> runner(p.call, p.call.steps != nullptr ? p.call.steps : p.steps, lanes);
   (void)runner.run();  // failures are in DevCtl
 }

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "collectives/device/dev_call.hpp"
+#include "collectives/device/direct_call.hpp"
 #include "collectives/kernels/element_ops.hpp"
 
 namespace accord::dev {
@@ -170,6 +171,11 @@ struct CudaLanes {
     __threadfence_system();
     *reinterpret_cast<volatile uint64_t*>(p) = v;
   }
+  __device__ uint64_t load64(const uint64_t* p) {
+    const uint64_t v = *reinterpret_cast<const volatile uint64_t*>(p);
+    __threadfence_system();  // what the flag guards is read after it
+    return v;
+  }
   __device__ void publish() { __threadfence_system(); }
   __device__ void pause(uint32_t spins) { __nanosleep(spins < 1024 ? 32 : 1000); }
   __device__ void move(const MoveArgs& m) {
@@ -215,6 +221,12 @@ __global__ void __launch_bounds__(kCollectiveThreads)
   __shared__ uint64_t share_buf;
   __shared__ DevStep step_buf;
   extern __shared__ uint32_t delta_buf[];  // Note [Blocks]: launched with 8 * nranks bytes
+  if (p.direct.proto != kProtoFifo) {  // Note [Direct protocol]: no FIFO, no counts
+    CudaLanes lanes{&share_buf, &step_buf, nullptr, p.call.dtype, p.call.op};
+    DirectRunner<CudaLanes> direct(p.call, p.direct, lanes);
+    (void)direct.run();  // failures are in DevCtl
+    return;
+  }
   if (p.call.nblocks > 1) {
     for (int32_t i = threadIdx.x; i < 2 * p.call.nranks; i += blockDim.x) delta_buf[i] = 0;
     __syncthreads();

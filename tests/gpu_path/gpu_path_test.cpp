@@ -389,6 +389,56 @@ TEST(GpuPath, AsyncOnTheCallersStream) {
   }
 }
 
+// One rank: in place every collective returns (with the stream held by a gate) and leaves the
+// buffer alone; out of place it is one copy of the input.
+TEST(GpuPath, OneRankIsACopyOrNothing) {
+  int n = 0;
+  OK(accord_device_count(&n));
+  if (n < 1) GTEST_SKIP() << "needs a GPU";
+  accord::DeviceRuntime* rt = runtime();
+  ASSERT_NE(rt, nullptr);
+  accord_comm_t comm = nullptr;
+  int dev = 0;
+  OK(accord_comm_init_all(&comm, 1, &dev));
+  accord_stream_t stream = nullptr;
+  OK(accord_stream_create(&stream, 0));
+  const size_t count = 1031;
+  void* in = nullptr;
+  void* out = nullptr;
+  OK(accord_device_alloc(&in, count * 4, 0));
+  OK(accord_device_alloc(&out, count * 4, 0));
+  std::vector<float> h(count), zero(count, 0.0f), got(count);
+  for (size_t i = 0; i < count; ++i) h[i] = static_cast<float>(i % 7);
+  OK(accord_device_memcpy(in, h.data(), count * 4));
+  std::atomic<bool> open{false};
+  ASSERT_TRUE(rt->launch_host_func(as_stream(stream), gate_fn, &open).ok());
+  OK(accord_all_reduce(in, in, count, ACCORD_FLOAT32, ACCORD_AVG, comm, stream));
+  OK(accord_broadcast(in, in, count, ACCORD_FLOAT32, 0, comm, stream));
+  OK(accord_reduce(in, in, count, ACCORD_FLOAT32, ACCORD_SUM, 0, comm, stream));
+  OK(accord_all_gather(in, in, count, ACCORD_FLOAT32, comm, stream));
+  OK(accord_reduce_scatter(in, in, count, ACCORD_FLOAT32, ACCORD_SUM, comm, stream));
+  open.store(true);
+  OK(accord_stream_synchronize(stream));
+  for (int c = 0; c < 5; ++c) {
+    OK(accord_device_memcpy(out, zero.data(), count * 4));
+    accord_status_t s = c == 0   ? accord_all_reduce(in, out, count, ACCORD_FLOAT32, ACCORD_AVG, comm, stream)
+                        : c == 1 ? accord_broadcast(in, out, count, ACCORD_FLOAT32, 0, comm, stream)
+                        : c == 2 ? accord_reduce(in, out, count, ACCORD_FLOAT32, ACCORD_MAX, 0, comm, stream)
+                        : c == 3 ? accord_all_gather(in, out, count, ACCORD_FLOAT32, comm, stream)
+                                 : accord_reduce_scatter(in, out, count, ACCORD_FLOAT32, ACCORD_SUM, comm, stream);
+    OK(s);
+    OK(accord_stream_synchronize(stream));
+    OK(accord_device_memcpy(got.data(), out, count * 4));
+    EXPECT_EQ(got, h) << "collective " << c;
+  }
+  OK(accord_device_memcpy(got.data(), in, count * 4));
+  EXPECT_EQ(got, h) << "an in-place call changed the buffer";
+  OK(accord_device_free(in));
+  OK(accord_device_free(out));
+  OK(accord_stream_destroy(stream));
+  OK(accord_comm_destroy(comm));
+}
+
 // Rank 0 disagrees on the dtype (same bytes, so the same algorithm everywhere): the device workers
 // fail (mismatch), the error is the communicator's asynchronous error, and the streams are released
 // all the same.

@@ -286,11 +286,11 @@ std::string run_case(accord_comm_t comm, accord_stream_t stream, const DeviceBuf
   return "";
 }
 
-// Every case in turn on one rank's communicator (every `stride`-th case, from the first), with
+// Every case in turn on one rank's communicator (every `stride`-th case, from the first; or the cases of `only`), with
 // a barrier on the stream now and then. The rank must run on GPU want_dev of the want_gpus its
 // process sees.
 std::string some_collectives(accord_comm_t comm, int rank, int nranks, int want_dev, int want_gpus,
-                             size_t stride) {
+                             size_t stride, const std::vector<Case>& only = {}) {
   int dev = -1, count = 0;
   accord_status_t s = accord_comm_device(comm, &dev);
   if (s != ACCORD_SUCCESS) return api_error("accord_comm_device", comm, s);
@@ -304,8 +304,8 @@ std::string some_collectives(accord_comm_t comm, int rank, int nranks, int want_
   s = accord_stream_create(&stream, dev);
   if (s != ACCORD_SUCCESS) return api_error("accord_stream_create", comm, s);
   std::string failure;
-  std::vector<Case> cases;
-  {
+  std::vector<Case> cases = only;
+  if (cases.empty()) {
     const std::vector<Case> all = every_case(nranks);
     for (size_t i = 0; i < all.size(); i += stride) cases.push_back(all[i]);
   }
@@ -346,9 +346,10 @@ std::string some_collectives(accord_comm_t comm, int rank, int nranks, int want_
 }
 
 // Every case; rank r on GPU r, or every rank on ACCORD_DEVICE's GPU (ranks sharing one GPU).
-std::string every_collective(accord_comm_t comm, int rank, int nranks, int gpus) {
+std::string every_collective(accord_comm_t comm, int rank, int nranks, int gpus,
+                             const std::vector<Case>& cases = {}) {
   const char* fixed = std::getenv("ACCORD_DEVICE");
-  return some_collectives(comm, rank, nranks, fixed != nullptr ? std::atoi(fixed) : rank, gpus, 1);
+  return some_collectives(comm, rank, nranks, fixed != nullptr ? std::atoi(fixed) : rank, gpus, 1, cases);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -380,6 +381,30 @@ std::string expected_transport(const Machine& m, int a, int b, bool processes) {
   return processes ? "ipc" : "p2p";
 }
 
+// Note [Direct or FIFO]: a job takes the direct protocol for its all-reduces only when every
+// pair of its ranks addresses the other's GPU memory (ranks on one GPU, or GPUs that all peer),
+// and not with ACCORD_DEVICE_PROTO=fifo; otherwise every rank keeps the FIFOs for every call.
+bool proto_fifo_forced() {
+  const char* v = std::getenv("ACCORD_DEVICE_PROTO");
+  return v != nullptr && std::string(v) == "fifo";
+}
+bool all_direct(const Machine& m, int nranks, bool one_gpu) {
+  if (p2p_disabled() || proto_fifo_forced()) return false;
+  for (int a = 0; a < nranks && !one_gpu; ++a)
+    for (int b = a + 1; b < nranks; ++b)
+      if (!m.peer(a, b)) return false;
+  return true;
+}
+std::string check_proto(const std::string& plan, bool direct) {
+  const std::string head = "device protocol: ";
+  const size_t at = plan.find(head);
+  const std::string line =
+      at == std::string::npos ? "" : plan.substr(at + head.size(), plan.find('\n', at) - at - head.size());
+  const std::string want = direct ? "all_reduce direct" : "fifo for every collective";
+  if (line.rfind(want, 0) == 0) return "";
+  return "the plan's device protocol should start with '" + want + "'; plan:\n" + plan;
+}
+
 std::string check_plan(const Machine& m, bool processes, accord_comm_t comm, int rank, int nranks) {
   int dev = -1;
   if (accord_comm_device(comm, &dev) != ACCORD_SUCCESS || dev != rank)
@@ -396,7 +421,7 @@ std::string check_plan(const Machine& m, bool processes, accord_comm_t comm, int
         wrong += "\n  pair " + std::to_string(a) + "-" + std::to_string(b) + ": expected " + want +
                  ", plan says: " + (line.empty() ? "(no line)" : line);
     }
-  if (nwrong == 0) return "";
+  if (nwrong == 0) return check_proto(plan, all_direct(m, nranks, false));
   return std::to_string(nwrong) + " of " + std::to_string(nranks * (nranks - 1) / 2) +
          " GPU pairs have the wrong transport" + (nwrong > 3 ? " (the first 3):" : ":") + wrong;
 }
@@ -519,7 +544,45 @@ std::string shared_gpu(accord_comm_t c, int r, int n, int gpus, const char* rout
   const std::string line = pair_line(plan_of(c), 0, 1);
   if (line.rfind(std::string(route) + " (GPU 0 shared by both ranks", 0) != 0)
     return std::string("pair 0-1 should be ") + route + " on the shared GPU 0; plan says: " + line;
-  return "";
+  return check_proto(plan_of(c), !proto_fifo_forced());
+}
+
+// Note [Direct protocol]: all-reduces of every dtype over sum and avg, and the other ops over
+// a few, at sizes 0, 1, 7 (no whole 16-byte vector), a prime, and 65537 (more than the
+// scratch's half when ACCORD_DIRECT_SCRATCH_BYTES is small: many rounds), in and out of place,
+// on unaligned buffers (run_case). The FIFO path runs the same cases where the job cannot go
+// direct, so both are held to the same answers.
+std::vector<Case> direct_cases() {
+  std::vector<Case> cases;
+  for (size_t count : {size_t{0}, size_t{1}, size_t{7}, kPrime, size_t{65537}})
+    for (bool in_place : {false, true}) {
+      for (accord_datatype_t d : {ACCORD_INT8, ACCORD_UINT8, ACCORD_INT32, ACCORD_UINT32, ACCORD_INT64,
+                                  ACCORD_UINT64, ACCORD_FLOAT16, ACCORD_BFLOAT16, ACCORD_FLOAT32, ACCORD_FLOAT64})
+        for (accord_red_op_t op : {ACCORD_SUM, ACCORD_AVG}) cases.push_back(Case{Coll::kAllReduce, d, op, count, in_place});
+      for (accord_datatype_t d : {ACCORD_UINT8, ACCORD_INT32, ACCORD_FLOAT32})
+        for (accord_red_op_t op : {ACCORD_MAX, ACCORD_MIN, ACCORD_PROD})
+          cases.push_back(Case{Coll::kAllReduce, d, op, count, in_place});
+      // Note [Direct collectives]: the other four, roots at both ends and in the middle.
+      for (accord_datatype_t d : {ACCORD_INT8, ACCORD_FLOAT16, ACCORD_FLOAT32, ACCORD_INT64}) {
+        for (accord_red_op_t op : {ACCORD_SUM, ACCORD_AVG, ACCORD_MAX}) {
+          cases.push_back(Case{Coll::kReduceScatter, d, op, count, in_place});
+          cases.push_back(Case{Coll::kReduce, d, op, count, in_place, op == ACCORD_SUM ? 0 : op == ACCORD_AVG ? -1 : -2});
+        }
+        cases.push_back(Case{Coll::kAllGather, d, ACCORD_SUM, count, in_place});
+        cases.push_back(Case{Coll::kBroadcast, d, ACCORD_SUM, count, in_place, -1});
+        cases.push_back(Case{Coll::kBroadcast, d, ACCORD_SUM, count, in_place, 0});
+      }
+    }
+  return cases;
+}
+
+// The direct cases, after the plan says which protocol the job took.
+std::string direct_job(accord_comm_t c, int r, int n, int gpus, bool direct) {
+  const std::string wrong = check_proto(plan_of(c), direct);
+  if (!wrong.empty()) return wrong;
+  std::vector<Case> cases = direct_cases();
+  for (Case& k : cases) k.root = k.root == -1 ? n - 1 : k.root == -2 ? n / 2 : k.root;  // last, middle
+  return every_collective(c, r, n, gpus, cases);
 }
 
 struct SharedGpuEnv {
@@ -569,7 +632,7 @@ TEST_F(GpuProcsProcesses, RanksSharingOneGpu) {
   if (p2p_disabled()) GTEST_SKIP() << "with ACCORD_P2P_DISABLE=1 the pairs are host-staged";
   const int gpus = m_.gpus();
   SharedGpuEnv env;
-  for (int n : {2, 4}) {
+  for (int n : {2, 3, 4}) {
     LogFile log;
     for (const auto& f : run_processes(
              n, [&](accord_comm_t c, int r, int nr) { return shared_gpu(c, r, nr, gpus, "ipc"); }, kTimeoutS))
@@ -800,6 +863,80 @@ TEST_F(GpuProcsProcesses, GpuBuffersOverTcpTwoHosts) {
              }))
       ADD_FAILURE() << (*algo ? "ACCORD_ALGO=hier: " : "") << f;
   }
+
+// 2, 3 and 4 ranks sharing GPU 0, then 2 and 4 ranks on GPUs 0..n-1: direct where every pair
+// peers (the DGX-1's GPUs 0-3 are all NVLink; on the 4-GPU machine 0-1 peer, 0-2 cannot, so 4
+// ranks keep the FIFOs, every rank alike).
+TEST_F(GpuProcsProcesses, DirectAllReduceExact) {
+  const int gpus = m_.gpus();
+  {
+    SharedGpuEnv env;
+    for (int n : {2, 3, 4})
+      for (const auto& f : run_processes(
+               n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, all_direct(m_, nr, true)); },
+               kTimeoutS))
+        ADD_FAILURE() << n << " ranks on GPU 0: " << f;
+  }
+  for (int n : {2, 4})
+    for (const auto& f : run_processes(
+             n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, all_direct(m_, nr, false)); },
+             kTimeoutS))
+      ADD_FAILURE() << n << " ranks on GPUs 0.." << n - 1 << ": " << f;
+}
+
+// A direct wait polls the abort word as the FIFO waits do: a rank that never comes (stopped)
+// makes the others' all-reduce end at ACCORD_TIMEOUT_MS with an error naming it, and a rank
+// that dies makes them end with an error naming it; no hang in either case.
+std::string survivor(accord_comm_t c, int r, int missing) {
+  int dev = -1;
+  accord_status_t s = accord_comm_device(c, &dev);
+  if (s != ACCORD_SUCCESS) return api_error("accord_comm_device", c, s);
+  accord_stream_t stream = nullptr;
+  void* buf = nullptr;
+  if ((s = accord_stream_create(&stream, dev)) != ACCORD_SUCCESS) return api_error("accord_stream_create", c, s);
+  if ((s = accord_device_alloc(&buf, 4096, dev)) != ACCORD_SUCCESS) return api_error("accord_device_alloc", c, s);
+  std::string failure;
+  if ((s = accord_barrier(c, nullptr)) != ACCORD_SUCCESS) failure = api_error("barrier", c, s);
+  if (failure.empty() && r != missing) {
+    s = accord_all_reduce(buf, buf, 1024, ACCORD_FLOAT32, ACCORD_SUM, c, stream);
+    if (s == ACCORD_SUCCESS) (void)accord_stream_synchronize(stream);
+    accord_status_t async = ACCORD_SUCCESS;
+    (void)accord_comm_get_async_error(c, &async);
+    const std::string text = accord_last_error(c);
+    if (s == ACCORD_SUCCESS && async == ACCORD_SUCCESS)
+      failure = "the all-reduce succeeded without rank " + std::to_string(missing);
+    else if (text.find("rank " + std::to_string(missing)) == std::string::npos)
+      failure = "the error does not name rank " + std::to_string(missing) + ": " + text;
+  }
+  (void)accord_device_free(buf);
+  (void)accord_stream_destroy(stream);
+  return failure;
+}
+
+TEST_F(GpuProcsProcesses, DirectWaitEndsWhenAPeerStopsOrDies) {
+  if (!all_direct(m_, 3, true)) GTEST_SKIP() << "the job would not use the direct protocol";
+  SharedGpuEnv env;
+  ScopedEnv timeout("ACCORD_TIMEOUT_MS", "3000");
+  // Stopped: rank 1 of 2 sleeps past the timeout instead of calling.
+  for (const auto& f : run_processes(2, [&](accord_comm_t c, int r, int) {
+         if (r == 1) {
+           (void)accord_barrier(c, nullptr);
+           sleep(6);
+           return std::string();
+         }
+         return survivor(c, r, 1);
+       }, kTimeoutS))
+    ADD_FAILURE() << "stopped rank: " << f;
+  // Killed: rank 2 of 3 dies instead of calling.
+  for (const auto& f : run_processes(3, [&](accord_comm_t c, int r, int) {
+         if (r == 2) {
+           (void)accord_barrier(c, nullptr);
+           raise(SIGKILL);
+         }
+         return survivor(c, r, 2);
+       }, kTimeoutS))
+    if (f.rfind("rank 2: ", 0) != 0 || f.find("killed by signal 9") == std::string::npos)
+      ADD_FAILURE() << "killed rank: " << f;
 }
 
 class GpuProcsThreads : public GpuProcs {
@@ -886,6 +1023,21 @@ TEST_F(GpuProcsThreads, RanksSharingOneGpu) {
     EXPECT_NE(text.find("CUDA_MODULE_LOADING=EAGER"), std::string::npos) << text;
     EXPECT_EQ(occurrences(text, "in different processes"), 0u) << text;
   }
+}
+
+// The direct cases with the ranks as threads of one process: plain pointers between them.
+TEST_F(GpuProcsThreads, DirectAllReduceExact) {
+  const int gpus = m_.gpus();
+  {
+    SharedGpuEnv env;
+    for (int n : {2, 3})
+      for (const auto& f : run_threads(
+               n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, all_direct(m_, nr, true)); }))
+        ADD_FAILURE() << n << " ranks on GPU 0: " << f;
+  }
+  for (const auto& f : run_threads(
+           4, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, all_direct(m_, nr, false)); }))
+    ADD_FAILURE() << "4 ranks on GPUs 0..3: " << f;
 }
 
 TEST_F(GpuProcsThreads, RingAvoidsSlowHops) {

@@ -1,0 +1,84 @@
+// The host side of the direct protocol (Note [Direct protocol], direct_call.hpp): each rank's
+// scratch, allocated at init and mapped into every peer, the choice between the direct
+// protocol and the FIFO schedule for a call, and the direct part of a launch. The
+// communicator owns one when every pair of its ranks can address each other's GPU memory
+// (device_path.cpp / direct_path.cpp decide; Note [Direct or FIFO]).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "collectives/device/dev_call.hpp"
+#include "collectives/schedule.hpp"
+#include "core/status.hpp"
+#include "transport/bootstrap/store.hpp"
+#include "transport/device/device_runtime.hpp"
+
+namespace accord::dev {
+
+// ACCORD_DEVICE_PROTO.
+enum class ProtoMode { kAuto, kFifo, kDirect, kOneShot, kTwoShot };
+bool parse_proto_mode(const std::string& text, ProtoMode* out);
+const char* proto_mode_name(ProtoMode m);
+const char* proto_name(uint32_t proto);  // kProtoFifo... : "fifo", "direct one-shot", "direct two-shot"
+
+constexpr size_t kDefaultDirectScratchBytes = size_t{8} << 20;  // both data halves
+constexpr size_t kMinDirectScratchBytes = 4096;
+
+struct DirectSetup {
+  DeviceRuntime* rt = nullptr;
+  int device = -1;
+  int rank = 0;
+  int nranks = 0;
+  Stream stream;                  // the communicator's own stream (zeroing the scratch)
+  std::vector<bool> ipc;          // per rank: the peer is another process (IPC), else a pointer
+  size_t scratch_bytes = kDefaultDirectScratchBytes;
+  ProtoMode mode = ProtoMode::kAuto;
+  StoreClient* store = nullptr;
+  Deadline deadline;
+};
+
+class DirectEngine {
+ public:
+  // Every rank of the job calls it (collective over the store).
+  static Status create(const DirectSetup& setup, std::unique_ptr<DirectEngine>* out);
+  ~DirectEngine();
+  DirectEngine(const DirectEngine&) = delete;
+  DirectEngine& operator=(const DirectEngine&) = delete;
+
+  // The protocol of a call (the same on every rank: from the call and the job's settings), and
+  // why, for the log.
+  uint32_t choose(Collective coll, size_t bytes, std::string* why) const;
+  // The direct part of a launch of `count` elements per rank (as CollArgs::count), and its
+  // blocks (at most max_blocks).
+  void prepare(Collective coll, int root, uint32_t proto, size_t count, size_t elem_bytes, unsigned max_blocks,
+               DevDirect* d, uint32_t* nblocks) const;
+  // After a launch of `d` succeeded: its rounds are spent (Note [Direct rounds]).
+  void commit(const DevDirect& d);
+  // One line for the plan (--show-plan).
+  std::string describe() const;
+  // Logs a call's choice at info level, once per protocol and power of two of the size.
+  void log_choice(Collective coll, size_t bytes, uint32_t proto, const std::string& why);
+
+ private:
+  DirectEngine() = default;
+  Status open(const DirectSetup& s);
+
+  DeviceRuntime* rt_ = nullptr;
+  int rank_ = 0;
+  int nranks_ = 0;
+  ProtoMode mode_ = ProtoMode::kAuto;
+  size_t half_bytes_ = 0;
+  size_t flag_bytes_ = 0;
+  void* mine_ = nullptr;                 // this rank's scratch
+  std::vector<void*> opened_;            // peers' scratch opened through IPC
+  void* table_ = nullptr;                // DevDirect::scratch, in GPU memory
+  uint32_t round_ = 1;                   // the next call's first round
+  std::set<std::pair<uint32_t, int>> logged_;
+};
+
+}  // namespace accord::dev

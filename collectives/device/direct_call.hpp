@@ -1,0 +1,287 @@
+// Note [Direct protocol]: all-reduce between ranks whose GPUs can address each other (one GPU,
+// or peers), by direct loads and stores of each other's scratch, with no FIFO: one
+// synchronization per round (one-shot) or two (two-shot), where the FIFO has one hand-off per
+// slot. Written once for nvcc and the host compiler, as CallRunner (dev_call.hpp, Note [One
+// protocol, two executors]): dev_kernel.cu runs it with CudaLanes, the simulated runtime with
+// HostLanes; the lanes are the same.
+//
+// Scratch (one per rank, allocated at init and mapped into every peer: a pointer between
+// threads, CUDA IPC between processes; direct.cpp): the flags, then two data halves of
+// DevDirect::half_bytes. A call is cut into rounds of at most chunk_elems elements; round
+// numbers run on across calls (Note [Direct rounds]), and round e uses half e % 2 only, in
+// both forms. In round e, for every slice s (Note [Direct slices]):
+//  - one-shot: the rank copies its input into its half (A), stores flag(0, s) = e into every
+//    peer's scratch, waits until every peer's flag(0, s) in its own scratch reaches e, then
+//    folds all ranks' halves in rank order into its output (B);
+//  - two-shot (chunks of a quarter: the half's first quarter holds the input, its second the
+//    results): the rank copies its input into the first quarter (A); flag 0 as above; it folds
+//    its own part r (the round's elements cut in nranks parts) from every rank's first quarter
+//    into its second quarter and stores that into every peer's second quarter (B, the
+//    all-gather by stores); flag(1, s) = e to every peer, wait for every peer's; copies its
+//    second quarter to its output (C).
+// Every rank folds in rank order, as the host executor and the FIFO kernel do (reduce_all), so
+// every path gives the same bits.
+//
+// Why nothing is overwritten before it was read, with no "done reading" round: in round e a
+// rank writes only halves e % 2 (its own in A, the peers' in two-shot's B), which were last
+// read in round e - 2. A rank is in round e only after it saw every peer's flag(0) of round
+// e - 1, and a peer stores that after it has finished round e - 2 (program order in the block
+// that owns the slice, a fence before the flag; or, when round e - 1 began a kernel, the whole
+// previous kernel). In two-shot's B the writer has even seen the owner's flag(0) of round e.
+// Rounds e and e + 1 use different halves, so a peer that is one round ahead (never two: that
+// needs this rank's flag of the round between) writes the other half. One-shot and two-shot
+// calls follow each other freely: the argument is about halves and rounds, not forms.
+// Flags are 64-bit words (the call signature's tag above the round), in the receiver's
+// scratch: flag(phase, slice, from) at ((phase * kDirectMaxSlices + slice) * nranks + from).
+// They only grow, so nothing resets them; a wait is for round >= e, as a peer may be a round
+// ahead. A flag of exactly round e whose tag is not this call's is a mismatched call
+// (kDevBadTag).
+//
+// Note [Direct collectives]: the other collectives in the same rounds and halves, one
+// synchronization a round (the one-shot shape): a round carries n of the call's count elements
+// per rank (reduce-scatter: per segment, so a round's half holds the nranks segments of n, each
+// at k * n); A puts this rank's part into its half (reduce-scatter: every segment; all-gather
+// and reduce: its input; broadcast: the root only), flag 0 as above (every rank, the root's
+// peers too: a flag also says "done reading the round before"), then B: reduce-scatter folds
+// its own segment from every rank's half, all-gather copies every rank's half to its place in
+// the output, broadcast copies the root's, reduce's root folds all. The argument above holds
+// unchanged: a round writes only halves e % 2.
+//
+// Note [Direct rounds]: every rank numbers rounds from 1 at init and adds the rounds of each
+// direct call (ceil(count / chunk_elems)); the ranks make the same calls, so they agree. The
+// 32-bit round wraps after 4 billion rounds; waits compare with a signed difference.
+//
+// Note [Direct slices]: a round is cut into nslices slices (the same on every rank: from the
+// round's size alone), slice s handled by block s % nblocks, so a slice is always the same
+// block's within a kernel. Ranks may launch different numbers of blocks (each GPU's share of
+// multiprocessors); every block of every rank must be resident at once, as for the FIFO
+// kernel (Note [Blocks]). The safety argument above holds per slice within a kernel; between
+// kernels a rank's next kernel starts after its whole previous one, which waited for every
+// slice of the round before.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "collectives/device/dev_call.hpp"
+
+namespace accord::dev {
+
+constexpr uint32_t kDirectMaxSlices = 16;
+constexpr uint64_t kDirectSliceBytes = 32 << 10;  // the least a slice carries, when the round can
+
+// Bytes of a scratch's flags for `nranks` ranks, padded to 256 (the data halves follow).
+ACCORD_HD constexpr uint64_t direct_flag_bytes(int32_t nranks) {
+  return ((2ull * kDirectMaxSlices * static_cast<uint64_t>(nranks) * 8 + 255) / 256) * 256;
+}
+
+template <class Lanes>
+class DirectRunner {
+ public:
+  ACCORD_HD DirectRunner(const DevCall& c, const DevDirect& d, Lanes& lanes) : c_(c), d_(d), L_(lanes) {}
+
+  ACCORD_HD bool run() {
+    bool ok = begin_call(L_, c_);
+    if (!ok) fail(kDevAborted, -1, 0, 0);
+    const uint64_t rounds = d_.chunk_elems == 0 ? 0 : (d_.count + d_.chunk_elems - 1) / d_.chunk_elems;
+    for (uint64_t k = 0; ok && k < rounds; ++k) {
+      const uint64_t base = k * d_.chunk_elems;
+      const uint64_t n = d_.count - base < d_.chunk_elems ? d_.count - base : d_.chunk_elems;
+      round_index_ = static_cast<uint32_t>(k);
+      const uint32_t e = d_.round + static_cast<uint32_t>(k);
+      for (uint32_t s = L_.block(); ok && s < d_.nslices; s += c_.nblocks) ok = run_slice(e, base, n, s);
+    }
+    L_.publish();
+    L_.sync();
+    if (L_.leader()) {
+      if (c_.nblocks == 1) {
+        L_.store64(&c_.ctl->done, c_.seq);
+      } else if (L_.fetch_add(&c_.grid[0], 1) == c_.nblocks - 1) {
+        c_.grid[0] = 0;  // the last block: every other one has ended
+        L_.store64(&c_.ctl->done, c_.seq);
+      }
+    }
+    return ok;
+  }
+
+ private:
+  struct Range {
+    uint64_t lo, hi;  // elements
+  };
+  // Part i of m of [0, n), in whole 16-byte vectors where it can.
+  ACCORD_HD Range split(uint64_t n, uint64_t m, uint64_t i) const {
+    const uint64_t al = c_.elem_bytes >= 16 ? 1 : 16 / c_.elem_bytes;
+    uint64_t per = (n + m - 1) / m;
+    per = (per + al - 1) / al * al;
+    const uint64_t lo = i * per < n ? i * per : n;
+    return Range{lo, lo + per < n ? lo + per : n};
+  }
+  ACCORD_HD Range sub(Range part, uint32_t s) const {
+    const Range r = split(part.hi - part.lo, d_.nslices, s);
+    return Range{part.lo + r.lo, part.lo + r.hi};
+  }
+  // The elements of slice s that rank `owner` folds: all of the round (one-shot), or slice s of
+  // part `owner` (two-shot).
+  ACCORD_HD Range owned(uint64_t n, int32_t owner, uint32_t s) const {
+    if (d_.proto == kProtoOneShot) return split(n, d_.nslices, s);
+    return sub(split(n, static_cast<uint64_t>(c_.nranks), static_cast<uint64_t>(owner)), s);
+  }
+  ACCORD_HD uint8_t* half(int32_t rank, uint32_t h) const {
+    return d_.scratch[rank] + d_.data_offset + h * d_.half_bytes;
+  }
+  // Two-shot: the second quarter of the round's half holds the folded parts.
+  ACCORD_HD uint8_t* results(int32_t rank, uint32_t h) const { return half(rank, h) + d_.half_bytes / 2; }
+  ACCORD_HD uint64_t* flag(int32_t at, uint32_t phase, uint32_t s, int32_t from) const {
+    return reinterpret_cast<uint64_t*>(d_.scratch[at]) + (phase * kDirectMaxSlices + s) * c_.nranks + from;
+  }
+  ACCORD_HD const uint8_t* in(uint64_t elem) const {
+    return static_cast<const uint8_t*>(c_.input) + elem * c_.elem_bytes;
+  }
+  ACCORD_HD uint8_t* out(uint64_t elem) const { return static_cast<uint8_t*>(c_.output) + elem * c_.elem_bytes; }
+
+  ACCORD_HD void copy(void* dst, const void* src, uint64_t elems) {
+    if (elems == 0 || dst == src) return;
+    MoveArgs m;
+    m.dst0 = dst;
+    m.a = src;
+    m.count = elems * c_.elem_bytes;
+    m.copy_bytes = true;
+    L_.move(m);
+  }
+  // dst = r_0 op r_1 op ... in rank order, where r_p is rank p's `h` half at element `at`.
+  ACCORD_HD void fold(void* dst, uint32_t h, uint64_t at, uint64_t elems) {
+    if (elems == 0) return;
+    const uint64_t off = at * c_.elem_bytes;
+    MoveArgs m;
+    m.dst0 = dst;
+    m.a = half(0, h) + off;
+    m.b = half(1, h) + off;
+    m.count = elems;
+    m.divisor = c_.nranks == 2 ? c_.divisor : 0;
+    L_.move(m);
+    for (int32_t p = 2; p < c_.nranks; ++p) {
+      L_.sync();  // a thread may read back what another wrote (alignment changes the split)
+      m.a = dst;
+      m.b = half(p, h) + off;
+      m.divisor = p == c_.nranks - 1 ? c_.divisor : 0;
+      L_.move(m);
+    }
+  }
+
+  // Once every thread of the block has written its part (the barrier), the leader tells every
+  // peer (flag = round e; store64 fences first: one fence a peer, by one thread, after the
+  // barrier, as NCCL's Simple protocol does), then waits for every peer's flag of round e in
+  // this rank's scratch. False on a failure.
+  ACCORD_HD bool exchange(uint32_t phase, uint32_t s, uint32_t e) {
+    L_.sync();
+    int32_t failed = 0;
+    if (L_.leader()) {
+      const uint64_t mine = (static_cast<uint64_t>(c_.tag) << 32) | e;
+      for (int32_t p = 0; p < c_.nranks; ++p)
+        if (p != c_.rank) L_.store64(flag(p, phase, s, c_.rank), mine);
+      for (int32_t p = 0; p < c_.nranks && failed == 0; ++p) {
+        if (p == c_.rank) continue;
+        const uint64_t* word = flag(c_.rank, phase, s, p);
+        uint64_t seen = 0;
+        Lanes& L = L_;
+        if (!wait_until(L, c_.ctl, [&] {
+              seen = L.load64(word);
+              return static_cast<int32_t>(static_cast<uint32_t>(seen) - e) >= 0;
+            }, p, round_index_)) {
+          fail(kDevAborted, p, 0, 0);
+          failed = 1;
+        } else if (static_cast<uint32_t>(seen) == e && static_cast<uint32_t>(seen >> 32) != c_.tag) {
+          fail(kDevBadTag, p, c_.tag, seen >> 32);
+          failed = 1;
+        }
+      }
+    }
+    return L_.share(failed) == 0;
+  }
+
+  // The other collectives, one synchronization a round (Note [Direct collectives]).
+  ACCORD_HD bool run_other(uint32_t e, uint64_t base, uint64_t n, uint32_t s) {
+    const uint32_t h = e & 1u;
+    const uint64_t es = c_.elem_bytes;
+    const Range r = split(n, d_.nslices, s);
+    const uint64_t len = r.hi - r.lo;
+    const int32_t R = c_.nranks;
+    switch (d_.coll) {  // A
+      case kCollReduceScatter:  // every rank's segment of the round, segment k at k * n
+        for (int32_t k = 0; k < R; ++k)
+          copy(half(c_.rank, h) + (static_cast<uint64_t>(k) * n + r.lo) * es, in(static_cast<uint64_t>(k) * d_.count + base + r.lo),
+               len);
+        break;
+      case kCollBroadcast:
+        if (c_.rank == d_.root) copy(half(c_.rank, h) + r.lo * es, in(base + r.lo), len);
+        break;
+      default:  // all-gather, reduce
+        copy(half(c_.rank, h) + r.lo * es, in(base + r.lo), len);
+    }
+    if (!exchange(0, s, e)) return false;
+    switch (d_.coll) {  // B
+      case kCollReduceScatter:
+        fold(out(base + r.lo), h, static_cast<uint64_t>(c_.rank) * n + r.lo, len);
+        break;
+      case kCollAllGather:
+        for (int32_t p = 0; p < R; ++p)
+          copy(out(static_cast<uint64_t>(p) * d_.count + base + r.lo), half(p, h) + r.lo * es, len);
+        break;
+      case kCollBroadcast:
+        copy(out(base + r.lo), half(d_.root, h) + r.lo * es, len);
+        break;
+      default:  // reduce
+        if (c_.rank == d_.root) fold(out(base + r.lo), h, r.lo, len);
+    }
+    return true;
+  }
+
+  ACCORD_HD bool run_slice(uint32_t e, uint64_t base, uint64_t n, uint32_t s) {
+    if (d_.coll != kCollAllReduce) return run_other(e, base, n, s);
+    const bool one_shot = d_.proto == kProtoOneShot;
+    const uint32_t h_in = e & 1u;
+    // A: this rank's input of the slice into its scratch.
+    if (one_shot) {
+      const Range r = owned(n, 0, s);
+      copy(half(c_.rank, h_in) + r.lo * c_.elem_bytes, in(base + r.lo), r.hi - r.lo);
+    } else {
+      for (int32_t k = 0; k < c_.nranks; ++k) {
+        const Range r = owned(n, k, s);
+        copy(half(c_.rank, h_in) + r.lo * c_.elem_bytes, in(base + r.lo), r.hi - r.lo);
+      }
+    }
+    if (!exchange(0, s, e)) return false;
+    if (one_shot) {  // B: every rank's slice, folded into the output
+      const Range r = owned(n, 0, s);
+      fold(out(base + r.lo), h_in, r.lo, r.hi - r.lo);
+      return true;
+    }
+    // B: this rank's part, folded into its results quarter, then stored into every peer's.
+    const Range mine = owned(n, c_.rank, s);
+    uint8_t* res = results(c_.rank, h_in) + mine.lo * c_.elem_bytes;
+    fold(res, h_in, mine.lo, mine.hi - mine.lo);
+    L_.sync();
+    for (int32_t p = 0; p < c_.nranks; ++p)
+      if (p != c_.rank) copy(results(p, h_in) + mine.lo * c_.elem_bytes, res, mine.hi - mine.lo);
+    if (!exchange(1, s, e)) return false;
+    // C: every part of the slice, from the results quarter into the output.
+    for (int32_t k = 0; k < c_.nranks; ++k) {
+      const Range r = owned(n, k, s);
+      copy(out(base + r.lo), results(c_.rank, h_in) + r.lo * c_.elem_bytes, r.hi - r.lo);
+    }
+    L_.sync();
+    return true;
+  }
+
+  // Leader only: the first failure of this call, at this round.
+  ACCORD_HD void fail(int32_t code, int32_t peer, uint64_t want, uint64_t got) {
+    record_failure(L_, c_, code, peer, static_cast<int64_t>(round_index_), want, got);
+  }
+
+  const DevCall& c_;
+  const DevDirect& d_;
+  Lanes& L_;
+  uint32_t round_index_ = 0;
+};
+
+}  // namespace accord::dev

@@ -1,0 +1,79 @@
+// The communicator's side of the direct protocol (Note [Direct protocol], direct_call.hpp):
+// whether the job uses it, and the direct part of a collective's launch.
+#include <algorithm>
+#include <string>
+
+#include "collectives/communicator.hpp"
+#include "collectives/device/direct.hpp"
+#include "core/log.hpp"
+
+namespace accord {
+
+// Note [Direct or FIFO]: a job uses the direct protocol only where every pair of its ranks can
+// load and store the other's GPU memory (one GPU, or GPUs that peer: device_route p2p or ipc),
+// all ranks on one host with a GPU each; a job with one host-staged pair, or ranks on other
+// hosts, keeps the FIFO schedule for every call. Every rank decides from the same inputs
+// (device_of_, pid_of_, the topology, ACCORD_DEVICE_PROTO, which init compares across ranks),
+// so every rank makes the same choice without another round; and each call's choice depends
+// only on the call (direct.cpp, DirectEngine::choose), so the ranks agree on it too.
+Status Communicator::setup_direct(StoreClient* store, Deadline deadline) {
+  direct_plan_.clear();
+  dev::ProtoMode mode = dev::ProtoMode::kAuto;
+  (void)dev::parse_proto_mode(settings_.device_proto, &mode);  // checked in configure()
+  std::string why_not;
+  if (nranks_ < 2 || device_of_.size() != static_cast<size_t>(nranks_)) return Status::success();
+  if (std::any_of(device_of_.begin(), device_of_.end(), [](int d) { return d < 0; }))
+    return Status::success();  // some rank has no GPU: no device path at all
+  if (mode == dev::ProtoMode::kFifo) why_not = "ACCORD_DEVICE_PROTO=fifo";
+  if (why_not.empty() && static_cast<int>(local_ranks_.size()) != nranks_)
+    why_not = "some ranks are on another host or /dev/shm";
+  for (int a = 0; a < nranks_ && why_not.empty(); ++a)
+    for (int b = a + 1; b < nranks_ && why_not.empty(); ++b) {
+      std::string why;
+      if (device_route(a, b, &why) == DeviceRoute::kHostStaged)
+        why_not = format("pair %d-%d is host-staged (%s)", a, b, why.c_str());
+    }
+  if (!why_not.empty()) {
+    direct_plan_ = format("device protocol: fifo for every collective (%s)\n", why_not.c_str());
+    if (mode == dev::ProtoMode::kDirect || mode == dev::ProtoMode::kOneShot || mode == dev::ProtoMode::kTwoShot) {
+      if (rank_ == 0)
+        LOG_WARN(kGpu, "rank 0: ACCORD_DEVICE_PROTO=%s, but the job cannot use the direct protocol: %s; every "
+                 "collective uses the FIFOs", settings_.device_proto.c_str(), why_not.c_str());
+    }
+    LOG_INFO(kGpu, "rank %d: %s", rank_, direct_plan_.substr(0, direct_plan_.size() - 1).c_str());
+    return Status::success();
+  }
+  dev::DirectSetup s;
+  s.rt = rt_;
+  s.device = device_;
+  s.rank = rank_;
+  s.nranks = nranks_;
+  s.stream = stream_;
+  s.ipc.assign(static_cast<size_t>(nranks_), false);
+  for (int r = 0; r < nranks_; ++r)
+    s.ipc[static_cast<size_t>(r)] = pid_of_[static_cast<size_t>(r)] != pid_of_[static_cast<size_t>(rank_)];
+  s.scratch_bytes = settings_.direct_scratch_bytes > 0 ? static_cast<size_t>(settings_.direct_scratch_bytes)
+                                                       : dev::kDefaultDirectScratchBytes;
+  s.mode = mode;
+  s.store = store;
+  s.deadline = deadline;
+  ACCORD_TRY(dev::DirectEngine::create(s, &direct_));
+  direct_plan_ = direct_->describe();
+  LOG_INFO(kGpu, "rank %d: %s", rank_, direct_plan_.substr(0, direct_plan_.size() - 1).c_str());
+  return Status::success();
+}
+
+bool Communicator::prepare_direct(const CollArgs& a, size_t elem_bytes, dev::DevLaunch* launch) {
+  if (direct_ == nullptr) return false;
+  const size_t bytes = a.count * elem_bytes;
+  std::string why;
+  const uint32_t proto = direct_->choose(a.coll, bytes, &why);
+  direct_->log_choice(a.coll, bytes, proto, why);
+  if (proto == dev::kProtoFifo) return false;
+  direct_->prepare(a.coll, a.root, proto, a.count, elem_bytes, max_blocks_, &launch->direct, &launch->call.nblocks);
+  launch->call.nsteps = 0;
+  launch->call.steps = nullptr;
+  return true;
+}
+
+}  // namespace accord
