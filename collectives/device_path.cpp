@@ -799,9 +799,8 @@ std::string Communicator::dead_peer_note() const {
   return std::string();
 }
 
-Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
-  RankScope scope(rank_, nranks_);
-  const char* name = collective_name(a.coll);
+// The caller's stream of a device call, wrapped, after the checks every device call makes.
+Status Communicator::device_stream(void* user_stream, const char* name, Stream* out) {
   const accord_status_t sticky = sticky_error();
   if (sticky != ACCORD_SUCCESS)
     return error(sticky,
@@ -834,6 +833,26 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
         "reuse); make the call outside the capture (before cudaStreamBeginCapture or after "
         "cudaStreamEndCapture)",
         rank_, name, device_, user_stream);
+  *out = us;
+  return Status::success();
+}
+
+Status Communicator::enqueue_device(const CollArgs& call, void* user_stream) {
+  RankScope scope(rank_, nranks_);
+  const char* name = collective_name(call.coll);
+  Stream us;
+  ACCORD_TRY(device_stream(user_stream, name, &us));
+  // Note [Pre-multiplied sum]: planned as the sum it is; the kernel scales as it reads.
+  CollArgs a = call;
+  PreMul pm;
+  const bool premul = reduces(a.coll) && a.op >= ACCORD_NUM_OPS;
+  if (premul) {
+    size_t in_bytes = 0, out_bytes = 0;
+    ACCORD_TRY(check_args(a, &in_bytes, &out_bytes));
+    if (!premul_of(a.op, &pm))
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: op %d was destroyed", rank_, name, a.op);
+    a.op = ACCORD_SUM;
+  }
   CallPlan plan;
   ACCORD_TRY(plan_call(a, true, &plan));
   if (plan.schedule == nullptr) return Status::success();  // nothing to move
@@ -844,7 +863,7 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   // One rank: every collective is a copy of its input into its output (or nothing, in place).
   // The copy engine moves it at the GPU's memory bandwidth; there is no peer to wait for, so
   // no kernel, FIFO count or kernel order is involved.
-  if (nranks_ == 1 && std::all_of(sched.steps.begin(), sched.steps.end(),
+  if (nranks_ == 1 && !premul && std::all_of(sched.steps.begin(), sched.steps.end(),
                                   [](const Step& st) { return st.kind == StepKind::kCopy; })) {
     for (const Step& st : sched.steps) {
       const uint8_t* src = step_src(st, a.send, a.recv);
@@ -855,14 +874,10 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
     }
     return Status::success();
   }
-  const uint64_t seq = dev_seq_ + 1;
   const bool reducing = reduces(a.coll);
   dev::DevLaunch launch;
   std::memset(static_cast<void*>(&launch), 0, sizeof launch);
   dev::DevCall& c = launch.call;
-  c.nsteps = static_cast<uint32_t>(sched.steps.size());
-  c.nranks = nranks_;
-  c.rank = rank_;
   c.dtype = reducing ? a.dtype : ACCORD_UINT8;
   c.op = reducing ? a.op : ACCORD_SUM;
   c.divisor = reducing && a.op == ACCORD_AVG ? nranks_ : 0;
@@ -870,13 +885,31 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   c.tag = plan.tag;
   c.input = a.send;
   c.output = a.recv;
+  if (premul) {
+    c.premul = pm.immediate ? 1 : 2;
+    c.scalar = pm.value;
+    c.scalar_ptr = pm.ptr;
+  }
+  return launch_schedule(name, sched, &launch, us, user_stream);
+}
+
+// Launches `sched` as one collective kernel on `us` (the caller's `user_stream`); `launch`
+// holds the call's own fields (dtype, op, divisor, element size, tag, buffers), the rest is
+// filled here.
+Status Communicator::launch_schedule(const char* name, const Schedule& sched, dev::DevLaunch* launch,
+                                     Stream us, void* user_stream) {
+  const uint64_t seq = dev_seq_ + 1;
+  dev::DevCall& c = launch->call;
+  c.nsteps = static_cast<uint32_t>(sched.steps.size());
+  c.nranks = nranks_;
+  c.rank = rank_;
   c.scratch = dev_scratch_;
   c.peers = static_cast<const dev::DevPeer*>(peers_dev_);
   c.ctl = static_cast<dev::DevCtl*>(ctl_dev_);
   c.seq = seq;
   c.nblocks = call_blocks(sched);
   c.grid = static_cast<uint32_t*>(grid_dev_);
-  dev::DevStep* steps = launch.steps;
+  dev::DevStep* steps = launch->steps;
   if (c.nsteps > dev::kInlineSteps) {
     size_t at = 0;
     ACCORD_TRY(reserve_steps(sizeof(dev::DevStep) * c.nsteps, seq, &at));
@@ -897,6 +930,7 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
     to.src_off = from.src_off;
     to.dst_off = from.dst_off;
     to.bytes = from.bytes;
+    to.tag = from.tag;
   }
   // Note [Kernel order]: kernels of one communicator must run one after another (each FIFO
   // count has one writer). On one stream they do. Every launch records order_event_ on its
@@ -915,7 +949,7 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
     recent_.push_back(inflight_.back());
     if (recent_.size() > 64) recent_.pop_front();
   }
-  Status s = rt_->launch_kernel(dev::collective_kernel(), &launch, sizeof launch, us, c.nblocks,
+  Status s = rt_->launch_kernel(dev::collective_kernel(), launch, sizeof *launch, us, c.nblocks,
                                 c.nblocks > 1 ? sizeof(uint32_t) * 2 * static_cast<size_t>(nranks_) : 0);
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(watch_mu_);
@@ -978,7 +1012,11 @@ Status Communicator::kernel_error() {
       if (c.seq == err_seq) name = c.name;
   }
   const int code = ctl->err_code;
-  const char* what = code == dev::kDevBadTag ? "a message of another call: every rank must make the same calls "
+  const bool p2p = std::strncmp(name, "send", 4) == 0 || std::strcmp(name, "recv") == 0;
+  const char* what = code == dev::kDevBadTag && p2p
+                         ? "a message of another send (or of a collective): a receive needs a send of the same count "
+                           "and dtype from its peer, and a pair of ranks the same sends and receives in the same order"
+                     : code == dev::kDevBadTag ? "a message of another call: every rank must make the same calls "
                                                "(collective, count, dtype, op, root) in the same order"
                      : code == dev::kDevBadSize ? "a message of another size: the ranks called it with different "
                                                   "counts or dtypes"
@@ -986,10 +1024,11 @@ Status Communicator::kernel_error() {
                                                   : "an abort";
   return error(code == dev::kDevAborted ? ACCORD_ERR_ABORTED : ACCORD_ERR_MISMATCH,
                "rank %d: %s (seq %llu) on GPU %d, step %lld, peer rank %d: the kernel met %s (expected %llu, got "
-               "%llu); run with ACCORD_CHECK=1 to name the difference",
+               "%llu)%s",
                rank_, name, static_cast<unsigned long long>(err_seq), device_, static_cast<long long>(ctl->err_step),
                ctl->err_peer, what, static_cast<unsigned long long>(ctl->err_want),
-               static_cast<unsigned long long>(ctl->err_got));
+               static_cast<unsigned long long>(ctl->err_got),
+               p2p ? "" : "; run with ACCORD_CHECK=1 to name the difference");
 }
 
 void Communicator::adopt_kernel_error() {
