@@ -247,7 +247,9 @@ ACCORD_API accord_status_t accord_group_start(void);
 
 /** Runs the group's queued collectives, each communicator's in its own thread, and returns
  *  when all are done: ACCORD_SUCCESS, or the first failure (each communicator's own error is
- *  in accord_last_error(comm)). Buffers must stay valid until it returns. */
+ *  in accord_last_error(comm)). Buffers must stay valid until it returns. On device buffers,
+ *  collectives were enqueued at their call; the group's sends and receives are enqueued here,
+ *  one kernel per communicator, and it returns once they are. */
 ACCORD_API accord_status_t accord_group_end(void);
 
 /** Size in bytes of one element of dtype, or 0 if dtype is unknown. */
