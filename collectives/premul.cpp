@@ -54,7 +54,8 @@ Status Communicator::destroy_premul(int op) {
 bool Communicator::premul_of(int op, PreMul* out) const {
   std::lock_guard<std::mutex> lock(premul_mu_);
   const long i = static_cast<long>(op) - ACCORD_NUM_OPS;
-  if (i < 0 || static_cast<size_t>(i) >= premul_.size() || !premul_[static_cast<size_t>(i)].live) return false;
+  if (i < 0 || static_cast<size_t>(i) >= premul_.size() || !premul_[static_cast<size_t>(i)].live)
+    return false;
   *out = premul_[static_cast<size_t>(i)];
   return true;
 }
@@ -79,7 +80,8 @@ Status Communicator::run_premul_host(const CollArgs& a) {
   ACCORD_TRY(check_args(a, &in_bytes, &out_bytes));
   PreMul pm;
   if (!premul_of(a.op, &pm))
-    return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: op %d was destroyed", rank_, collective_name(a.coll), a.op);
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: op %d was destroyed", rank_,
+                 collective_name(a.coll), a.op);
   uint64_t scalar = 0;
   ACCORD_TRY(premul_scalar(pm, &scalar));
   const auto dtype = static_cast<accord_datatype_t>(a.dtype);

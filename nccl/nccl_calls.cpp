@@ -334,10 +334,12 @@ NCCL_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
   std::lock_guard<std::mutex> lock(comm->mutex);
   size_t i = 0;
   while (i < comm->premul.size() && comm->premul[i].live) ++i;
-  if (static_cast<long long>(i) + ncclNumOps > static_cast<long long>(ncclMaxRedOp))
+  if (static_cast<long long>(i) + ncclNumOps > static_cast<long long>(ncclMaxRedOp)) {
+    (void)accord_red_op_destroy(pm.op, c);
     return fail(ncclInvalidUsage,
                 "%s: rank %d: too many ops; destroy unused ones with ncclRedOpDestroy", fn,
-                comm->rank);  // (the Accord op stays until the communicator is destroyed)
+                comm->rank);
+  }
   if (i == comm->premul.size()) comm->premul.emplace_back();
   comm->premul[i] = pm;
   *op = static_cast<ncclRedOp_t>(static_cast<int>(ncclNumOps) + static_cast<int>(i));

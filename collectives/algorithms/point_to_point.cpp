@@ -12,8 +12,8 @@
 
 namespace accord {
 
-void point_to_point_schedule(const std::vector<P2pCall>& calls, int rank, int nranks, size_t piece_bytes,
-                             Schedule* out) {
+void point_to_point_schedule(const std::vector<P2pCall>& calls, int rank, int nranks,
+                             size_t piece_bytes, Schedule* out) {
   out->steps.clear();
   out->scratch_bytes = 0;
   if (piece_bytes == 0) piece_bytes = 1;
@@ -32,18 +32,22 @@ void point_to_point_schedule(const std::vector<P2pCall>& calls, int rank, int nr
       (c.send ? sends : recvs)[static_cast<size_t>(c.peer)].push_back(Pending{&c, 0});
   }
   for (size_t i = 0; i < self_sends.size() && i < self_recvs.size(); ++i) {
-    const size_t bytes = self_sends[i]->bytes < self_recvs[i]->bytes ? self_sends[i]->bytes : self_recvs[i]->bytes;
-    out->steps.push_back(make_step(StepKind::kCopy, Buf::kAddress, self_sends[i]->addr, Buf::kAddress,
-                                   self_recvs[i]->addr, bytes));
+    const size_t bytes =
+        self_sends[i]->bytes < self_recvs[i]->bytes ? self_sends[i]->bytes : self_recvs[i]->bytes;
+    out->steps.push_back(make_step(StepKind::kCopy, Buf::kAddress, self_sends[i]->addr,
+                                   Buf::kAddress, self_recvs[i]->addr, bytes));
   }
   std::vector<size_t> next_send(n, 0), next_recv(n, 0);
   auto piece = [&](std::vector<Pending>& queue, size_t* next, bool send, size_t peer) {
     if (*next == queue.size()) return false;
     Pending& p = queue[*next];
-    const size_t bytes = p.call->bytes - p.done < piece_bytes ? p.call->bytes - p.done : piece_bytes;
+    const size_t bytes =
+        p.call->bytes - p.done < piece_bytes ? p.call->bytes - p.done : piece_bytes;
     const uint64_t at = p.call->addr + p.done;
-    Step s = send ? make_step(StepKind::kSend, Buf::kAddress, at, Buf::kOutput, 0, bytes, static_cast<int>(peer))
-                  : make_step(StepKind::kRecv, Buf::kInput, 0, Buf::kAddress, at, bytes, -1, static_cast<int>(peer));
+    Step s = send ? make_step(StepKind::kSend, Buf::kAddress, at, Buf::kOutput, 0, bytes,
+                              static_cast<int>(peer))
+                  : make_step(StepKind::kRecv, Buf::kInput, 0, Buf::kAddress, at, bytes, -1,
+                              static_cast<int>(peer));
     s.tag = p.call->tag;
     out->steps.push_back(s);
     p.done += bytes;
@@ -52,8 +56,10 @@ void point_to_point_schedule(const std::vector<P2pCall>& calls, int rank, int nr
   };
   for (bool busy = true; busy;) {
     busy = false;
-    for (size_t peer = 0; peer < n; ++peer) busy = piece(sends[peer], &next_send[peer], true, peer) || busy;
-    for (size_t peer = 0; peer < n; ++peer) busy = piece(recvs[peer], &next_recv[peer], false, peer) || busy;
+    for (size_t peer = 0; peer < n; ++peer)
+      busy = piece(sends[peer], &next_send[peer], true, peer) || busy;
+    for (size_t peer = 0; peer < n; ++peer)
+      busy = piece(recvs[peer], &next_recv[peer], false, peer) || busy;
   }
 }
 
