@@ -45,6 +45,8 @@ namespace accord {
 // Steps of schedules longer than DevLaunch's inline ones go through this ring of pinned memory
 // (Note [Step ring]).
 constexpr size_t kStepRingBytes = size_t{8} << 20;
+// Scratch beyond one slot: each of up to 1024 blocks rounds its part up to 16 bytes (Note [Blocks]).
+constexpr size_t kScratchBlockSlack = 16 * 1024;
 
 Status Communicator::setup_device(int requested) {
   device_of_.assign(static_cast<size_t>(nranks_), -1);
@@ -101,7 +103,7 @@ Status Communicator::setup_device(int requested) {
   ACCORD_TRY(rt_->device_address(ring_host_, &ring_dev_).prefix(where));
   ACCORD_TRY(rt_->create_event(d, &order_event_).prefix(where));
   if (nranks_ >= 3)
-    ACCORD_TRY(rt_->alloc_device(d, shape_.slot_bytes, &dev_scratch_).prefix(where + "scratch: "));
+    ACCORD_TRY(rt_->alloc_device(d, shape_.slot_bytes + kScratchBlockSlack, &dev_scratch_).prefix(where + "scratch: "));
   ACCORD_TRY(register_slots());
   LOG_INFO(kGpu, "rank %d: GPU %d of %s", rank_, d, rt_->description().c_str());
   return Status::success();
@@ -908,6 +910,8 @@ Status Communicator::launch_schedule(const char* name, const Schedule& sched, de
   c.ctl = static_cast<dev::DevCtl*>(ctl_dev_);
   c.seq = seq;
   c.nblocks = call_blocks(sched);
+  // Note [Blocks]: block b's part of scratch, at most a 16-byte multiple of slot / nblocks.
+  c.scratch_stride = ((shape_.slot_bytes + c.nblocks - 1) / c.nblocks + 15) & ~uint64_t{15};
   c.grid = static_cast<uint32_t*>(grid_dev_);
   dev::DevStep* steps = launch->steps;
   if (c.nsteps > dev::kInlineSteps) {

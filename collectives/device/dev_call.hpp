@@ -29,6 +29,10 @@
 // message stores the FIFO's head, after the head of the message before it (a block may finish
 // message m+1 before another finishes m; head must only grow). A slot's counter is used again
 // only for the message nslots later, which cannot be sent before the head passed this one.
+// Scratch (kReduceAll's running result) is not sliced by the step's bytes like the buffers:
+// block b keeps its slice at b * DevCall::scratch_stride whatever the step's size, since a
+// block that is ahead, on a step of another size, would otherwise write where a block behind
+// still reduces (seen: wrong sums of a direct all-reduce of 2 chunks on 4 simulated GPUs).
 // With several blocks each keeps its counts as the count at the kernel's start (DevFifo::count,
 // unchanged while the kernel runs) plus what it has sent or received since (Lanes::deltas);
 // the last block to finish the kernel (DevCall::grid[0]) adds them to the counts and writes
@@ -154,6 +158,7 @@ struct DevCall {
   uint32_t* grid = nullptr;        // [0] blocks done with the kernel, [1] failure claimed; GPU memory
   uint64_t scalar = 0;
   const void* scalar_ptr = nullptr;
+  uint64_t scratch_stride = 0;  // nblocks > 1: each block's own part of scratch (Note [Blocks])
 };
 
 constexpr uint32_t kInlineSteps = 16;
@@ -399,9 +404,10 @@ class CallRunner {
       uint64_t lo = per * L_.block();
       if (lo >= bytes) return;
       const uint64_t hi = lo + per < bytes ? lo + per : bytes;
-      d0 = static_cast<uint8_t*>(d0) + lo;
+      uint8_t* own_scratch = static_cast<uint8_t*>(c_.scratch) + L_.block() * c_.scratch_stride;
+      d0 = d0 == c_.scratch ? own_scratch : static_cast<uint8_t*>(d0) + lo;
       if (d1 != nullptr) d1 = static_cast<uint8_t*>(d1) + lo;
-      a = static_cast<const uint8_t*>(a) + lo;
+      a = a == c_.scratch ? own_scratch : static_cast<const uint8_t*>(a) + lo;
       if (b != nullptr) b = static_cast<const uint8_t*>(b) + lo;
       bytes = hi - lo;
     }

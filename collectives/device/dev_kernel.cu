@@ -224,7 +224,7 @@ struct CudaLanes {
 
 // The parameter is __grid_constant__ (CUDA 11.7+, sm_70+): CallRunner keeps references into
 // it (p.call, p.steps), and taking the address of a plain by-value parameter makes every
-// thread copy all of DevLaunch (888 bytes) into its local memory (an 824-832 byte stack
+// thread copy all of DevLaunch (896 bytes) into its local memory (an 824-832 byte stack
 // frame, close to the 1 KiB default stack; growing the stack at a launch waits for the
 // device, Note [Warm-up launch] in device_path.cpp). Grid constants are read in place.
 __global__ void __launch_bounds__(kCollectiveThreads)
