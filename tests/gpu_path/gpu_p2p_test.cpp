@@ -365,7 +365,7 @@ TEST_F(GpuP2pThreads, PreMulSumAndAvgExact) {
 
 // The mismatches: errors naming the rank, the peer and the call, and no hang.
 TEST_F(GpuP2pThreads, MismatchesNameRankPeerAndCall) {
-  ScopedEnv timeout("ACCORD_TIMEOUT_MS", "2000");
+  ScopedEnv timeout("ACCORD_TIMEOUT_MS", "5000");  // the timeout case waits this long
   std::atomic<int> timed_out{0};
   for (const auto& f : run_threads(2, [&](accord_comm_t comm, int rank, int n) -> std::string {
          int dev = -1;
