@@ -58,6 +58,14 @@ accord_status_t guarded(accord_comm* h, F&& body) {
 // check, which the vector's thread_local (it has a destructor) does.
 thread_local int t_group_depth = 0;
 thread_local std::vector<std::pair<accord_comm*, CollArgs>> t_group_ops;
+// Sends and receives on device buffers in the open group, with their streams: each
+// communicator's run as one kernel at the group's end (Note [Point-to-point schedules]).
+struct DeviceP2p {
+  accord_comm* comm;
+  CollArgs args;
+  accord_stream_t stream;
+};
+thread_local std::vector<DeviceP2p> t_group_device_p2p;
 
 accord_status_t run_collective(accord_comm_t comm, const CollArgs& args, accord_stream_t stream, const char* fn) {
   CallGuard guard(comm);
@@ -69,14 +77,12 @@ accord_status_t run_collective(accord_comm_t comm, const CollArgs& args, accord_
     bool on_device = false;
     Status where = comm->impl->classify(args, &on_device);
     if (!where.ok()) return report(comm, where);
-    if (on_device && is_point_to_point(args.coll))
-      return report(
-          comm,
-          error(ACCORD_ERR_UNSUPPORTED,
-                "rank %d: %s with peer %d: point-to-point on device buffers is "
-                "not supported yet (host buffers only); stage the data through host memory, or use "
-                "a collective",
-                comm->impl->rank(), fn, args.root));
+    if (on_device && is_point_to_point(args.coll)) {
+      if (t_group_depth == 0) return report(comm, comm->impl->enqueue_device_p2p({args}, stream));
+      Status s = comm->impl->validate(args);
+      if (s.ok()) t_group_device_p2p.push_back(DeviceP2p{comm, args, stream});
+      return report(comm, s);
+    }
     if (on_device) return report(comm, comm->impl->enqueue_device(args, stream));
     if (stream != nullptr && comm->impl->device() < 0)
       return report(comm, error(ACCORD_ERR_UNSUPPORTED, "rank %d: %s: a stream was given, but this communicator has "
@@ -92,6 +98,39 @@ accord_status_t run_collective(accord_comm_t comm, const CollArgs& args, accord_
     if (comm->impl->device() >= 0) return report(comm, comm->impl->run_async({args}).get());
     return report(comm, comm->impl->run(args));
   });
+}
+
+// A group's sends and receives on device buffers: one kernel per communicator, on the stream
+// its calls named (one stream per communicator and group).
+accord_status_t run_group_device_p2p(std::vector<DeviceP2p> ops) {
+  std::vector<accord_comm*> comms;
+  std::map<accord_comm*, std::vector<CollArgs>> batches;
+  std::map<accord_comm*, accord_stream_t> streams;
+  accord_status_t first = ACCORD_SUCCESS;
+  for (const DeviceP2p& op : ops) {
+    if (!batches.count(op.comm)) {
+      comms.push_back(op.comm);
+      streams[op.comm] = op.stream;
+    } else if (streams[op.comm] != op.stream && first == ACCORD_SUCCESS) {
+      first = report(op.comm, error(ACCORD_ERR_INVALID_USAGE,
+                                    "accord_group_end: rank %d: the sends and receives of one group on one "
+                                    "communicator use two streams (%p and %p); pass one stream to all of them",
+                                    op.comm->impl->rank(), static_cast<void*>(streams[op.comm]),
+                                    static_cast<void*>(op.stream)));
+    }
+    batches[op.comm].push_back(op.args);
+  }
+  if (first != ACCORD_SUCCESS) return first;
+  for (accord_comm* h : comms) {
+    CallGuard guard(h);
+    accord_status_t code = guarded(h, [&]() -> accord_status_t {
+      accord_status_t live_code;
+      if (!live(h, "accord_group_end", &live_code)) return live_code;
+      return report(h, h->impl->enqueue_device_p2p(batches[h], streams[h]));
+    });
+    if (first == ACCORD_SUCCESS) first = code;
+  }
+  return first;
 }
 
 accord_status_t run_group(std::vector<std::pair<accord_comm*, CollArgs>> ops) {
@@ -307,7 +346,9 @@ accord_status_t accord_group_end(void) {
     if (t_group_depth == 0)
       return report(nullptr, error(ACCORD_ERR_INVALID_USAGE, "accord_group_end without accord_group_start"));
     if (--t_group_depth > 0) return ACCORD_SUCCESS;
-    return run_group(std::exchange(t_group_ops, {}));
+    const accord_status_t device = run_group_device_p2p(std::exchange(t_group_device_p2p, {}));
+    const accord_status_t host = run_group(std::exchange(t_group_ops, {}));
+    return device != ACCORD_SUCCESS ? device : host;
   });
 }
 
@@ -445,6 +486,34 @@ accord_status_t accord_recv(void* recvbuf, size_t count, accord_datatype_t dtype
                             accord_comm_t comm, accord_stream_t stream) {
   CollArgs a{Collective::kRecv, nullptr, recvbuf, count, as_int(dtype), ACCORD_SUM, peer};
   return run_collective(comm, a, stream, "recv");
+}
+
+accord_status_t accord_red_op_create_pre_mul_sum(accord_red_op_t* op, void* scalar, accord_datatype_t dtype,
+                                                 accord_scalar_residence_t residence, accord_comm_t comm) {
+  CallGuard guard(comm);
+  return guarded(comm, [&]() -> accord_status_t {
+    accord_status_t code;
+    if (!live(comm, "accord_red_op_create_pre_mul_sum", &code)) return code;
+    const int where = as_int(residence);
+    if (where != ACCORD_SCALAR_DEVICE && where != ACCORD_SCALAR_HOST_IMMEDIATE)
+      return report(comm, error(ACCORD_ERR_INVALID_ARGUMENT,
+                                "rank %d: accord_red_op_create_pre_mul_sum: residence %d; use "
+                                "ACCORD_SCALAR_DEVICE or ACCORD_SCALAR_HOST_IMMEDIATE",
+                                comm->impl->rank(), where));
+    int made = 0;
+    Status s = comm->impl->create_premul(as_int(dtype), scalar, where == ACCORD_SCALAR_HOST_IMMEDIATE, &made);
+    if (s.ok() && op != nullptr) *op = static_cast<accord_red_op_t>(made);
+    return report(comm, s);
+  });
+}
+
+accord_status_t accord_red_op_destroy(accord_red_op_t op, accord_comm_t comm) {
+  CallGuard guard(comm);
+  return guarded(comm, [&]() -> accord_status_t {
+    accord_status_t code;
+    if (!live(comm, "accord_red_op_destroy", &code)) return code;
+    return report(comm, comm->impl->destroy_premul(as_int(op)));
+  });
 }
 
 accord_status_t accord_barrier(accord_comm_t comm, accord_stream_t stream) {

@@ -699,9 +699,15 @@ Status Communicator::check_args(const CollArgs& a, size_t* in_bytes, size_t* out
   if (a.coll != Collective::kBarrier && esize == 0)
     return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown dtype %d; use an accord_datatype_t value "
                  "(ACCORD_INT8 .. ACCORD_BFLOAT16)", rank_, name, a.dtype);
-  if (reduces(a.coll) && (a.op < 0 || a.op >= ACCORD_NUM_OPS))
+  PreMul pm;
+  if (reduces(a.coll) && (a.op < 0 || a.op >= ACCORD_NUM_OPS) && !premul_of(a.op, &pm))
     return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown reduction op %d; use ACCORD_SUM, ACCORD_PROD, "
-                 "ACCORD_MAX, ACCORD_MIN or ACCORD_AVG", rank_, name, a.op);
+                 "ACCORD_MAX, ACCORD_MIN, ACCORD_AVG or an op of accord_red_op_create_pre_mul_sum on this "
+                 "communicator", rank_, name, a.op);
+  if (reduces(a.coll) && a.op >= ACCORD_NUM_OPS && pm.dtype != a.dtype)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: op %d (a pre-multiplied sum) was made for dtype %d, "
+                 "but the call's dtype is %d; create the op with the call's dtype", rank_, name, a.op, pm.dtype,
+                 a.dtype);
   if (is_point_to_point(a.coll)) {
     if (a.root < 0 || a.root >= nranks_)
       return error(ACCORD_ERR_INVALID_ARGUMENT,
@@ -914,6 +920,7 @@ Status Communicator::check_consistency(const CollArgs& a) {
 
 Status Communicator::run(const CollArgs& a) {
   if (is_point_to_point(a.coll)) return run_point_to_point({a});
+  if (reduces(a.coll) && a.op >= ACCORD_NUM_OPS) return run_premul_host(a);  // Note [Pre-multiplied sum]
   return run_on(a, false);
 }
 

@@ -91,6 +91,9 @@ class Communicator {
   // NCCL semantics: checks the call and launches it as one kernel on the caller's stream;
   // returns once enqueued (Note [Kernels on the caller's stream], device_path.cpp).
   Status enqueue_device(const CollArgs& args, void* user_stream);
+  // Sends and receives on device buffers (one call, or a group's for this communicator) as
+  // one kernel on the caller's stream: Note [Point-to-point schedules] (point_to_point.cpp).
+  Status enqueue_device_p2p(const std::vector<CollArgs>& ops, void* user_stream);
   // The device transport to `peer`: "p2p", "ipc", "host-staged", or null (none).
   const char* device_channel(int peer) const;
 
@@ -99,6 +102,11 @@ class Communicator {
 
   // The host channel to every peer (null entries: this rank, or no such peer).
   const PeerLinks& links() const { return links_; }
+
+  // Note [Pre-multiplied sum] (collectives/device/dev_call.hpp): the ops of
+  // accord_red_op_create_pre_mul_sum (collectives/premul.cpp), ACCORD_NUM_OPS + index.
+  Status create_premul(int dtype, const void* scalar, bool immediate, int* op);
+  Status destroy_premul(int op);
 
   // Argument checks alone (for calls queued in a group).
   Status validate(const CollArgs& args) const;
@@ -128,6 +136,17 @@ class Communicator {
   Communicator() = default;
   Status init(const InitSpec& spec);
   Status run_on(const CollArgs& args, bool on_device);
+  struct PreMul {
+    bool live = false;
+    int dtype = 0;
+    bool immediate = true;   // value holds the scalar; else ptr (read at each call)
+    uint64_t value = 0;
+    const void* ptr = nullptr;
+  };
+  static constexpr size_t kMaxPreMulOps = 1 << 20;
+  bool premul_of(int op, PreMul* out) const;
+  Status premul_scalar(const PreMul& pm, uint64_t* bits);
+  Status run_premul_host(const CollArgs& args);
   Status setup_device(int requested);
   Status register_slots();
   Status warm_up_kernel();  // Note [Warm-up launch] (device_path.cpp)
@@ -181,8 +200,12 @@ class Communicator {
   Status upload_peers(const std::vector<dev::DevPeer>& peers);
   Status setup_direct(StoreClient* store, Deadline deadline);  // Note [Direct or FIFO] (device/direct_path.cpp)
   bool prepare_direct(const CollArgs& a, size_t elem_bytes, dev::DevLaunch* launch);
-  Status device_stream(void* user_stream, Stream* out);  // device_path.cpp
+  Status wrap_stream(void* user_stream, Stream* out);  // device_path.cpp
+  Status check_device_call(void* user_stream, const char* name) const;
   Status reserve_steps(size_t bytes, uint64_t seq, size_t* offset);
+  Status device_stream(void* user_stream, const char* name, Stream* out);
+  Status launch_schedule(const char* name, const Schedule& sched, dev::DevLaunch* launch, Stream us,
+                         void* user_stream, bool direct = false);
   void start_watchdog();
   void stop_watchdog();
   void watchdog_loop();
@@ -288,6 +311,8 @@ class Communicator {
   Algo forced_algo_ = Algo::kRing;
   std::map<std::pair<int, int>, int> logged_choices_;  // (collective, log2 size) -> algo and chunk, for info logs
   Tuner tuner_;
+  mutable std::mutex premul_mu_;  // premul_: created on the caller's thread, read on the worker too
+  std::vector<PreMul> premul_;
   std::unordered_map<size_t, std::pair<Algo, size_t>> tune_cache_;  // all-reduce bytes * 2 + on_device -> algorithm, chunk
   bool oversubscribed_ = false;
   bool may_use_gpu_ = false;  // init: this rank may get a GPU (reserve device FIFOs in its segment)  // more ranks on this host than CPUs to run them (the tuner's model)

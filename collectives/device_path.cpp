@@ -47,6 +47,8 @@ namespace accord {
 // Steps of schedules longer than DevLaunch's inline ones go through this ring of pinned memory
 // (Note [Step ring]).
 constexpr size_t kStepRingBytes = size_t{8} << 20;
+// Scratch beyond one slot: each of up to 1024 blocks rounds its part up to 16 bytes (Note [Blocks]).
+constexpr size_t kScratchBlockSlack = 16 * 1024;
 
 Status Communicator::setup_device(int requested) {
   device_of_.assign(static_cast<size_t>(nranks_), -1);
@@ -103,7 +105,7 @@ Status Communicator::setup_device(int requested) {
   ACCORD_TRY(rt_->device_address(ring_host_, &ring_dev_).prefix(where));
   ACCORD_TRY(rt_->create_event(d, &order_event_).prefix(where));
   if (nranks_ >= 3)
-    ACCORD_TRY(rt_->alloc_device(d, shape_.slot_bytes, &dev_scratch_).prefix(where + "scratch: "));
+    ACCORD_TRY(rt_->alloc_device(d, shape_.slot_bytes + kScratchBlockSlack, &dev_scratch_).prefix(where + "scratch: "));
   ACCORD_TRY(register_slots());
   LOG_INFO(kGpu, "rank %d: GPU %d of %s", rank_, d, rt_->description().c_str());
   return Status::success();
@@ -908,7 +910,7 @@ std::string Communicator::dead_peer_note() const {
 }
 
 // The runtime's stream for a caller's stream handle, wrapped once.
-Status Communicator::device_stream(void* user_stream, Stream* out) {
+Status Communicator::wrap_stream(void* user_stream, Stream* out) {
   auto it = user_streams_.find(user_stream);
   if (it != user_streams_.end()) {
     *out = it->second;
@@ -919,9 +921,8 @@ Status Communicator::device_stream(void* user_stream, Stream* out) {
   return Status::success();
 }
 
-Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
-  RankScope scope(rank_, nranks_);
-  const char* name = collective_name(a.coll);
+// What every device call checks first: the communicator is usable and there is a stream.
+Status Communicator::check_device_call(void* user_stream, const char* name) const {
   const accord_status_t sticky = sticky_error();
   if (sticky != ACCORD_SUCCESS)
     return error(sticky,
@@ -933,22 +934,15 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
                  "rank %d: %s: device buffers need a stream of GPU %d (a cudaStream_t, "
                  "or accord_stream_create)",
                  rank_, name, device_);
-  // One rank: every collective is a copy of its input into its output, or nothing in place.
-  // The copy engine moves it at the GPU's memory bandwidth; there is no peer to wait for, so no
-  // kernel, no schedule, no stream-owner table (its lock) and no capture query (a captured copy
-  // is replayed right).
-  if (nranks_ == 1) {
-    size_t in_bytes = 0, out_bytes = 0;
-    ACCORD_TRY(check_args(a, &in_bytes, &out_bytes));
-    if (out_bytes == 0 || a.send == a.recv) return Status::success();
-    Stream us;
-    ACCORD_TRY(device_stream(user_stream, &us).prefix(format("rank %d: %s: ", rank_, name)));
-    return rt_->copy_async(CopyKind::kDeviceToDevice, a.recv, a.send, out_bytes, us)
-        .prefix(format("rank %d: %s: ", rank_, name));
-  }
+  return Status::success();
+}
+
+// The caller's stream of a device call, wrapped, after the checks every device call makes.
+Status Communicator::device_stream(void* user_stream, const char* name, Stream* out) {
+  ACCORD_TRY(check_device_call(user_stream, name));
   ACCORD_TRY(check_stream_owner(user_stream, name));
   Stream us;
-  ACCORD_TRY(device_stream(user_stream, &us).prefix(format("rank %d: %s: ", rank_, name)));
+  ACCORD_TRY(wrap_stream(user_stream, &us).prefix(format("rank %d: %s: ", rank_, name)));
   // A capture would bake this call's seq and step-ring offset into the graph; a replay would
   // read recycled steps and hang or give wrong results.
   bool capturing = false;
@@ -961,6 +955,40 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
         "reuse); make the call outside the capture (before cudaStreamBeginCapture or after "
         "cudaStreamEndCapture)",
         rank_, name, device_, user_stream);
+  *out = us;
+  return Status::success();
+}
+
+Status Communicator::enqueue_device(const CollArgs& call, void* user_stream) {
+  RankScope scope(rank_, nranks_);
+  const char* name = collective_name(call.coll);
+  // Note [Pre-multiplied sum]: planned as the sum it is; the kernel scales as it reads.
+  CollArgs a = call;
+  PreMul pm;
+  const bool premul = reduces(a.coll) && a.op >= ACCORD_NUM_OPS;
+  // One rank: every collective is a copy of its input into its output, or nothing in place.
+  // The copy engine moves it at the GPU's memory bandwidth; there is no peer to wait for, so no
+  // kernel, no schedule, no stream-owner table (its lock) and no capture query (a captured copy
+  // is replayed right). A pre-multiplied sum still scales, in the kernel.
+  if (nranks_ == 1 && !premul) {
+    ACCORD_TRY(check_device_call(user_stream, name));
+    size_t in_bytes = 0, out_bytes = 0;
+    ACCORD_TRY(check_args(a, &in_bytes, &out_bytes));
+    if (out_bytes == 0 || a.send == a.recv) return Status::success();
+    Stream one;
+    ACCORD_TRY(wrap_stream(user_stream, &one).prefix(format("rank %d: %s: ", rank_, name)));
+    return rt_->copy_async(CopyKind::kDeviceToDevice, a.recv, a.send, out_bytes, one)
+        .prefix(format("rank %d: %s: ", rank_, name));
+  }
+  Stream us;
+  ACCORD_TRY(device_stream(user_stream, name, &us));
+  if (premul) {
+    size_t in_bytes = 0, out_bytes = 0;
+    ACCORD_TRY(check_args(a, &in_bytes, &out_bytes));
+    if (!premul_of(a.op, &pm))
+      return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: op %d was destroyed", rank_, name, a.op);
+    a.op = ACCORD_SUM;
+  }
   CallPlan plan;
   ACCORD_TRY(plan_call(a, true, &plan));
   if (plan.schedule == nullptr) return Status::success();  // nothing to move
@@ -968,14 +996,10 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   if (sched.scratch_bytes > 0 && sched.scratch_bytes > (dev_scratch_ != nullptr ? shape_.slot_bytes : 0))
     return error(ACCORD_ERR_INTERNAL, "rank %d: %s needs %zu bytes of GPU scratch, more than the %zu allocated "
                  "at init", rank_, name, sched.scratch_bytes, dev_scratch_ != nullptr ? shape_.slot_bytes : 0);
-  const uint64_t seq = dev_seq_ + 1;
   const bool reducing = reduces(a.coll);
   dev::DevLaunch launch;
   std::memset(static_cast<void*>(&launch), 0, sizeof launch);
   dev::DevCall& c = launch.call;
-  c.nsteps = static_cast<uint32_t>(sched.steps.size());
-  c.nranks = nranks_;
-  c.rank = rank_;
   c.dtype = reducing ? a.dtype : ACCORD_UINT8;
   c.op = reducing ? a.op : ACCORD_SUM;
   c.divisor = reducing && a.op == ACCORD_AVG ? nranks_ : 0;
@@ -983,15 +1007,37 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
   c.tag = plan.tag;
   c.input = a.send;
   c.output = a.recv;
+  if (premul) {
+    c.premul = pm.immediate ? 1 : 2;
+    c.scalar = pm.value;
+    c.scalar_ptr = pm.ptr;
+  }
+  // Note [Direct or FIFO] (device/direct_path.cpp): no steps then, and no FIFO. A pre-multiplied
+  // sum scales in the FIFO kernel's moves only, so it keeps the FIFOs.
+  const bool direct = !premul && prepare_direct(a, plan.elem_bytes, &launch);
+  return launch_schedule(name, sched, &launch, us, user_stream, direct);
+}
+
+// Launches `sched` as one collective kernel on `us` (the caller's `user_stream`); `launch`
+// holds the call's own fields (dtype, op, divisor, element size, tag, buffers), the rest is
+// filled here.
+Status Communicator::launch_schedule(const char* name, const Schedule& sched, dev::DevLaunch* launch,
+                                     Stream us, void* user_stream, bool direct) {
+  const uint64_t seq = dev_seq_ + 1;
+  dev::DevCall& c = launch->call;
+  // A direct call (prepare_direct) has chosen its blocks and carries no steps.
+  c.nsteps = direct ? 0 : static_cast<uint32_t>(sched.steps.size());
+  c.nranks = nranks_;
+  c.rank = rank_;
   c.scratch = dev_scratch_;
   c.peers = static_cast<const dev::DevPeer*>(peers_dev_);
   c.ctl = static_cast<dev::DevCtl*>(ctl_dev_);
   c.seq = seq;
-  c.nblocks = call_blocks(sched);
+  if (!direct) c.nblocks = call_blocks(sched);
+  // Note [Blocks]: block b's part of scratch, at most a 16-byte multiple of slot / nblocks.
+  c.scratch_stride = ((shape_.slot_bytes + c.nblocks - 1) / c.nblocks + 15) & ~uint64_t{15};
   c.grid = static_cast<uint32_t*>(grid_dev_);
-  // Note [Direct or FIFO] (device/direct_path.cpp): no steps then, and no FIFO.
-  const bool direct = prepare_direct(a, plan.elem_bytes, &launch);
-  dev::DevStep* steps = launch.steps;
+  dev::DevStep* steps = launch->steps;
   if (!direct && c.nsteps > dev::kInlineSteps) {
     size_t at = 0;
     ACCORD_TRY(reserve_steps(sizeof(dev::DevStep) * c.nsteps, seq, &at));
@@ -1012,6 +1058,7 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
     to.src_off = from.src_off;
     to.dst_off = from.dst_off;
     to.bytes = from.bytes;
+    to.tag = from.tag;
   }
   // Note [Kernel order]: kernels of one communicator must run one after another (each FIFO
   // count has one writer). On one stream they do. Every launch records order_event_ on its
@@ -1030,7 +1077,7 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
     recent_.push_back(inflight_.back());
     if (recent_.size() > 64) recent_.pop_front();
   }
-  Status s = rt_->launch_kernel(dev::collective_kernel(), &launch, sizeof launch, us, c.nblocks,
+  Status s = rt_->launch_kernel(dev::collective_kernel(), launch, sizeof *launch, us, c.nblocks,
                                 c.nblocks > 1 && !direct ? sizeof(uint32_t) * 2 * static_cast<size_t>(nranks_) : 0);
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(watch_mu_);
@@ -1039,7 +1086,7 @@ Status Communicator::enqueue_device(const CollArgs& a, void* user_stream) {
     if (c.steps != nullptr) ring_records_.pop_back();
     return Status(s.code(), format("rank %d: %s: %s%s", rank_, name, s.message().c_str(), dead_peer_note().c_str()));
   }
-  if (direct) direct_->commit(launch.direct);
+  if (direct) direct_->commit(launch->direct);
   dev_seq_ = seq;
   last_stream_ = us;
   note_stream_use(user_stream, seq);
@@ -1094,7 +1141,11 @@ Status Communicator::kernel_error() {
       if (c.seq == err_seq) name = c.name;
   }
   const int code = ctl->err_code;
-  const char* what = code == dev::kDevBadTag ? "a message of another call: every rank must make the same calls "
+  const bool p2p = std::strncmp(name, "send", 4) == 0 || std::strcmp(name, "recv") == 0;
+  const char* what = code == dev::kDevBadTag && p2p
+                         ? "a message of another send (or of a collective): a receive needs a send of the same count "
+                           "and dtype from its peer, and a pair of ranks the same sends and receives in the same order"
+                     : code == dev::kDevBadTag ? "a message of another call: every rank must make the same calls "
                                                "(collective, count, dtype, op, root) in the same order"
                      : code == dev::kDevBadSize ? "a message of another size: the ranks called it with different "
                                                   "counts or dtypes"
@@ -1102,10 +1153,11 @@ Status Communicator::kernel_error() {
                                                   : "an abort";
   return error(code == dev::kDevAborted ? ACCORD_ERR_ABORTED : ACCORD_ERR_MISMATCH,
                "rank %d: %s (seq %llu) on GPU %d, step %lld, peer rank %d: the kernel met %s (expected %llu, got "
-               "%llu); run with ACCORD_CHECK=1 to name the difference",
+               "%llu)%s",
                rank_, name, static_cast<unsigned long long>(err_seq), device_, static_cast<long long>(ctl->err_step),
                ctl->err_peer, what, static_cast<unsigned long long>(ctl->err_want),
-               static_cast<unsigned long long>(ctl->err_got));
+               static_cast<unsigned long long>(ctl->err_got),
+               p2p ? "" : "; run with ACCORD_CHECK=1 to name the difference");
 }
 
 void Communicator::adopt_kernel_error() {

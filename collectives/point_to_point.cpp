@@ -17,6 +17,18 @@
 // with its own call's, so a count or dtype that differs between the two ranks, or a peer that
 // is in another collective, is ACCORD_ERR_MISMATCH instead of a silent misread.
 // Cost: bytes / chunk messages per call, one copy in and one copy out of the FIFO slot.
+//
+// Note [Point-to-point schedules]: on device buffers the same batch (one send or receive, or
+// a group's for this communicator) is a schedule (point_to_point_schedule, algorithms/
+// point_to_point.cpp) in the same rounds, run as one collective kernel on the caller's stream
+// (Note [Kernels on the caller's stream], device_path.cpp) through the device FIFOs of every
+// route (one GPU, p2p, ipc, host-staged). Its steps name their buffers by address
+// (Buf::kAddress) and carry their call's tag, so the kernel checks every message as the host
+// path does: a count or dtype that differs from the peer's is a mismatch naming the rank, the
+// peer and the step, and a send with no receive ends at ACCORD_TIMEOUT_MS through the
+// watchdog, naming the rank it waited for. A group that mixes collectives with sends and
+// receives on device buffers launches its collectives at their call and its sends and
+// receives at the group's end (every rank does the same, so they still match).
 #include <algorithm>
 #include <cstring>
 
@@ -48,6 +60,67 @@ struct Pending {
 
 }  // namespace
 
+// Sends to and receives from this rank pair in call order, each pair of equal count and
+// dtype (tag): INVALID_USAGE or MISMATCH otherwise, naming the two calls.
+template <class SendOf, class RecvOf>
+static Status check_self_pairs(int rank, size_t nsends, size_t nrecvs, SendOf send_of, RecvOf recv_of) {
+  if (nsends != nrecvs)
+    return error(
+        ACCORD_ERR_INVALID_USAGE,
+        "rank %d: %zu sends to itself but %zu receives from itself in one group; "
+        "each send to this rank needs a receive of the same count and dtype in the same group",
+        rank, nsends, nrecvs);
+  for (size_t i = 0; i < nsends; ++i) {
+    const Pending s = send_of(i), r = recv_of(i);
+    if (s.tag != r.tag || s.bytes != r.bytes)
+      return error(ACCORD_ERR_MISMATCH,
+                   "rank %d: send to itself of %zu elements does not match the receive from "
+                   "itself of %zu elements (or their dtypes differ); make them equal",
+                   rank, s.call->count, r.call->count);
+  }
+  return Status::success();
+}
+
+Status Communicator::enqueue_device_p2p(const std::vector<CollArgs>& ops, void* user_stream) {
+  RankScope scope(rank_, nranks_);
+  const char* name = ops.size() == 1 ? collective_name(ops[0].coll) : "send/recv group";
+  Stream us;
+  ACCORD_TRY(device_stream(user_stream, name, &us));
+  std::vector<P2pCall> calls;
+  std::vector<Pending> self_sends, self_recvs;
+  for (const CollArgs& a : ops) {
+    size_t in_bytes = 0, out_bytes = 0;
+    ACCORD_TRY(check_args(a, &in_bytes, &out_bytes));
+    if (a.count == 0) continue;  // nothing to match: NCCL's zero-byte calls complete at once
+    const bool send = a.coll == Collective::kSend;
+    const int peer = a.root;
+    if (peer != rank_ && (static_cast<size_t>(peer) >= dev_route_of_.size() ||
+                          dev_route_of_[static_cast<size_t>(peer)] < 0))
+      return error(ACCORD_ERR_UNSUPPORTED,
+                   "rank %d: %s with peer %d on GPU buffers: this rank has no device FIFO with rank "
+                   "%d (it has no GPU, or is on another host or /dev/shm); pass host buffers "
+                   "(stream NULL) for this pair",
+                   rank_, collective_name(a.coll), peer, peer);
+    const Pending p{&a, in_bytes, 0, p2p_tag(a)};
+    if (peer == rank_) (send ? self_sends : self_recvs).push_back(p);
+    const void* buf = send ? a.send : a.recv;
+    calls.push_back(P2pCall{send, peer, reinterpret_cast<uintptr_t>(buf), in_bytes, p.tag});
+  }
+  ACCORD_TRY(check_self_pairs(
+      rank_, self_sends.size(), self_recvs.size(), [&](size_t i) { return self_sends[i]; },
+      [&](size_t i) { return self_recvs[i]; }));
+  Schedule sched;
+  point_to_point_schedule(calls, rank_, nranks_, shape_.slot_bytes, &sched);
+  if (sched.steps.empty()) return Status::success();
+  dev::DevLaunch launch;
+  std::memset(static_cast<void*>(&launch), 0, sizeof launch);
+  launch.call.dtype = ACCORD_UINT8;
+  launch.call.op = ACCORD_SUM;
+  launch.call.elem_bytes = 1;
+  launch.call.tag = p2p_tag(CollArgs{Collective::kSend, nullptr, nullptr, 0, ACCORD_UINT8, ACCORD_SUM, 0});
+  return launch_schedule(name, sched, &launch, us, user_stream);
+}
+
 Status Communicator::run_point_to_point(const std::vector<CollArgs>& ops) {
   RankScope scope(rank_, nranks_);
   if (!sticky_.ok())
@@ -70,20 +143,9 @@ Status Communicator::run_point_to_point(const std::vector<CollArgs>& ops) {
   {
     std::vector<Pending>& s = sends[static_cast<size_t>(rank_)];
     std::vector<Pending>& r = recvs[static_cast<size_t>(rank_)];
-    if (s.size() != r.size())
-      return error(
-          ACCORD_ERR_INVALID_USAGE,
-          "rank %d: %zu sends to itself but %zu receives from itself in one group; "
-          "each send to this rank needs a receive of the same count and dtype in the same group",
-          rank_, s.size(), r.size());
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (s[i].tag != r[i].tag || s[i].bytes != r[i].bytes)
-        return error(ACCORD_ERR_MISMATCH,
-                     "rank %d: send to itself of %zu elements does not match the receive from "
-                     "itself of %zu elements (or their dtypes differ); make them equal",
-                     rank_, s[i].call->count, r[i].call->count);
-      std::memmove(r[i].call->recv, s[i].call->send, s[i].bytes);
-    }
+    ACCORD_TRY(check_self_pairs(
+        rank_, s.size(), r.size(), [&](size_t i) { return s[i]; }, [&](size_t i) { return r[i]; }));
+    for (size_t i = 0; i < s.size(); ++i) std::memmove(r[i].call->recv, s[i].call->send, s[i].bytes);
     s.clear();
     r.clear();
   }

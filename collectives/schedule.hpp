@@ -20,7 +20,9 @@
 
 namespace accord {
 
-enum class Buf : uint8_t { kInput, kOutput };
+// kAddress: the offset is the buffer's address (point-to-point batches: each call has buffers
+// of its own; Note [Point-to-point schedules], point_to_point.cpp).
+enum class Buf : uint8_t { kInput, kOutput, kAddress };
 
 enum class StepKind : uint8_t {
   kSend,                // send src[src_off, +bytes) to send_peer
@@ -47,14 +49,17 @@ struct Step {
   size_t src_off = 0;
   size_t dst_off = 0;
   size_t bytes = 0;
+  uint32_t tag = 0;  // its messages' tag; 0: the call's
 };
 
 // The bytes a step reads and writes, in the call's input and output (the executor and the
 // device path's one-rank copies).
 inline const uint8_t* step_src(const Step& s, const void* input, const void* output) {
+  if (s.src == Buf::kAddress) return reinterpret_cast<const uint8_t*>(s.src_off);
   return static_cast<const uint8_t*>(s.src == Buf::kInput ? input : output) + s.src_off;
 }
 inline uint8_t* step_dst(const Step& s, const void* input, void* output) {
+  if (s.dst == Buf::kAddress) return reinterpret_cast<uint8_t*>(s.dst_off);
   return static_cast<uint8_t*>(s.dst == Buf::kOutput ? output : const_cast<void*>(input)) +
          s.dst_off;
 }
@@ -75,8 +80,9 @@ inline Step make_step(StepKind kind, Buf src, size_t src_off, Buf dst, size_t ds
   return s;
 }
 
-// kSend and kRecv are point-to-point (CollArgs::root is the peer): no schedule; the
-// communicator runs them itself (collectives/point_to_point.cpp).
+// kSend and kRecv are point-to-point (CollArgs::root is the peer): on host buffers the
+// communicator runs them itself; on device buffers a batch of them is a schedule of its own
+// (point_to_point_schedule, collectives/point_to_point.cpp).
 enum class Collective : uint8_t {
   kAllReduce,
   kReduceScatter,
@@ -129,6 +135,21 @@ inline size_t segment_offset(size_t count, int n, int i) {
   size_t ui = static_cast<size_t>(i);
   return ui * base + (ui < extra ? ui : extra);
 }
+
+// One send or receive of a point-to-point batch on device buffers: `bytes` at address `addr`,
+// to or from `peer`, its messages tagged `tag` (non-zero).
+struct P2pCall {
+  bool send = true;
+  int peer = 0;
+  uint64_t addr = 0;
+  size_t bytes = 0;
+  uint32_t tag = 0;
+};
+// The batch's steps for `rank` (algorithms/point_to_point.cpp): sends and receives of at most
+// piece_bytes each, in rounds, and a copy for each send to `rank` paired (in call order) with a
+// receive from it. The caller checks that those pairs match; calls of 0 bytes have no step.
+void point_to_point_schedule(const std::vector<P2pCall>& calls, int rank, int nranks, size_t piece_bytes,
+                             Schedule* out);
 
 // Algorithm builders (one file each).
 void ring_all_reduce(const ScheduleRequest& req, Schedule* out);

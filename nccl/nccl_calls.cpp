@@ -7,12 +7,10 @@
 // they wait for each other when one thread drives several ranks; then the collectives and
 // point-to-point calls inside one accord_group_start/end, where each communicator's sends
 // and receives progress together. Keeping them here is what lets ncclGroupSimulateEnd end a
-// group without running it, and lets a pre-multiplied sum read its scalar (ncclScalarDevice)
-// and scale its input when the group runs, as NCCL does.
+// group without running it.
 #include <accord/accord.h>
 #include <nccl.h>
 
-#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -29,12 +27,9 @@ struct Group {
   int depth = 0;
   std::vector<std::function<ncclResult_t()>> comm_jobs;
   std::vector<std::function<ncclResult_t()>> calls;
-  std::vector<std::shared_ptr<std::vector<unsigned char>>>
-      keep;  // scaled inputs, until the group ran
   double estimate_us = 0;
 };
 thread_local Group t_group;
-thread_local bool t_replaying = false;  // inside end_group, running the group's calls
 
 // ncclGroupSimulateEnd's model, per call: Accord's tuner is internal, so round, pessimistic
 // host figures, 5 us plus the bytes at 5 GB/s (bench/README.md has measured ones). Not a
@@ -88,16 +83,12 @@ ncclResult_t end_group(ncclSimInfo_t* sim) {
   }
   if (g.calls.empty()) return first;
   accord_group_start();
-  t_replaying = true;
   for (auto& call : g.calls) {
     ncclResult_t r = call();
     if (r != ncclSuccess && first == ncclSuccess) first = r;
   }
-  t_replaying = false;
   const std::string queued_error = first != ncclSuccess ? last_error() : std::string();
-  // The scaled inputs of pre-multiplied sums live in t_group.keep until the calls ran.
   ncclResult_t r = result(accord_group_end(), nullptr);
-  t_group.keep.clear();
   if (first != ncclSuccess) {
     last_error() = queued_error;
     return first;
@@ -105,119 +96,11 @@ ncclResult_t end_group(ncclSimInfo_t* sim) {
   return r;
 }
 
-// ---- pre-multiplied sum ----
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16, exp = (h >> 10) & 0x1f,
-                 man = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    const float f = std::ldexp(static_cast<float>(man), -24);
-    return sign ? -f : f;
-  }
-  bits = exp == 31 ? sign | 0x7f800000u | (man << 13) : sign | ((exp + 112) << 23) | (man << 13);
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-uint16_t float_to_half(float f) {  // round to nearest, ties to even
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof x);
-  const uint32_t sign = (x >> 16) & 0x8000;
-  x &= 0x7fffffffu;
-  if (x >= 0x7f800000u) return static_cast<uint16_t>(sign | (x > 0x7f800000u ? 0x7e00 : 0x7c00));
-  if (x >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00);  // rounds past 65504
-  if (x < 0x38800000u) {  // a half subnormal: units of 2^-24, scaling by 2^24 is exact
-    float v;
-    std::memcpy(&v, &x, sizeof v);
-    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(v * 16777216.0f)));
-  }
-  const uint32_t man = x & 0x7fffff, rest = man & 0x1fff;
-  uint32_t h = (((x >> 23) - 112) << 10) | (man >> 13);
-  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) ++h;
-  return static_cast<uint16_t>(sign | h);
-}
-
-float bf16_to_float(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-uint16_t float_to_bf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof x);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);
-  return static_cast<uint16_t>((x + 0x7fff + ((x >> 16) & 1)) >> 16);
-}
-
-// Integers multiply with wrap-around, as NCCL's kernels (two's complement).
-template <typename T>
-void scale_int(void* out, const void* in, size_t n, const void* scalar) {
-  T s;
-  std::memcpy(&s, scalar, sizeof s);
-  const T* x = static_cast<const T*>(in);
-  T* y = static_cast<T*>(out);
-  for (size_t i = 0; i < n; ++i)
-    y[i] = static_cast<T>(static_cast<uint64_t>(static_cast<int64_t>(x[i])) *
-                          static_cast<uint64_t>(static_cast<int64_t>(s)));
-}
-
-template <typename T>
-void scale_float(void* out, const void* in, size_t n, const void* scalar) {
-  T s;
-  std::memcpy(&s, scalar, sizeof s);
-  const T* x = static_cast<const T*>(in);
-  T* y = static_cast<T*>(out);
-  for (size_t i = 0; i < n; ++i) y[i] = x[i] * s;
-}
-
-// Two 16-bit floats multiply exactly in float32 (11 + 11 and 8 + 8 significant bits), so
-// rounding the product once gives the correctly rounded 16-bit product.
-template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
-void scale_16(void* out, const void* in, size_t n, const void* scalar) {
-  uint16_t s;
-  std::memcpy(&s, scalar, sizeof s);
-  const float fs = ToFloat(s);
-  const uint16_t* x = static_cast<const uint16_t*>(in);
-  uint16_t* y = static_cast<uint16_t*>(out);
-  for (size_t i = 0; i < n; ++i) y[i] = FromFloat(ToFloat(x[i]) * fs);
-}
-
-void scale(ncclDataType_t t, void* out, const void* in, size_t n, const void* scalar) {
-  switch (t) {
-    case ncclInt8:
-      return scale_int<int8_t>(out, in, n, scalar);
-    case ncclUint8:
-      return scale_int<uint8_t>(out, in, n, scalar);
-    case ncclInt32:
-      return scale_int<int32_t>(out, in, n, scalar);
-    case ncclUint32:
-      return scale_int<uint32_t>(out, in, n, scalar);
-    case ncclInt64:
-      return scale_int<int64_t>(out, in, n, scalar);
-    case ncclUint64:
-      return scale_int<uint64_t>(out, in, n, scalar);
-    case ncclFloat16:
-      return scale_16<half_to_float, float_to_half>(out, in, n, scalar);
-    case ncclBfloat16:
-      return scale_16<bf16_to_float, float_to_bf16>(out, in, n, scalar);
-    case ncclFloat32:
-      return scale_float<float>(out, in, n, scalar);
-    case ncclFloat64:
-      return scale_float<double>(out, in, n, scalar);
-    default:
-      return;
-  }
-}
-
 enum class Reducing { kAllReduce, kReduce, kReduceScatter };
 
-// A reducing collective. ncclSum..ncclAvg go straight to Accord; an op of
-// ncclRedOpCreatePreMulSum scales this rank's input by its scalar into a buffer of its own,
-// then sums: sum over ranks of (scalar * x), NCCL's definition.
+// A reducing collective. ncclSum..ncclAvg go straight to Accord, and so does an op of
+// ncclRedOpCreatePreMulSum, as the Accord op it was made with (sum over ranks of scalar * x,
+// NCCL's definition; host and device buffers, Note [Pre-multiplied sum] in Accord).
 ncclResult_t reduce_call(Reducing kind, const char* fn, const void* sendbuff, void* recvbuff,
                          size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root,
                          ncclComm_t comm, cudaStream_t stream) {
@@ -228,9 +111,6 @@ ncclResult_t reduce_call(Reducing kind, const char* fn, const void* sendbuff, vo
                 "%s: ncclRedOp_t %d is not an op; use ncclSum .. ncclAvg or one from "
                 "ncclRedOpCreatePreMulSum",
                 fn, static_cast<int>(op));
-  const size_t in_count = kind == Reducing::kReduceScatter && comm != nullptr
-                              ? count * static_cast<size_t>(comm->nranks)
-                              : count;
   auto run = [=](accord_comm_t c, const void* send, accord_red_op_t aop) {
     const accord_stream_t stream_a = accord_stream(c, stream);
     const auto dt = static_cast<accord_datatype_t>(datatype);
@@ -267,23 +147,7 @@ ncclResult_t reduce_call(Reducing kind, const char* fn, const void* sendbuff, vo
                       "create the op with the collective's data type",
                       fn, comm->rank, static_cast<int>(op), static_cast<int>(pm.dtype),
                       static_cast<int>(datatype));
-        if (accord_stream(c, stream) != nullptr)
-          return fail(
-              ncclInvalidUsage,
-              "%s: rank %d: a pre-multiplied sum on device buffers is not supported by Accord's "
-              "NCCL layer yet (host buffers only); use ncclAvg for averaging, or scale the tensor "
-              "and use ncclSum",
-              fn, comm->rank);
-        if (in_count > 0 && sendbuff == nullptr)
-          return fail(ncclInvalidArgument, "%s: rank %d: sendbuff is NULL with count %zu", fn,
-                      comm->rank, count);
-        auto scaled =
-            std::make_shared<std::vector<unsigned char>>(in_count * dtype_bytes(datatype));
-        if (in_count > 0)
-          scale(datatype, scaled->data(), sendbuff, in_count,
-                pm.residence == ncclScalarDevice ? pm.scalar : static_cast<const void*>(pm.value));
-        if (t_replaying) t_group.keep.push_back(scaled);  // read when the group runs
-        return run(c, scaled->data(), ACCORD_SUM);
+        return run(c, sendbuff, pm.op);
       });
 }
 
@@ -459,20 +323,23 @@ NCCL_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
   ncclComm::PreMulSum pm;
   pm.live = true;
   pm.dtype = datatype;
-  pm.residence = residence;
-  // ncclScalarHostImmediate: read now. ncclScalarDevice: read when a collective runs (the
-  // pointer must be readable from the host: host ranks' memory; device buffers are refused).
-  if (residence == ncclScalarHostImmediate)
-    std::memcpy(pm.value, scalar, dtype_bytes(datatype));
-  else
-    pm.scalar = scalar;
+  // ncclScalarHostImmediate: read now. ncclScalarDevice: read when a collective runs (by the
+  // kernel for device buffers; host-readable memory for host buffers).
+  r = result(accord_red_op_create_pre_mul_sum(&pm.op, scalar, static_cast<accord_datatype_t>(datatype),
+                                              residence == ncclScalarDevice ? ACCORD_SCALAR_DEVICE
+                                                                            : ACCORD_SCALAR_HOST_IMMEDIATE,
+                                              c),
+             c);
+  if (r != ncclSuccess) return r;
   std::lock_guard<std::mutex> lock(comm->mutex);
   size_t i = 0;
   while (i < comm->premul.size() && comm->premul[i].live) ++i;
-  if (static_cast<long long>(i) + ncclNumOps > static_cast<long long>(ncclMaxRedOp))
+  if (static_cast<long long>(i) + ncclNumOps > static_cast<long long>(ncclMaxRedOp)) {
+    (void)accord_red_op_destroy(pm.op, c);
     return fail(ncclInvalidUsage,
                 "%s: rank %d: too many ops; destroy unused ones with ncclRedOpDestroy", fn,
                 comm->rank);
+  }
   if (i == comm->premul.size()) comm->premul.emplace_back();
   comm->premul[i] = pm;
   *op = static_cast<ncclRedOp_t>(static_cast<int>(ncclNumOps) + static_cast<int>(i));
@@ -496,5 +363,5 @@ NCCL_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
                 "communicator (or was destroyed already)",
                 fn, comm->rank, static_cast<int>(op));
   comm->premul[i].live = false;
-  return ncclSuccess;
+  return result(accord_red_op_destroy(comm->premul[i].op, c), c);
 }

@@ -38,9 +38,7 @@ struct ncclComm {
   struct PreMulSum {
     bool live = false;
     ncclDataType_t dtype = ncclFloat32;
-    ncclScalarResidence_t residence = ncclScalarHostImmediate;
-    const void* scalar = nullptr;  // ncclScalarDevice: read when the collective runs
-    unsigned char value[8] = {};   // ncclScalarHostImmediate: read at creation
+    accord_red_op_t op = ACCORD_SUM;  // accord_red_op_create_pre_mul_sum's, on the same rank
   };
   std::vector<PreMulSum> premul;
   // ncclCommRegister's handles (a record: Accord needs no registration).

@@ -29,6 +29,10 @@
 // message stores the FIFO's head, after the head of the message before it (a block may finish
 // message m+1 before another finishes m; head must only grow). A slot's counter is used again
 // only for the message nslots later, which cannot be sent before the head passed this one.
+// Scratch (kReduceAll's running result) is not sliced by the step's bytes like the buffers:
+// block b keeps its slice at b * DevCall::scratch_stride whatever the step's size, since a
+// block that is ahead, on a step of another size, would otherwise write where a block behind
+// still reduces (seen: wrong sums of a direct all-reduce of 2 chunks on 4 simulated GPUs).
 // With several blocks each keeps its counts as the count at the kernel's start (DevFifo::count,
 // unchanged while the kernel runs) plus what it has sent or received since (Lanes::deltas);
 // the last block to finish the kernel (DevCall::grid[0]) adds them to the counts and writes
@@ -39,6 +43,14 @@
 // dead peer, abort); the kernel then records where it was in DevCtl and returns, so the
 // caller's stream goes on. A message of the wrong size or call signature is recorded the same
 // way. The kernel writes DevCtl::done = its seq last, in every case.
+//
+// Note [Pre-multiplied sum]: NCCL's ncclRedOpCreatePreMulSum (and accord_red_op_create_
+// pre_mul_sum): the sum over ranks of scalar_r * x_r. A sum whose DevCall::premul is set
+// multiplies every element this rank contributes by its scalar where it reads it (a step
+// whose src is the input: a send of its own data, a reduction with it, a copy of it), in the
+// dtype's arithmetic (halves in float32, integers wrapping), then goes on as a sum; the
+// scalar is read once when the kernel starts. No buffer of scaled data exists, so reduce and
+// reduce-scatter need none either.
 #pragma once
 
 #include <cstddef>
@@ -59,7 +71,9 @@ enum : uint8_t {
   kStepCopy,
   kStepReduceAll,
 };
-enum : uint8_t { kBufInput = 0, kBufOutput = 1 };
+// kBufAddress: the step's offset is the buffer's device address (a point-to-point batch, whose
+// calls each have buffers of their own: Note [Point-to-point schedules], point_to_point.cpp).
+enum : uint8_t { kBufInput = 0, kBufOutput = 1, kBufAddress = 2 };
 
 struct DevStep {
   uint8_t kind;
@@ -73,8 +87,10 @@ struct DevStep {
   uint64_t src_off;
   uint64_t dst_off;
   uint64_t bytes;
+  uint32_t tag;  // its messages' tag; 0: the call's (DevCall::tag)
+  uint32_t pad2;
 };
-static_assert(sizeof(DevStep) == 40, "DevStep is copied as plain bytes");
+static_assert(sizeof(DevStep) == 48, "DevStep is copied as plain bytes");
 
 // Byte offsets of the flags inside the host FIFO layout (fifo.hpp; checked in dev_host.cpp).
 constexpr size_t kHeadOffset = 0;      // FifoCtrl::head
@@ -135,8 +151,14 @@ struct DevCall {
   DevCtl* ctl = nullptr;           // device address of the communicator's DevCtl
   uint64_t seq = 0;
   uint32_t nblocks = 1;            // Note [Blocks]
-  uint32_t pad = 0;
+  // Note [Pre-multiplied sum]: 1: every element this rank contributes (read from the input)
+  // is first multiplied by `scalar` (its bits, in the dtype); 2: by the dtype's value at
+  // scalar_ptr (device memory, read when the kernel starts, NCCL's ncclScalarDevice); 0: no.
+  uint32_t premul = 0;
   uint32_t* grid = nullptr;        // [0] blocks done with the kernel, [1] failure claimed; GPU memory
+  uint64_t scalar = 0;
+  const void* scalar_ptr = nullptr;
+  uint64_t scratch_stride = 0;  // nblocks > 1: each block's own part of scratch (Note [Blocks])
 };
 
 constexpr uint32_t kInlineSteps = 16;
@@ -196,6 +218,8 @@ struct MoveArgs {
   uint64_t count = 0;       // elements (bytes for a plain copy: elem_bytes 1)
   int32_t divisor = 0;
   bool copy_bytes = false;  // a dtype-free byte copy
+  uint32_t scale = 0;       // Note [Pre-multiplied sum]: bit 0: a * scalar, bit 1: b * scalar
+  uint64_t scalar = 0;      // its bits, in the dtype
 };
 
 // Leader only: polls until ready() (which loads what it waits on) says yes; false when
@@ -252,9 +276,16 @@ class CallRunner {
   ACCORD_HD bool run() {
     bool ok = begin_call(L_, c_);
     if (!ok) fail_leader(kDevAborted, -1, 0, 0);
+    scalar_ = c_.scalar;
+    if (c_.premul == 2) {  // every thread reads it: written before the kernel, never during
+      const auto* p = static_cast<const uint8_t*>(c_.scalar_ptr);
+      scalar_ = 0;
+      for (uint32_t i = 0; i < c_.elem_bytes && i < 8; ++i) scalar_ |= static_cast<uint64_t>(p[i]) << (8 * i);
+    }
     for (uint32_t i = 0; ok && i < c_.nsteps; ++i) {
       index_ = i;
       const DevStep s = L_.step(steps_ + i);
+      tag_ = s.tag != 0 ? s.tag : c_.tag;
       ok = run_step(s);
     }
     L_.publish();
@@ -278,13 +309,20 @@ class CallRunner {
 
  private:
   ACCORD_HD const uint8_t* src(const DevStep& s) const {
+    if (s.src == kBufAddress) return reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(s.src_off));
     return static_cast<const uint8_t*>(s.src == kBufInput ? c_.input : c_.output) + s.src_off;
   }
   ACCORD_HD uint8_t* dst(const DevStep& s) const {
+    if (s.dst == kBufAddress) return reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(s.dst_off));
     return static_cast<uint8_t*>(s.dst == kBufOutput ? c_.output : const_cast<void*>(c_.input)) +
            s.dst_off;
   }
   ACCORD_HD int32_t divisor(const DevStep& s) const { return s.postop ? c_.divisor : 0; }
+  // Note [Pre-multiplied sum]: whether the step's src is this rank's own contribution, which a
+  // pre-multiplied sum scales wherever it is read (every schedule reads each input element
+  // as this rank's contribution and never writes the input: in place, what it reads of the
+  // buffer as input it has not yet written as output).
+  ACCORD_HD bool own(const DevStep& s) const { return c_.premul != 0 && s.src == kBufInput; }
 
   // Leader only: records the first failure of this call.
   ACCORD_HD void fail_leader(int32_t code, int32_t peer, uint64_t want, uint64_t got) {
@@ -333,8 +371,8 @@ class CallRunner {
     }
     const uint32_t size = L_.load(hdr + 1);
     const uint32_t tag = L_.load(hdr + 2);
-    if (tag != c_.tag) {
-      fail_leader(kDevBadTag, peer, c_.tag, tag);
+    if (tag != tag_) {
+      fail_leader(kDevBadTag, peer, tag_, tag);
       return nullptr;
     }
     if (size != want) {
@@ -398,20 +436,22 @@ class CallRunner {
     }
     uint32_t* hdr = reinterpret_cast<uint32_t*>(f.headers + (m % f.nslots) * kSlotHeaderBytes);
     hdr[1] = static_cast<uint32_t>(bytes);
-    hdr[2] = c_.tag;
+    hdr[2] = tag_;
     L_.store(hdr, m + 1);
   }
 
-  ACCORD_HD void move(void* d0, void* d1, const void* a, const void* b, uint64_t bytes, int32_t div) {
+  ACCORD_HD void move(void* d0, void* d1, const void* a, const void* b, uint64_t bytes, int32_t div,
+                     uint32_t scale = 0) {
     if (c_.nblocks > 1) {  // this block's slice (Note [Blocks])
       uint64_t per = (bytes + c_.nblocks - 1) / c_.nblocks;
       per = (per + 15) & ~uint64_t{15};
       uint64_t lo = per * L_.block();
       if (lo >= bytes) return;
       const uint64_t hi = lo + per < bytes ? lo + per : bytes;
-      d0 = static_cast<uint8_t*>(d0) + lo;
+      uint8_t* own_scratch = static_cast<uint8_t*>(c_.scratch) + L_.block() * c_.scratch_stride;
+      d0 = d0 == c_.scratch ? own_scratch : static_cast<uint8_t*>(d0) + lo;
       if (d1 != nullptr) d1 = static_cast<uint8_t*>(d1) + lo;
-      a = static_cast<const uint8_t*>(a) + lo;
+      a = a == c_.scratch ? own_scratch : static_cast<const uint8_t*>(a) + lo;
       if (b != nullptr) b = static_cast<const uint8_t*>(b) + lo;
       bytes = hi - lo;
     }
@@ -421,7 +461,9 @@ class CallRunner {
     k.a = a;
     k.b = b;
     k.divisor = div;
-    if (b == nullptr && div <= 1) {
+    k.scale = scale;
+    k.scalar = scalar_;
+    if (b == nullptr && div <= 1 && scale == 0) {
       k.copy_bytes = true;
       k.count = bytes;
     } else {
@@ -440,7 +482,7 @@ class CallRunner {
       case kStepSend: {
         uint8_t* slot = acquire(s.send_peer, s.bytes);
         if (slot == nullptr) return false;
-        move(slot, nullptr, src(s), nullptr, s.bytes, 0);
+        move(slot, nullptr, src(s), nullptr, s.bytes, 0, own(s) ? 1 : 0);
         finish_writes();
         post(s.send_peer, s.bytes);
         return true;
@@ -454,8 +496,8 @@ class CallRunner {
         return true;
       }
       case kStepCopy:
-        if (dst(s) != src(s)) {
-          move(dst(s), nullptr, src(s), nullptr, s.bytes, 0);
+        if (dst(s) != src(s) || own(s)) {
+          move(dst(s), nullptr, src(s), nullptr, s.bytes, 0, own(s) ? 1 : 0);
           finish_writes();
         }
         return true;
@@ -464,7 +506,7 @@ class CallRunner {
         if (msg == nullptr) return false;
         const void* a = s.message_right ? static_cast<const void*>(src(s)) : msg;
         const void* b = s.message_right ? static_cast<const void*>(msg) : src(s);
-        move(dst(s), nullptr, a, b, s.bytes, divisor(s));
+        move(dst(s), nullptr, a, b, s.bytes, divisor(s), own(s) ? (s.message_right ? 1 : 2) : 0);
         finish_writes();
         release(s.recv_peer);
         return true;
@@ -477,10 +519,11 @@ class CallRunner {
         uint8_t* slot = acquire(s.send_peer, s.bytes);
         if (slot == nullptr) return false;
         const void* b = s.kind == kStepRecvCopySend ? nullptr : static_cast<const void*>(src(s));
+        const uint32_t scale = b != nullptr && own(s) ? 2 : 0;
         if (s.kind == kStepRecvReduceSend) {
-          move(slot, nullptr, msg, b, s.bytes, divisor(s));
+          move(slot, nullptr, msg, b, s.bytes, divisor(s), scale);
         } else {
-          move(dst(s), slot, msg, b, s.bytes, divisor(s));
+          move(dst(s), slot, msg, b, s.bytes, divisor(s), scale);
         }
         finish_writes();
         post(s.send_peer, s.bytes);
@@ -504,11 +547,13 @@ class CallRunner {
     auto done_with = [&](int32_t r) {
       if (r != me) release(r);
     };
+    // Which operands are this rank's own (Note [Pre-multiplied sum]).
+    const uint32_t mine = own(s) ? 1 : 0;
     const uint8_t* x = operand(0);
     if (x == nullptr) return false;
     if (n == 1) {
-      if (dst(s) != x) {
-        move(dst(s), nullptr, x, nullptr, s.bytes, 0);
+      if (dst(s) != x || mine) {
+        move(dst(s), nullptr, x, nullptr, s.bytes, 0, mine);
         finish_writes();
       }
       return true;
@@ -516,7 +561,7 @@ class CallRunner {
     const uint8_t* y = operand(1);
     if (y == nullptr) return false;
     move(n == 2 ? static_cast<void*>(dst(s)) : c_.scratch, nullptr, x, y, s.bytes,
-         n == 2 ? divisor(s) : 0);
+         n == 2 ? divisor(s) : 0, me == 0 ? mine : me == 1 ? mine << 1 : 0);
     finish_writes();
     done_with(0);
     done_with(1);
@@ -525,7 +570,7 @@ class CallRunner {
       if (y == nullptr) return false;
       const bool last = r == n - 1;
       move(last ? static_cast<void*>(dst(s)) : c_.scratch, nullptr, c_.scratch, y, s.bytes,
-           last ? divisor(s) : 0);
+           last ? divisor(s) : 0, r == me ? mine << 1 : 0);
       finish_writes();
       done_with(r);
     }
@@ -536,6 +581,8 @@ class CallRunner {
   const DevStep* steps_;
   Lanes& L_;
   uint32_t index_ = 0;
+  uint32_t tag_ = 0;  // the current step's (DevStep::tag)
+  uint64_t scalar_ = 0;  // Note [Pre-multiplied sum]: the scalar's bits
 };
 
 }  // namespace accord::dev

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstring>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -28,7 +29,8 @@ static_assert(static_cast<int>(StepKind::kSend) == kStepSend && static_cast<int>
               static_cast<int>(StepKind::kRecvReduceCopySend) == kStepRecvReduceCopySend &&
               static_cast<int>(StepKind::kRecvCopySend) == kStepRecvCopySend &&
               static_cast<int>(StepKind::kCopy) == kStepCopy && static_cast<int>(StepKind::kReduceAll) == kStepReduceAll);
-static_assert(static_cast<int>(Buf::kInput) == kBufInput && static_cast<int>(Buf::kOutput) == kBufOutput);
+static_assert(static_cast<int>(Buf::kInput) == kBufInput && static_cast<int>(Buf::kOutput) == kBufOutput &&
+              static_cast<int>(Buf::kAddress) == kBufAddress);
 static_assert(static_cast<int>(Collective::kAllReduce) == kCollAllReduce &&
               static_cast<int>(Collective::kReduceScatter) == kCollReduceScatter &&
               static_cast<int>(Collective::kAllGather) == kCollAllGather &&
@@ -43,6 +45,9 @@ namespace {
 
 struct HostLanes {
   kernels::ReduceFn reduce = nullptr;
+  kernels::ReduceFn prod = nullptr;  // Note [Pre-multiplied sum]
+  size_t elem_bytes = 1;
+  std::vector<uint8_t> scaled[2], scalars;
   uint32_t block_index = 0;
   std::vector<uint32_t> delta;  // 2 * nranks (Note [Blocks])
 
@@ -81,6 +86,22 @@ struct HostLanes {
     k.dst1 = m.dst1;
     k.a = m.a;
     k.b = m.b;
+    if (m.scale != 0) {  // Note [Pre-multiplied sum]: the scaled operands first, then as any move
+      scalars.resize(m.count * elem_bytes);
+      for (size_t i = 0; i < m.count; ++i) std::memcpy(scalars.data() + i * elem_bytes, &m.scalar, elem_bytes);
+      const void** operand[2] = {&k.a, &k.b};
+      for (int j = 0; j < 2; ++j) {
+        if (!(m.scale & (1u << j)) || *operand[j] == nullptr) continue;
+        scaled[j].resize(m.count * elem_bytes);
+        kernels::ReduceArgs p;
+        p.dst0 = scaled[j].data();
+        p.a = *operand[j];
+        p.b = scalars.data();
+        p.count = m.count;
+        prod(p);
+        *operand[j] = scaled[j].data();
+      }
+    }
     k.count = m.count;
     k.divisor = m.divisor;
     reduce(k);
@@ -92,6 +113,8 @@ void run_block(const DevLaunch& p, uint32_t block) {
   HostLanes lanes;
   lanes.reduce = kernels::get_reduce_fn(static_cast<accord_datatype_t>(p.call.dtype),
                                         static_cast<accord_red_op_t>(p.call.op));
+  lanes.prod = kernels::get_reduce_fn(static_cast<accord_datatype_t>(p.call.dtype), ACCORD_PROD);
+  lanes.elem_bytes = p.call.elem_bytes;
   lanes.block_index = block;
   if (p.call.nblocks > 1) lanes.delta.assign(2 * static_cast<size_t>(p.call.nranks), 0);
   if (p.direct.proto != kProtoFifo) {

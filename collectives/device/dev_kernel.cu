@@ -10,6 +10,7 @@
 // file is about. Several blocks, each on its own FIFOs (NCCL's channels), are the next step.
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "collectives/device/dev_call.hpp"
 #include "collectives/device/direct_call.hpp"
@@ -44,8 +45,21 @@ __device__ __forceinline__ bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
+// Note [Pre-multiplied sum] (dev_call.hpp): x * scalar for the operands MoveArgs::scale names;
+// only sums are pre-multiplied, so only their loops carry the test.
+template <class T, class Op>
+__device__ __forceinline__ T premul(T x, uint32_t scale, uint32_t bit, T s) {
+  if constexpr (std::is_same_v<Op, kernels::OpSum>) {
+    if (scale & bit) return reduce_elem<T, kernels::OpProd>(x, s, 0);
+  }
+  return x;
+}
+
 template <class T, class Op>
 __device__ void move_typed(const MoveArgs& m) {
+  T sv;
+  memcpy(&sv, &m.scalar, sizeof(T));
+  const uint32_t scale = m.scale;
   const T* a = static_cast<const T*>(m.a);
   const T* b = static_cast<const T*>(m.b);
   T* d0 = static_cast<T*>(m.dst0);
@@ -69,10 +83,12 @@ __device__ void move_typed(const MoveArgs& m) {
         T ey[kPer];
         memcpy(ey, &y, 16);
 #pragma unroll
-        for (size_t k = 0; k < kPer; ++k) ex[k] = reduce_elem<T, Op>(ex[k], ey[k], m.divisor);
+        for (size_t k = 0; k < kPer; ++k)
+          ex[k] = reduce_elem<T, Op>(premul<T, Op>(ex[k], scale, 1, sv), premul<T, Op>(ey[k], scale, 2, sv),
+                                     m.divisor);
       } else {
 #pragma unroll
-        for (size_t k = 0; k < kPer; ++k) ex[k] = copy_elem<T>(ex[k], m.divisor);
+        for (size_t k = 0; k < kPer; ++k) ex[k] = copy_elem<T>(premul<T, Op>(ex[k], scale, 1, sv), m.divisor);
       }
       memcpy(&x, ex, 16);
       reinterpret_cast<uint4*>(d0)[v] = x;
@@ -81,8 +97,9 @@ __device__ void move_typed(const MoveArgs& m) {
     start = nvec * kPer;
   }
   for (size_t i = start + threadIdx.x; i < n; i += blockDim.x) {
-    T x = load_cv(a + i);
-    x = b != nullptr ? reduce_elem<T, Op>(x, load_cv(b + i), m.divisor) : copy_elem<T>(x, m.divisor);
+    T x = premul<T, Op>(load_cv(a + i), scale, 1, sv);
+    x = b != nullptr ? reduce_elem<T, Op>(x, premul<T, Op>(load_cv(b + i), scale, 2, sv), m.divisor)
+                     : copy_elem<T>(x, m.divisor);
     d0[i] = x;
     if (d1 != nullptr) d1[i] = x;
   }
@@ -213,7 +230,7 @@ struct CudaLanes {
 
 // The parameter is __grid_constant__ (CUDA 11.7+, sm_70+): CallRunner keeps references into
 // it (p.call, p.steps), and taking the address of a plain by-value parameter makes every
-// thread copy all of DevLaunch (728 bytes) into its local memory (an 824-832 byte stack
+// thread copy all of DevLaunch (896 bytes) into its local memory (an 824-832 byte stack
 // frame, close to the 1 KiB default stack; growing the stack at a launch waits for the
 // device, Note [Warm-up launch] in device_path.cpp). Grid constants are read in place.
 __global__ void __launch_bounds__(kCollectiveThreads)

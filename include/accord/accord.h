@@ -74,8 +74,19 @@ typedef enum {
   /** Sum divided by the number of ranks. Integer averages truncate toward zero (C division);
    *  integer sums wrap around on overflow (two's complement), as unsigned arithmetic does. */
   ACCORD_AVG = 4,
+  /** The built-in ops; values from ACCORD_NUM_OPS on are pre-multiplied sums that
+   *  accord_red_op_create_pre_mul_sum made for one communicator. */
   ACCORD_NUM_OPS = 5
 } accord_red_op_t;
+
+/** Where the scalar of a pre-multiplied sum lives. Values match NCCL's ncclScalarResidence_t. */
+typedef enum {
+  /** Read each time a collective runs: by the kernel from device memory of the communicator's
+   *  GPU for device buffers; from host-readable memory for host buffers. */
+  ACCORD_SCALAR_DEVICE = 0,
+  /** Read once, when the op is created. */
+  ACCORD_SCALAR_HOST_IMMEDIATE = 1
+} accord_scalar_residence_t;
 
 /** Opaque communicator handle: one per rank. */
 typedef struct accord_comm* accord_comm_t;
@@ -197,15 +208,32 @@ ACCORD_API accord_status_t accord_reduce(const void* sendbuf, void* recvbuf, siz
  *  has left sendbuf (it may wait for the peer). Between accord_group_start and
  *  accord_group_end, the sends and receives of a communicator progress together (an
  *  all-to-all is a group of one send to and one receive from every rank, this one included);
- *  calls for one peer match in call order. Host buffers only: device buffers return
- *  ACCORD_ERR_UNSUPPORTED. A count or dtype that differs from the peer's receive is
- *  ACCORD_ERR_MISMATCH. */
+ *  calls for one peer match in call order. Host buffers run at once (or at the group's end).
+ *  Device buffers are asynchronous on the stream, as collectives are: alone, one kernel;
+ *  in a group, the group's sends and receives of each communicator are one kernel, launched
+ *  at accord_group_end on the stream they name (one stream per communicator and group);
+ *  the peers may be on the same GPU, on peers (p2p, ipc) or staged through host memory, not
+ *  on other hosts (ACCORD_ERR_UNSUPPORTED). A count or dtype that differs from the peer's
+ *  receive is ACCORD_ERR_MISMATCH (for device buffers, the communicator's asynchronous
+ *  error); a send whose receive never comes fails at ACCORD_TIMEOUT_MS. */
 ACCORD_API accord_status_t accord_send(const void* sendbuf, size_t count, accord_datatype_t dtype,
                                        int peer, accord_comm_t comm, accord_stream_t stream);
 
 /** Receives count elements from rank peer into recvbuf (see accord_send). */
 ACCORD_API accord_status_t accord_recv(void* recvbuf, size_t count, accord_datatype_t dtype,
                                        int peer, accord_comm_t comm, accord_stream_t stream);
+
+/** A reduction op for accord_all_reduce, accord_reduce and accord_reduce_scatter on comm:
+ *  the sum over ranks of scalar_r * sendbuf_r, where scalar_r is each rank's own one element
+ *  of dtype (NCCL's ncclRedOpCreatePreMulSum). Host and device buffers. The op is valid for
+ *  calls of this dtype on this communicator until accord_red_op_destroy. */
+ACCORD_API accord_status_t accord_red_op_create_pre_mul_sum(accord_red_op_t* op, void* scalar,
+                                                            accord_datatype_t dtype,
+                                                            accord_scalar_residence_t residence,
+                                                            accord_comm_t comm);
+
+/** Frees an op of accord_red_op_create_pre_mul_sum (its number may be given out again). */
+ACCORD_API accord_status_t accord_red_op_destroy(accord_red_op_t op, accord_comm_t comm);
 
 /** Returns once every rank has called it. */
 ACCORD_API accord_status_t accord_barrier(accord_comm_t comm, accord_stream_t stream);
@@ -219,7 +247,9 @@ ACCORD_API accord_status_t accord_group_start(void);
 
 /** Runs the group's queued collectives, each communicator's in its own thread, and returns
  *  when all are done: ACCORD_SUCCESS, or the first failure (each communicator's own error is
- *  in accord_last_error(comm)). Buffers must stay valid until it returns. */
+ *  in accord_last_error(comm)). Buffers must stay valid until it returns. On device buffers,
+ *  collectives were enqueued at their call; the group's sends and receives are enqueued here,
+ *  one kernel per communicator, and it returns once they are. */
 ACCORD_API accord_status_t accord_group_end(void);
 
 /** Size in bytes of one element of dtype, or 0 if dtype is unknown. */

@@ -7,7 +7,10 @@
 // stated at the top of each algorithm's file.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <deque>
+#include <random>
 #include <map>
 #include <string>
 #include <vector>
@@ -375,6 +378,131 @@ TEST(Schedule, UnsupportedCombinationsSayNo) {
   req.rank = 5;
   req.algo = Algo::kRing;
   EXPECT_FALSE(build_schedule(req, &s));
+}
+
+
+// ---- point-to-point batches (algorithms/point_to_point.cpp) ----
+
+// One message of a batch: `bytes` from rank `from` to rank `to`.
+struct Message {
+  int from, to;
+  size_t bytes;
+};
+
+// Runs every rank's batch schedule over FIFOs of `depth` messages, steps in order, until all
+// are done or none can move (a deadlock: false). Each rank's calls are its messages' sends and
+// receives in the order `order_of` gives; the receive buffers must end up holding the sends'.
+bool run_p2p(int n, const std::vector<Message>& msgs, size_t piece, size_t depth, std::mt19937* shuffle,
+             std::string* why) {
+  std::vector<std::vector<uint8_t>> send_buf(msgs.size()), recv_buf(msgs.size());
+  std::vector<std::vector<P2pCall>> calls(static_cast<size_t>(n));
+  for (size_t m = 0; m < msgs.size(); ++m) {
+    send_buf[m].resize(msgs[m].bytes);
+    for (size_t i = 0; i < msgs[m].bytes; ++i) send_buf[m][i] = static_cast<uint8_t>(m * 31 + i * 7);
+    recv_buf[m].assign(msgs[m].bytes, 0);
+    const uint32_t tag = static_cast<uint32_t>(1 + msgs[m].bytes);
+    calls[static_cast<size_t>(msgs[m].from)].push_back(
+        P2pCall{true, msgs[m].to, reinterpret_cast<uintptr_t>(send_buf[m].data()), msgs[m].bytes, tag});
+    calls[static_cast<size_t>(msgs[m].to)].push_back(
+        P2pCall{false, msgs[m].from, reinterpret_cast<uintptr_t>(recv_buf[m].data()), msgs[m].bytes, tag});
+  }
+  // Any order of a rank's calls, keeping the order of the calls of one direction of one pair
+  // (NCCL's matching rule): a stable sort by random keys per (direction, peer) run.
+  if (shuffle != nullptr)
+    for (auto& c : calls) {
+      std::vector<std::pair<uint32_t, size_t>> keys;
+      std::map<std::pair<bool, int>, std::vector<size_t>> groups;
+      for (size_t i = 0; i < c.size(); ++i) groups[{c[i].send, c[i].peer}].push_back(i);
+      std::vector<uint32_t> key(c.size());
+      for (auto& [k, idx] : groups) {
+        std::vector<uint32_t> ks;
+        for (size_t j = 0; j < idx.size(); ++j) ks.push_back((*shuffle)());
+        std::sort(ks.begin(), ks.end());
+        for (size_t j = 0; j < idx.size(); ++j) key[idx[j]] = ks[j];
+      }
+      std::vector<size_t> order(c.size());
+      for (size_t i = 0; i < c.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key[a] < key[b]; });
+      std::vector<P2pCall> sorted;
+      for (size_t i : order) sorted.push_back(c[i]);
+      c = sorted;
+    }
+  std::vector<Schedule> sched(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) point_to_point_schedule(calls[static_cast<size_t>(r)], r, n, piece, &sched[static_cast<size_t>(r)]);
+  struct Msg {
+    std::vector<uint8_t> data;
+    uint32_t tag;
+  };
+  std::map<std::pair<int, int>, std::deque<Msg>> fifo;
+  std::vector<size_t> pc(static_cast<size_t>(n), 0);
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int r = 0; r < n; ++r) {
+      const Schedule& sc = sched[static_cast<size_t>(r)];
+      for (size_t& i = pc[static_cast<size_t>(r)]; i < sc.steps.size(); ++i) {
+        const Step& st = sc.steps[i];
+        if (st.kind != StepKind::kCopy && st.bytes > piece) return *why = "a message larger than the piece", false;
+        if (st.kind == StepKind::kSend) {
+          auto& q = fifo[{r, st.send_peer}];
+          if (q.size() == depth) break;
+          const uint8_t* from = step_src(st, nullptr, nullptr);
+          q.push_back(Msg{std::vector<uint8_t>(from, from + st.bytes), st.tag});
+        } else if (st.kind == StepKind::kRecv) {
+          auto& q = fifo[{st.recv_peer, r}];
+          if (q.empty()) break;
+          if (q.front().tag != st.tag || q.front().data.size() != st.bytes)
+            return *why = "rank " + std::to_string(r) + " step " + std::to_string(i) + " got another message", false;
+          std::memcpy(step_dst(st, nullptr, nullptr), q.front().data.data(), st.bytes);
+          q.pop_front();
+        } else if (st.kind == StepKind::kCopy) {
+          std::memcpy(step_dst(st, nullptr, nullptr), step_src(st, nullptr, nullptr), st.bytes);
+        } else {
+          return *why = "an unexpected step kind", false;
+        }
+        moved = true;
+      }
+    }
+  }
+  for (int r = 0; r < n; ++r)
+    if (pc[static_cast<size_t>(r)] != sched[static_cast<size_t>(r)].steps.size())
+      return *why = "deadlock: rank " + std::to_string(r) + " stuck at step " + std::to_string(pc[static_cast<size_t>(r)]), false;
+  for (size_t m = 0; m < msgs.size(); ++m)
+    if (recv_buf[m] != send_buf[m]) return *why = "message " + std::to_string(m) + " arrived wrong", false;
+  return true;
+}
+
+// Rings (each rank sends to the next and receives from the one before) and all-to-all, with
+// messages of up to 3 whole FIFOs, in any order of each rank's calls: a batch whose calls ran
+// one after the other would deadlock with FIFOs of 4 messages; the rounds never do.
+TEST(Schedule, PointToPointBatchesNeverDeadlock) {
+  const size_t piece = 64, depth = 4;
+  std::mt19937 rng(7);
+  for (int n : {1, 2, 3, 4})
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65}, 3 * depth * piece + 5}) {
+      std::vector<Message> ring, all;
+      for (int r = 0; r < n; ++r) {
+        ring.push_back({r, (r + 1) % n, bytes});
+        for (int q = 0; q < n; ++q) all.push_back({r, q, bytes + static_cast<size_t>(q)});
+      }
+      for (int trial = 0; trial < 4; ++trial) {
+        std::string why;
+        EXPECT_TRUE(run_p2p(n, ring, piece, depth, trial == 0 ? nullptr : &rng, &why))
+            << n << " ranks, ring of " << bytes << " bytes: " << why;
+        EXPECT_TRUE(run_p2p(n, all, piece, depth, trial == 0 ? nullptr : &rng, &why))
+            << n << " ranks, all-to-all of " << bytes << " bytes: " << why;
+      }
+    }
+  // Any mix: random messages between random pairs (several per pair, both directions, to
+  // itself), each rank's calls in random order.
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 5);
+    std::vector<Message> msgs;
+    const int count = static_cast<int>(rng() % 12);
+    for (int m = 0; m < count; ++m)
+      msgs.push_back({static_cast<int>(rng() % n), static_cast<int>(rng() % n), rng() % (3 * depth * piece)});
+    std::string why;
+    EXPECT_TRUE(run_p2p(n, msgs, piece, depth, &rng, &why)) << "trial " << trial << ": " << why;
+  }
 }
 
 }  // namespace

@@ -266,6 +266,89 @@ void run_on_gpus(std::vector<ncclComm_t>& comms, std::vector<cudaStream_t>& stre
   }
 }
 
+// --sim-gpus: point-to-point on device buffers (a ring of ncclSend/ncclRecv in a group, as
+// PyTorch's batch_isend_irecv issues it, and ncclAlltoAll, each larger than a FIFO), and
+// ncclAvg and pre-multiplied sums (scalar on the host and in device memory) of device buffers.
+void p2p_and_premul_on_gpus(std::vector<ncclComm_t>& comms, std::vector<cudaStream_t>& streams, size_t count) {
+  const int n = static_cast<int>(comms.size());
+  const size_t bytes = (count * n + 1) * sizeof(int32_t);
+  std::vector<void*> din(n), dout(n), dscalar(n);
+  std::vector<std::vector<int32_t>> in(n);
+  for (int r = 0; r < n; ++r) {
+    in[r].resize(count * n + 1);
+    for (size_t i = 0; i < in[r].size(); ++i) in[r][i] = static_cast<int32_t>(r * 100000 + i);
+    const int32_t scalar = 1 << r;
+    if (accord_device_alloc(&din[r], bytes, r) != ACCORD_SUCCESS || accord_device_alloc(&dout[r], bytes, r) != ACCORD_SUCCESS ||
+        accord_device_alloc(&dscalar[r], sizeof scalar, r) != ACCORD_SUCCESS ||
+        accord_device_memcpy(din[r], in[r].data(), bytes) != ACCORD_SUCCESS ||
+        accord_device_memcpy(dscalar[r], &scalar, sizeof scalar) != ACCORD_SUCCESS) {
+      fail("accord_device_alloc/memcpy for p2p");
+      return;
+    }
+  }
+  auto fetch = [&](int r) {
+    std::vector<int32_t> h(count * n + 1);
+    if (accord_stream_synchronize(reinterpret_cast<accord_stream_t>(streams[r])) != ACCORD_SUCCESS)
+      fail(std::string("accord_stream_synchronize: ") + ncclGetLastError(nullptr));
+    if (accord_device_memcpy(h.data(), dout[r], bytes) != ACCORD_SUCCESS) fail("memcpy d2h");
+    return h;
+  };
+  const std::string what = " count " + std::to_string(count);
+  // Ring: rank r sends to r + 1 and receives from r - 1 in one group.
+  EXPECT_OK(ncclGroupStart());
+  for (int r = 0; r < n; ++r) {
+    EXPECT_OK(ncclRecv(dout[r], count, ncclInt32, (r + n - 1) % n, comms[r], streams[r]));
+    EXPECT_OK(ncclSend(din[r], count, ncclInt32, (r + 1) % n, comms[r], streams[r]));
+  }
+  EXPECT_OK(ncclGroupEnd());
+  for (int r = 0; r < n; ++r) {
+    std::vector<int32_t> got = fetch(r);
+    if (count > 0 && std::memcmp(got.data(), in[(r + n - 1) % n].data(), count * sizeof(int32_t)) != 0)
+      fail("GPU ncclSend/ncclRecv ring" + what + " at rank " + std::to_string(r));
+  }
+  // All-to-all: block q of rank r's output is block r of rank q's input.
+  EXPECT_OK(ncclGroupStart());
+  for (int r = 0; r < n; ++r) EXPECT_OK(ncclAlltoAll(din[r], dout[r], count, ncclInt32, comms[r], streams[r]));
+  EXPECT_OK(ncclGroupEnd());
+  for (int r = 0; r < n; ++r) {
+    std::vector<int32_t> got = fetch(r);
+    for (int q = 0; q < n; ++q)
+      if (count > 0 && std::memcmp(got.data() + count * q, in[q].data() + count * r, count * sizeof(int32_t)) != 0)
+        fail("GPU ncclAlltoAll" + what + " at rank " + std::to_string(r) + " block " + std::to_string(q));
+  }
+  // ncclAvg, and PreMulSum with rank r's scalar 2^r on the host and in device memory.
+  for (int how = 0; how < 3; ++how) {
+    std::vector<ncclRedOp_t> ops(n, ncclAvg);
+    EXPECT_OK(ncclGroupStart());
+    for (int r = 0; r < n; ++r) {
+      int32_t scalar = 1 << r;
+      if (how == 1) EXPECT_OK(ncclRedOpCreatePreMulSum(&ops[r], &scalar, ncclInt32, ncclScalarHostImmediate, comms[r]));
+      if (how == 2) EXPECT_OK(ncclRedOpCreatePreMulSum(&ops[r], dscalar[r], ncclInt32, ncclScalarDevice, comms[r]));
+      EXPECT_OK(ncclAllReduce(din[r], dout[r], count, ncclInt32, ops[r], comms[r], streams[r]));
+    }
+    EXPECT_OK(ncclGroupEnd());
+    for (int r = 0; r < n; ++r) {
+      std::vector<int32_t> got = fetch(r);
+      for (size_t i = 0; i < count; ++i) {
+        int64_t want = 0;
+        for (int q = 0; q < n; ++q) want += (how == 0 ? 1 : (1 << q)) * static_cast<int64_t>(in[q][i]);
+        if (how == 0) want /= n;
+        if (got[i] != static_cast<int32_t>(want)) {
+          fail(std::string("GPU ncclAllReduce ") + (how == 0 ? "ncclAvg" : how == 1 ? "PreMulSum (host scalar)" : "PreMulSum (device scalar)") + what);
+          break;
+        }
+      }
+      if (how > 0) EXPECT_OK(ncclRedOpDestroy(ops[r], comms[r]));
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    accord_stream_synchronize(reinterpret_cast<accord_stream_t>(streams[r]));
+    accord_device_free(din[r]);
+    accord_device_free(dout[r]);
+    accord_device_free(dscalar[r]);
+  }
+}
+
 void expect_invalid_usage(ncclResult_t r, const char* what) {
   if (r != ncclInvalidUsage)
     fail(std::string(what) + " returned " + std::to_string(r) + ", not ncclInvalidUsage");
@@ -298,25 +381,29 @@ int sim_gpus_check(int n) {
     for (bool in_place : {false, true}) {
       run_on_gpus<float>(comms, streams, ncclFloat32, count, in_place);
       run_on_gpus<int32_t>(comms, streams, ncclInt32, count, in_place);
+      if (!in_place) p2p_and_premul_on_gpus(comms, streams, count);
     }
   run_on_gpus<double>(comms, streams, ncclFloat64, 1009, false);
   run_on_gpus<uint8_t>(comms, streams, ncclUint8, 1009, true);
-  // Host-only for now: on device buffers these are refused with a message, and nothing is
-  // enqueued (the collectives after them still work).
+  // Mistakes are refused at the call with a message, and nothing is enqueued (the collectives
+  // after them still work): a send of device buffers to a rank that does not exist, and a
+  // group whose sends on one communicator name two streams.
   {
     void* d = nullptr;
     void* e = nullptr;
     if (accord_device_alloc(&d, 4096, 0) != ACCORD_SUCCESS || accord_device_alloc(&e, 4096, 0) != ACCORD_SUCCESS)
       fail("accord_device_alloc");
-    float scalar = 0.5f;
-    ncclRedOp_t premul;
-    EXPECT_OK(ncclRedOpCreatePreMulSum(&premul, &scalar, ncclFloat32, ncclScalarHostImmediate, comms[0]));
-    expect_invalid_usage(ncclAllReduce(d, d, 16, ncclFloat32, premul, comms[0], streams[0]),
-                         "PreMulSum on device buffers");
-    EXPECT_OK(ncclRedOpDestroy(premul, comms[0]));
-    expect_invalid_usage(ncclSend(d, 16, ncclFloat32, 1, comms[0], streams[0]), "ncclSend of device buffers");
-    expect_invalid_usage(ncclRecv(d, 16, ncclFloat32, 1, comms[0], streams[0]), "ncclRecv into device buffers");
-    expect_invalid_usage(ncclAlltoAll(d, e, 4, ncclFloat32, comms[0], streams[0]), "ncclAlltoAll of device buffers");
+    ncclResult_t r = ncclSend(d, 16, ncclFloat32, n, comms[0], streams[0]);
+    std::string msg = ncclGetLastError(nullptr);
+    if (r != ncclInvalidArgument || msg.find("peer " + std::to_string(n)) == std::string::npos)
+      fail("ncclSend of device buffers to rank " + std::to_string(n) + " returned " + std::to_string(r) + " (" + msg + ")");
+    accord_stream_t other = nullptr;
+    if (accord_stream_create(&other, 0) != ACCORD_SUCCESS) fail("accord_stream_create");
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(d, 16, ncclFloat32, 1, comms[0], streams[0]));
+    EXPECT_OK(ncclRecv(e, 16, ncclFloat32, 1, comms[0], reinterpret_cast<cudaStream_t>(other)));
+    expect_invalid_usage(ncclGroupEnd(), "a group of sends and receives of one rank on two streams");
+    accord_stream_destroy(other);
     // Stream 0 is CUDA's legacy default stream to NCCL (and PyTorch passes it for every
     // async_op=False collective): it reaches Accord as cudaStreamLegacy, which the simulation
     // does not have, instead of as "no stream" (Note [Stream 0] in nccl_layer.hpp).

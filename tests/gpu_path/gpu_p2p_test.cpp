@@ -1,0 +1,447 @@
+// Sends, receives and all-to-all of device buffers on simulated GPUs (ACCORD_SIM_TOPO), one
+// communicator per rank (accord_comm_init_rank), the ranks as threads of this process or as
+// forked processes, rank r on GPU r or every rank on GPU 0 (ACCORD_DEVICE=0); and
+// pre-multiplied sums and averages of device buffers. Note [Point-to-point schedules].
+//
+// Checks, bit for bit: a ring of sends inside a group (rank r sends to r + 1 and receives from
+// r - 1, the calls in either order), all-to-all as a group of a send to and a receive from
+// every rank (itself included), several sends to one peer in one group with a send to and a
+// receive from itself, and a send alone; sizes 0, 1, a prime, more than one 256 KiB FIFO slot
+// and more than a whole FIFO (8 slots), where a group whose calls ran one after the other
+// would deadlock; nothing written outside the receive buffers. Mismatches: a receive of
+// another count, a peer out of range, a send whose receive never comes (a timeout): errors
+// that name the rank, the peer and the call, never a hang.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "include/accord/accord.h"
+#include "include/accord/accord_device.h"
+#include "tests/support/harness.hpp"
+
+namespace accord::testing {
+namespace {
+
+constexpr size_t kSlotElems = (256 << 10) / 4;  // int32 elements in one default FIFO slot
+// 0, 1, a prime, a prime above one slot, a prime above a whole FIFO (8 slots of 256 KiB).
+const size_t kSizes[] = {0, 1, 1031, kSlotElems + 17,
+                         kThreadSanitizer ? 4099 : 8 * kSlotElems + 77};
+constexpr size_t kTail = 16;  // poisoned int32s after every receive buffer
+constexpr int32_t kPoison = static_cast<int32_t>(0xeeeeeeee);
+
+std::string api_error(const std::string& what, accord_comm_t comm, accord_status_t s) {
+  return what + ": " + accord_status_string(s) + ": " + accord_last_error(comm);
+}
+
+// Every rank is past its calls before any frees (freeing drains the simulated GPUs).
+std::string final_barrier(accord_comm_t comm, accord_stream_t stream, const std::string& name) {
+  accord_status_t s = accord_barrier(comm, stream);
+  if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+  return s == ACCORD_SUCCESS ? "" : api_error(name + ": final barrier", comm, s);
+}
+
+// body(stream, GPU) on this rank's GPU, with a stream of its own.
+std::string on_own_stream(accord_comm_t comm,
+                          const std::function<std::string(accord_stream_t, int)>& body) {
+  int dev = -1;
+  accord_status_t s = accord_comm_device(comm, &dev);
+  if (s != ACCORD_SUCCESS) return api_error("accord_comm_device", comm, s);
+  accord_stream_t stream = nullptr;
+  if ((s = accord_stream_create(&stream, dev)) != ACCORD_SUCCESS)
+    return api_error("accord_stream_create", comm, s);
+  std::string failure = body(stream, dev);
+  (void)accord_stream_destroy(stream);
+  return failure;
+}
+
+// One call of a rank's pattern: a send to or a receive from `peer` of `count` int32s.
+struct Call {
+  bool send;
+  int peer;
+  size_t count;
+};
+
+// What rank `from` sends to rank `to` in its k-th send to it, element i.
+int32_t word(int from, int to, size_t k, size_t i) {
+  return static_cast<int32_t>(static_cast<size_t>(from) * 1000003u +
+                              static_cast<size_t>(to) * 10007u + k * 101u + i);
+}
+
+// The patterns, each a list of calls per rank in call order.
+using Pattern = std::vector<Call>;
+Pattern ring(int r, int n, size_t count, bool recv_first) {
+  Pattern p{{true, (r + 1) % n, count}, {false, (r + n - 1) % n, count}};
+  if (recv_first) std::swap(p[0], p[1]);
+  return p;
+}
+Pattern all_to_all(int, int n, size_t count) {
+  Pattern p;
+  for (int q = 0; q < n; ++q) {
+    p.push_back({true, q, count});
+    p.push_back({false, q, count});
+  }
+  return p;
+}
+// Two sends of different sizes to the next rank, two receives from the previous one, and a
+// send to and a receive from itself, interleaved.
+Pattern several(int r, int n, size_t count) {
+  const size_t half = count / 2 + 1;
+  return Pattern{{false, (r + n - 1) % n, count}, {true, r, half},
+                 {true, (r + 1) % n, count},      {false, r, half},
+                 {true, (r + 1) % n, half},       {false, (r + n - 1) % n, half}};
+}
+
+// Runs `calls` on this rank with device buffers (in a group unless `alone`), then checks every
+// receive buffer and its poisoned tail.
+std::string run_calls(accord_comm_t comm, accord_stream_t stream, int dev, int rank,
+                      const Pattern& calls, bool alone, const std::string& name) {
+  std::vector<size_t> at(calls.size());
+  size_t total = 0;
+  for (size_t j = 0; j < calls.size(); ++j) {
+    at[j] = total;
+    total += calls[j].count + kTail;
+  }
+  void* mem = nullptr;
+  accord_status_t s = accord_device_alloc(&mem, std::max<size_t>(total, 1) * 4, dev);
+  if (s != ACCORD_SUCCESS) return api_error(name + ": accord_device_alloc", nullptr, s);
+  std::vector<int32_t> image(total, kPoison);
+  std::vector<size_t> sends_to(64, 0), recvs_from(64, 0);
+  std::vector<size_t> k_of(calls.size());
+  for (size_t j = 0; j < calls.size(); ++j) {
+    const Call& c = calls[j];
+    k_of[j] = (c.send ? sends_to : recvs_from)[static_cast<size_t>(c.peer)]++;
+    if (c.send)
+      for (size_t i = 0; i < c.count; ++i) image[at[j] + i] = word(rank, c.peer, k_of[j], i);
+  }
+  std::string failure;
+  // Every rank has its memory before any launches (allocation may wait for the GPU).
+  s = accord_device_memcpy(mem, image.data(), total * 4);
+  if (s == ACCORD_SUCCESS) s = accord_barrier(comm, nullptr);
+  if (s != ACCORD_SUCCESS) failure = api_error(name + ": set up", comm, s);
+  auto* base = static_cast<int32_t*>(mem);
+  if (failure.empty() && !alone && (s = accord_group_start()) != ACCORD_SUCCESS)
+    failure = api_error(name + ": group start", comm, s);
+  for (size_t j = 0; j < calls.size() && failure.empty(); ++j) {
+    const Call& c = calls[j];
+    s = c.send ? accord_send(base + at[j], c.count, ACCORD_INT32, c.peer, comm, stream)
+               : accord_recv(base + at[j], c.count, ACCORD_INT32, c.peer, comm, stream);
+    if (s != ACCORD_SUCCESS)
+      failure = api_error(
+          name + ": " + (c.send ? "send to " : "recv from ") + std::to_string(c.peer), comm, s);
+  }
+  if (!alone && (s = accord_group_end()) != ACCORD_SUCCESS && failure.empty())
+    failure = api_error(name + ": group end", comm, s);
+  if (failure.empty() && (s = accord_stream_synchronize(stream)) != ACCORD_SUCCESS)
+    failure = api_error(name + ": stream synchronize", comm, s);
+  accord_status_t async = ACCORD_SUCCESS;
+  if (failure.empty() && accord_comm_get_async_error(comm, &async) == ACCORD_SUCCESS &&
+      async != ACCORD_SUCCESS)
+    failure = api_error(name + " (asynchronous error)", comm, async);
+  std::vector<int32_t> got(total);
+  if (failure.empty() && (s = accord_device_memcpy(got.data(), mem, total * 4)) != ACCORD_SUCCESS)
+    failure = api_error(name + ": copying out", comm, s);
+  for (size_t j = 0; j < calls.size() && failure.empty(); ++j) {
+    const Call& c = calls[j];
+    for (size_t i = 0; i < c.count + kTail && failure.empty(); ++i) {
+      const int32_t want =
+          c.send || i >= c.count ? image[at[j] + i] : word(c.peer, rank, k_of[j], i);
+      if (got[at[j] + i] != want)
+        failure = name + ": call " + std::to_string(j) + " (" +
+                  (c.send ? "send to " : "recv from ") + std::to_string(c.peer) + ", " +
+                  std::to_string(c.count) + " elements): element " + std::to_string(i) + " is " +
+                  std::to_string(got[at[j] + i]) + ", expected " + std::to_string(want);
+    }
+  }
+  const std::string end = final_barrier(comm, stream, name);
+  if (failure.empty()) failure = end;
+  (void)accord_device_free(mem);
+  return failure;
+}
+
+// Every pattern at every size on one rank.
+std::string every_pattern(accord_comm_t comm, int rank, int n) {
+  return on_own_stream(comm, [&](accord_stream_t stream, int dev) {
+    std::string failure;
+    const std::string ranks = std::to_string(n) + " ranks, ";
+    for (size_t count : kSizes) {
+      const std::string size = " of " + std::to_string(count);
+      struct Named {
+        std::string name;
+        Pattern calls;
+        bool alone;
+      };
+      std::vector<Named> cases = {
+          {"ring" + size, ring(rank, n, count, false), false},
+          {"ring, receives first" + size, ring(rank, n, count, true), false},
+          {"all-to-all" + size, all_to_all(rank, n, count), false},
+          {"several calls to one peer" + size, several(rank, n, count), false},
+      };
+      Pattern one;  // a send alone from rank 0 to rank n - 1, and its receive alone
+      if (rank == 0) one.push_back({true, n - 1, count});
+      if (rank == n - 1) one.push_back({false, 0, count});
+      cases.push_back({"a send alone" + size, one, true});
+      for (const Named& c : cases) {
+        failure = run_calls(comm, stream, dev, rank, c.calls, c.alone, ranks + c.name);
+        if (!failure.empty()) break;
+      }
+      if (!failure.empty()) break;
+    }
+    return failure;
+  });
+}
+
+// ---- pre-multiplied sums and averages of device buffers ----
+
+void put(accord_datatype_t d, void* p, size_t i, double v) {
+  switch (d) {
+    case ACCORD_INT32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case ACCORD_FLOAT32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case ACCORD_FLOAT64:
+      static_cast<double*>(p)[i] = v;
+      break;
+    default:
+      break;
+  }
+}
+double get(accord_datatype_t d, const void* p, size_t i) {
+  switch (d) {
+    case ACCORD_INT32:
+      return static_cast<const int32_t*>(p)[i];
+    case ACCORD_FLOAT32:
+      return static_cast<const float*>(p)[i];
+    case ACCORD_FLOAT64:
+      return static_cast<const double*>(p)[i];
+    default:
+      return -1;
+  }
+}
+double input(int r, size_t i) { return static_cast<double>(1 + r + static_cast<int>(i % 7)); }
+double scalar_of(int r) { return static_cast<double>(1 << (r % 3)); }  // 1, 2, 4: exact
+
+enum class Red { kAllReduce, kReduceScatter, kReduce };
+
+// One reducing collective on device buffers with op `how` (0: avg; 1: pre-multiplied sum,
+// scalar on the host; 2: the same, scalar in device memory), checked exactly.
+std::string premul_case(accord_comm_t comm, accord_stream_t stream, int dev, int rank, int n,
+                        Red red, accord_datatype_t dt, int how, size_t count, bool in_place) {
+  const std::string name = std::string(red == Red::kAllReduce ? "all_reduce"
+                                       : red == Red::kReduce  ? "reduce"
+                                                              : "reduce_scatter") +
+                           (how == 0   ? " avg"
+                            : how == 1 ? " premul (host scalar)"
+                                       : " premul (device scalar)") +
+                           " dtype " + std::to_string(dt) + " count " + std::to_string(count) +
+                           (in_place ? " in place" : "");
+  const size_t es = accord_dtype_size(dt), nn = static_cast<size_t>(n);
+  const size_t in_count = red == Red::kReduceScatter ? count * nn : count;
+  std::vector<uint8_t> in(in_count * es + 8), scalar(8);
+  for (size_t i = 0; i < in_count; ++i) put(dt, in.data(), i, input(rank, i));
+  put(dt, scalar.data(), 0, scalar_of(rank));
+  void *din = nullptr, *dout = nullptr, *dscalar = nullptr;
+  accord_status_t s = accord_device_alloc(&din, in.size(), dev);
+  if (s == ACCORD_SUCCESS) s = accord_device_alloc(&dout, in.size(), dev);
+  if (s == ACCORD_SUCCESS) s = accord_device_alloc(&dscalar, 8, dev);
+  if (s == ACCORD_SUCCESS) s = accord_device_memcpy(din, in.data(), in.size());
+  if (s == ACCORD_SUCCESS) s = accord_device_memcpy(dscalar, scalar.data(), 8);
+  std::vector<uint8_t> zero(in.size(), 0);
+  if (s == ACCORD_SUCCESS) s = accord_device_memcpy(dout, zero.data(), zero.size());
+  accord_red_op_t op = ACCORD_AVG;
+  if (s == ACCORD_SUCCESS && how == 1)
+    s = accord_red_op_create_pre_mul_sum(&op, scalar.data(), dt, ACCORD_SCALAR_HOST_IMMEDIATE,
+                                         comm);
+  if (s == ACCORD_SUCCESS && how == 2)
+    s = accord_red_op_create_pre_mul_sum(&op, dscalar, dt, ACCORD_SCALAR_DEVICE, comm);
+  if (s == ACCORD_SUCCESS) s = accord_barrier(comm, nullptr);
+  std::string failure;
+  if (s != ACCORD_SUCCESS) failure = api_error(name + ": set up", comm, s);
+  auto* dinb = static_cast<uint8_t*>(din);
+  void* recv =
+      in_place ? (red == Red::kReduceScatter ? dinb + static_cast<size_t>(rank) * count * es : din)
+               : dout;
+  if (failure.empty()) {
+    const int root = n - 1;
+    s = red == Red::kAllReduce ? accord_all_reduce(din, recv, count, dt, op, comm, stream)
+        : red == Red::kReduce  ? accord_reduce(din, recv, count, dt, op, root, comm, stream)
+                               : accord_reduce_scatter(din, recv, count, dt, op, comm, stream);
+    if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+    accord_status_t async = ACCORD_SUCCESS;
+    if (s == ACCORD_SUCCESS) s = accord_comm_get_async_error(comm, &async);
+    if (s == ACCORD_SUCCESS) s = async;
+    if (s != ACCORD_SUCCESS) failure = api_error(name, comm, s);
+    std::vector<uint8_t> got(count * es + 8);
+    if (failure.empty() &&
+        (s = accord_device_memcpy(got.data(), recv, count * es)) != ACCORD_SUCCESS)
+      failure = api_error(name + ": copying out", comm, s);
+    const bool check = red != Red::kReduce || rank == root;
+    for (size_t i = 0; i < count && failure.empty() && check; ++i) {
+      const size_t at = red == Red::kReduceScatter ? static_cast<size_t>(rank) * count + i : i;
+      double want = 0;
+      for (int q = 0; q < n; ++q) want += (how == 0 ? 1 : scalar_of(q)) * input(q, at);
+      if (how == 0) want = dt == ACCORD_INT32 ? std::trunc(want / n) : want / n;
+      if (get(dt, got.data(), i) != want)
+        failure = name + ": element " + std::to_string(i) + " is " +
+                  std::to_string(get(dt, got.data(), i)) + ", expected " + std::to_string(want);
+    }
+  }
+  if (how != 0) (void)accord_red_op_destroy(op, comm);
+  const std::string end = final_barrier(comm, stream, name);
+  if (failure.empty()) failure = end;
+  (void)accord_device_free(din);
+  (void)accord_device_free(dout);
+  (void)accord_device_free(dscalar);
+  return failure;
+}
+
+std::string every_premul(accord_comm_t comm, int rank, int n) {
+  return on_own_stream(comm, [&](accord_stream_t stream, int dev) {
+    std::string failure;
+    for (size_t count : {size_t{1}, size_t{1031}, kSlotElems + 17})
+      for (Red red : {Red::kAllReduce, Red::kReduceScatter, Red::kReduce})
+        for (accord_datatype_t dt : {ACCORD_FLOAT32, ACCORD_INT32, ACCORD_FLOAT64})
+          for (int how : {0, 1, 2})
+            for (bool in_place : {false, true})
+              if (failure.empty())
+                failure = premul_case(comm, stream, dev, rank, n, red, dt, how, count, in_place);
+    return failure;
+  });
+}
+
+// ---- tests ----
+
+// The device runtime is chosen once per process and its simulated streams are threads: forked
+// ranks come before any thread test starts it (meson runs the two kinds as separate tests).
+class GpuP2pProcesses : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (kThreadSanitizer) GTEST_SKIP() << "processes share no memory ThreadSanitizer can see";
+  }
+};
+class GpuP2pThreads : public ::testing::Test {};
+
+TEST_F(GpuP2pProcesses, EveryPatternExact) {
+  for (int n : {2, 3, 4})
+    for (const auto& f : run_processes(n, every_pattern, 300))
+      ADD_FAILURE() << n << " ranks: " << f;
+}
+
+TEST_F(GpuP2pProcesses, EveryPatternOnOneGpu) {
+  ScopedEnv one("ACCORD_DEVICE", "0");
+  for (int n : {2, 3})
+    for (const auto& f : run_processes(n, every_pattern, 300))
+      ADD_FAILURE() << n << " ranks: " << f;
+}
+
+TEST_F(GpuP2pProcesses, PreMulSumAndAvgExact) {
+  for (const auto& f : run_processes(3, every_premul, 300)) ADD_FAILURE() << f;
+}
+
+TEST_F(GpuP2pThreads, EveryPatternExact) {
+  for (int n : {2, 3, 4})
+    for (const auto& f : run_threads(n, every_pattern)) ADD_FAILURE() << n << " ranks: " << f;
+}
+
+TEST_F(GpuP2pThreads, EveryPatternOnOneGpu) {
+  ScopedEnv one("ACCORD_DEVICE", "0");
+  for (int n : {2, 4})
+    for (const auto& f : run_threads(n, every_pattern)) ADD_FAILURE() << n << " ranks: " << f;
+}
+
+TEST_F(GpuP2pThreads, PreMulSumAndAvgExact) {
+  for (int n : {2, 4})
+    for (const auto& f : run_threads(n, every_premul)) ADD_FAILURE() << n << " ranks: " << f;
+}
+
+// The mismatches: errors naming the rank, the peer and the call, and no hang.
+TEST_F(GpuP2pThreads, MismatchesNameRankPeerAndCall) {
+  ScopedEnv timeout("ACCORD_TIMEOUT_MS", "5000");  // the timeout case waits this long
+  std::atomic<int> timed_out{0};
+  for (const auto& f : run_threads(2, [&](accord_comm_t comm, int rank, int n) -> std::string {
+         int dev = -1;
+         accord_status_t s = accord_comm_device(comm, &dev);
+         accord_stream_t stream = nullptr;
+         if (s == ACCORD_SUCCESS) s = accord_stream_create(&stream, dev);
+         void* buf = nullptr;
+         const size_t big = 9 * kSlotElems;  // more than the whole FIFO
+         if (s == ACCORD_SUCCESS) s = accord_device_alloc(&buf, big * 4, dev);
+         if (s == ACCORD_SUCCESS) s = accord_barrier(comm, nullptr);
+         if (s != ACCORD_SUCCESS) return api_error("set up", comm, s);
+         std::string failure;
+         auto expect = [&](bool ok, const std::string& what) {
+           if (!ok && failure.empty()) failure = what;
+         };
+         // A peer out of range: refused at the call.
+         s = accord_send(buf, 4, ACCORD_INT32, n, comm, stream);
+         const std::string msg = accord_last_error(comm);
+         expect(s == ACCORD_ERR_INVALID_ARGUMENT &&
+                    msg.find("rank " + std::to_string(rank)) != std::string::npos &&
+                    msg.find("peer " + std::to_string(n)) != std::string::npos &&
+                    msg.find("send") != std::string::npos,
+                std::string("a send to rank ") + std::to_string(n) + ": " +
+                    accord_status_string(s) + ": " + msg);
+         // A receive of fewer elements than the send: the receiver's asynchronous error.
+         if (rank == 0) s = accord_send(buf, 1000, ACCORD_INT32, 1, comm, stream);
+         if (rank == 1) s = accord_recv(buf, 999, ACCORD_INT32, 0, comm, stream);
+         if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+         accord_status_t async = ACCORD_SUCCESS;
+         (void)accord_comm_get_async_error(comm, &async);
+         const std::string text = accord_last_error(comm);
+         if (rank == 1)
+           expect(async == ACCORD_ERR_MISMATCH && text.find("rank 1") != std::string::npos &&
+                      text.find("peer rank 0") != std::string::npos &&
+                      text.find("recv") != std::string::npos,
+                  std::string("a receive of 999 for a send of 1000: ") +
+                      accord_status_string(async) + ": " + text);
+         else
+           expect(async == ACCORD_SUCCESS, "the sender of 1000 elements: " + text);
+         (void)accord_device_free(buf);
+         (void)accord_stream_destroy(stream);
+         return failure;
+       }))
+    ADD_FAILURE() << f;
+  // A send larger than the FIFO that no one receives: ACCORD_TIMEOUT_MS, not a hang.
+  for (const auto& f : run_threads(2, [&](accord_comm_t comm, int rank, int) -> std::string {
+         int dev = -1;
+         accord_status_t s = accord_comm_device(comm, &dev);
+         accord_stream_t stream = nullptr;
+         if (s == ACCORD_SUCCESS) s = accord_stream_create(&stream, dev);
+         void* buf = nullptr;
+         const size_t big = 9 * kSlotElems;
+         if (s == ACCORD_SUCCESS) s = accord_device_alloc(&buf, big * 4, dev);
+         if (s == ACCORD_SUCCESS) s = accord_barrier(comm, nullptr);
+         if (s != ACCORD_SUCCESS) return api_error("set up", comm, s);
+         std::string failure;
+         if (rank == 0) {
+           s = accord_send(buf, big, ACCORD_INT32, 1, comm, stream);
+           if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+           accord_status_t async = ACCORD_SUCCESS;
+           (void)accord_comm_get_async_error(comm, &async);
+           const std::string text = accord_last_error(comm);
+           if (async != ACCORD_ERR_TIMEOUT || text.find("rank 0") == std::string::npos ||
+               text.find("rank 1") == std::string::npos || text.find("send") == std::string::npos)
+             failure = std::string("a send no one receives: ") + accord_status_string(async) +
+                       ": " + text;
+           timed_out = 1;
+         } else {
+           while (timed_out.load() == 0) usleep(1000);  // alive, but never receives
+         }
+         (void)accord_device_free(buf);
+         (void)accord_stream_destroy(stream);
+         return failure;
+       }))
+    ADD_FAILURE() << f;
+}
+
+}  // namespace
+}  // namespace accord::testing
