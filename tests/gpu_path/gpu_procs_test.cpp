@@ -863,6 +863,7 @@ TEST_F(GpuProcsProcesses, GpuBuffersOverTcpTwoHosts) {
              }))
       ADD_FAILURE() << (*algo ? "ACCORD_ALGO=hier: " : "") << f;
   }
+}
 
 // 2, 3 and 4 ranks sharing GPU 0, then 2 and 4 ranks on GPUs 0..n-1: direct where every pair
 // peers (the DGX-1's GPUs 0-3 are all NVLink; on the 4-GPU machine 0-1 peer, 0-2 cannot, so 4
