@@ -65,6 +65,17 @@ class ShmTransport {
   const std::atomic<int32_t>* const* death_notes() const { return notes_.data(); }
   void leave_death_note(int rank, int32_t blamed) { notes_[static_cast<size_t>(rank)]->store(blamed); }
 
+  // Note [Departures] (wait.hpp): per rank, at kDepartureOffset of its segment's header page
+  // (zero-filled: not departed). depart() publishes this rank's.
+  static constexpr size_t kDepartureOffset = 64;
+  const Departure* const* departures() const { return departures_.data(); }
+  void depart(int rank, uint64_t host_seq, uint64_t device_seq) {
+    Departure* d = departures_[static_cast<size_t>(rank)];
+    d->host_seq.store(host_seq, std::memory_order_relaxed);
+    d->device_seq.store(device_seq, std::memory_order_relaxed);
+    d->left.store(1, std::memory_order_release);
+  }
+
   // Note [Board] (board.hpp): the local ranks' boards, in the segments' header pages; null
   // when there are more local ranks than a board's sleep table holds.
   Board* board() const { return board_.get(); }
@@ -74,6 +85,7 @@ class ShmTransport {
   ShmOptions options_;
   std::vector<Mapping> mappings_;
   std::vector<std::atomic<int32_t>*> notes_;
+  std::vector<Departure*> departures_;
   std::vector<std::unique_ptr<SendChannel>> senders_;
   std::vector<std::unique_ptr<RecvChannel>> receivers_;
   std::vector<void*> dev_ctrl_recv_, dev_ctrl_send_;
