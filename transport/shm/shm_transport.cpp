@@ -130,7 +130,7 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
   t->dev_ctrl_send_.assign(static_cast<size_t>(nranks), nullptr);
   const size_t fifo_bytes = options.shape.total_bytes();
   const size_t ctrl_bytes = options.device_fifos ? options.shape.total_bytes() : options.shape.header_bytes();
-  // Segment: one 4 KiB header page (the owner's death note and board), a FIFO per rank, then a device
+  // Segment: one 4 KiB header page (the owner's death note, departure and board), a FIFO per rank, then a device
   // FIFO control area per rank.
   constexpr size_t kHeaderBytes = 4096;
   static_assert(kDepartureOffset >= sizeof(std::atomic<int32_t>) &&

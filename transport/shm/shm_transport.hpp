@@ -9,7 +9,8 @@
 // segments whose creator pid is gone (a pid of another namespace, another container sharing
 // this /dev/shm, names no process here: Note [Process identity], collectives/communicator.cpp).
 //
-// The first page of the segment holds the owner's death note and its board (Note [Board]).
+// The first page of the segment holds the owner's death note, its departure record (Note
+// [Departures], wait.hpp) and its board (Note [Board]).
 // After the FIFOs, the segment holds one device-FIFO area per rank (zero-filled; a whole FIFO
 // with ShmOptions::device_fifos, else its control part): the device path's host-staged FIFOs
 // (Note [Device FIFOs], fifo.hpp), so host calls and device calls never share a FIFO.
