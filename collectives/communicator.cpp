@@ -394,11 +394,13 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
     return s;
   }
   links_.death_notes = shm_->death_notes();
+  links_.departures = shm_->departures();
   board_ctx_.abort_flag = &abort_;
   board_ctx_.self_rank = rank_;
   board_ctx_.pidfds = links_.pidfd.data();
   board_ctx_.nranks = nranks_;
   board_ctx_.death_notes = links_.death_notes;
+  board_ctx_.departures = links_.departures;
   board_ctx_.operation = collective_name(Collective::kAllReduce);
   for (int r : local_ranks_) {
     if (r == rank_) continue;
@@ -688,6 +690,7 @@ Communicator::~Communicator() {
   }
   release_device();
   if (fault_.at("destroy", rank_)) trigger_fault(fault_);
+  publish_departure();
   for (int fd : links_.pidfd)
     if (fd >= 0) ::close(fd);
 }

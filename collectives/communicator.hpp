@@ -224,6 +224,9 @@ class Communicator {
   Status connect_remote(StoreClient* store, Deadline deadline);
   int tcp_nsocks() const { return tcp_ ? tcp_->nsocks() : 0; }
   void leave_death_note(const Status& s);
+  // Note [Departures] (wait.hpp): at a clean destroy, tells the local peers which calls this
+  // rank completed, so that its exit is not taken for a death.
+  void publish_departure();
   Status check_args(const CollArgs& a, size_t* in_bytes, size_t* out_bytes) const;
   // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
   Status check_consistency(const CollArgs& a);

@@ -1160,6 +1160,19 @@ Status Communicator::kernel_error() {
                p2p ? "" : "; run with ACCORD_CHECK=1 to name the difference");
 }
 
+// Note [Departures] (wait.hpp). After release_device: the kernels have ended (or were given
+// up on), so DevCtl::done is the last device call this rank completed. Nothing is published
+// after an error or an abort: peers then report the exit as a death, as before, and name the
+// first culprit through the death notes.
+void Communicator::publish_departure() {
+  if (shm_ == nullptr || abort_.load(std::memory_order_acquire)) return;
+  if (ctl_host_ != nullptr) adopt_kernel_error();
+  if (sticky_code_.load(std::memory_order_acquire) != ACCORD_SUCCESS) return;
+  const auto* ctl = static_cast<const dev::DevCtl*>(ctl_host_);
+  const uint64_t device_done = ctl != nullptr ? __atomic_load_n(&ctl->done, __ATOMIC_ACQUIRE) : 0;
+  shm_->depart(rank_, seq_, device_done);
+}
+
 void Communicator::adopt_kernel_error() {
   Status s = kernel_error();
   if (!s.ok()) set_sticky(s);
@@ -1207,6 +1220,8 @@ void Communicator::watchdog_loop() {
       ctx.pidfds = links_.pidfd.data();
       ctx.nranks = nranks_;
       ctx.death_notes = links_.death_notes;
+      ctx.departures = links_.departures;
+      ctx.seq_clock = SeqClock::kDevice;
       ctx.operation = call.name;
       ctx.seq = call.seq;
       ctx.deadline = started >= call.seq ? deadline : Deadline::after_ms(settings_.timeout_ms);

@@ -30,6 +30,7 @@ WaitContext call_context(const ExecArgs& a, const PeerLinks& links) {
   ctx.pidfds = links.pidfd.data();
   ctx.nranks = static_cast<int>(links.pidfd.size());
   ctx.death_notes = links.death_notes;
+  ctx.departures = links.departures;
   return ctx;
 }
 

@@ -45,6 +45,7 @@ struct PeerLinks {
   std::vector<RecvChannel*> recv;
   std::vector<int> pidfd;          // liveness, -1 if none
   const std::atomic<int32_t>* const* death_notes = nullptr;  // Note [Death notes]
+  const Departure* const* departures = nullptr;               // Note [Departures]
 };
 
 Status execute(const Schedule& schedule, const ExecArgs& args, const PeerLinks& links);

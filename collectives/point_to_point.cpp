@@ -157,6 +157,8 @@ Status Communicator::run_point_to_point(const std::vector<CollArgs>& ops) {
   ctx.pidfds = links_.pidfd.data();
   ctx.nranks = static_cast<int>(links_.pidfd.size());
   ctx.death_notes = links_.death_notes;
+  ctx.departures = links_.departures;
+  ctx.seq_clock = SeqClock::kNone;  // Note [Departures]: p2p_seq_ is not in step between ranks
   auto at_peer = [&](size_t peer, const char* op) -> const WaitContext& {
     ctx.peer_rank = static_cast<int>(peer);
     ctx.peer_pidfd = links_.pidfd[peer];

@@ -238,14 +238,29 @@ Status check_wait(const WaitContext& ctx, const char* waiting_for) {
                  ctx.peer_rank);
   // The peer we wait for first, then every other rank we can watch: a death anywhere stops
   // the collective, and naming the peer we wait for is the most useful when several died.
-  auto dead = [](int fd) {
+  // Note [Departures]: a rank that exited after destroying its communicator cleanly is dead
+  // only if it left before this call (or is the point-to-point peer awaited).
+  auto exited = [](int fd) {
     if (fd < 0) return false;
     pollfd p{fd, POLLIN, 0};
     return poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
   };
-  int dead_rank = dead(ctx.peer_pidfd) ? ctx.peer_rank : -1;
-  for (int r = 0; dead_rank < 0 && ctx.pidfds != nullptr && r < ctx.nranks; ++r)
-    if (dead(ctx.pidfds[r])) dead_rank = r;
+  int dead_rank = -1, left_rank = -1;
+  uint64_t left_after = 0;
+  auto look = [&](int r, int fd) {
+    if (!exited(fd)) return;
+    const Departure* d = ctx.departures != nullptr ? ctx.departures[r] : nullptr;
+    if (d == nullptr || d->left.load(std::memory_order_acquire) == 0) {
+      dead_rank = r;
+      return;
+    }
+    const uint64_t after = ctx.seq_clock == SeqClock::kDevice ? d->device_seq.load(std::memory_order_relaxed)
+                                                                : d->host_seq.load(std::memory_order_relaxed);
+    const bool excused = ctx.seq_clock == SeqClock::kNone ? r != ctx.peer_rank : after >= ctx.seq;
+    if (!excused && left_rank < 0) left_rank = r, left_after = after;
+  };
+  if (ctx.peer_rank >= 0) look(ctx.peer_rank, ctx.peer_pidfd);
+  for (int r = 0; dead_rank < 0 && ctx.pidfds != nullptr && r < ctx.nranks; ++r) look(r, ctx.pidfds[r]);
   if (dead_rank >= 0) {
     const std::atomic<int32_t>* note = ctx.death_notes ? ctx.death_notes[dead_rank] : nullptr;
     const int first = note != nullptr ? note->load(std::memory_order_acquire) : -1;
@@ -257,6 +272,17 @@ Status check_wait(const WaitContext& ctx, const char* waiting_for) {
                  "of rank %d; look at rank %d's output for why it exited",
                  ctx.self_rank, dead_rank, ctx.operation, static_cast<unsigned long long>(ctx.seq), waiting_for,
                  ctx.peer_rank, dead_rank);
+  }
+  if (left_rank >= 0) {
+    if (ctx.seq_clock == SeqClock::kNone)
+      return error(ACCORD_ERR_REMOTE, "rank %d: peer rank %d left the communicator (destroyed it) while this rank "
+                   "waited for %s in %s (seq %llu); every rank must make the same calls before destroying it",
+                   ctx.self_rank, left_rank, waiting_for, ctx.operation, static_cast<unsigned long long>(ctx.seq));
+    return error(ACCORD_ERR_REMOTE, "rank %d: peer rank %d left the communicator (destroyed it after %s seq %llu) "
+                 "while this rank waited in %s seq %llu; every rank must make the same calls before destroying it",
+                 ctx.self_rank, left_rank, ctx.seq_clock == SeqClock::kDevice ? "device" : "host",
+                 static_cast<unsigned long long>(left_after), ctx.operation,
+                 static_cast<unsigned long long>(ctx.seq));
   }
   if (ctx.deadline.expired())
     return error(ACCORD_ERR_TIMEOUT, "rank %d: %s (seq %llu) timed out after %lld ms waiting for %s of rank %d; "

@@ -122,6 +122,36 @@ std::string cpu_mask();
 // The number of CPUs in the union of `masks` (all CPUs online if none could be read).
 int job_cpus(const std::vector<std::string>& masks);
 
+// Note [Departures]
+// A rank that exits is seen at once on its pidfd, and a pidfd cannot tell a rank killed in
+// the middle of a collective from one that finished its last call, destroyed its
+// communicator and returned from main. Peers still in that last call (a slower rank's kernel
+// or host loop, or a watchdog that checks every rank's pidfd, not only the peer it waits
+// for) then took a clean exit for a death and failed a call whose data had all arrived:
+// "peer rank 4 died during barrier" at the end of a job, once in four runs of
+// gpu_procs_dgx1_identity.
+// So a rank that destroys its communicator cleanly (no error kept, its device kernels done)
+// publishes, before it closes anything, the last host and device call it completed, in its
+// shared-memory header page where its local peers read it (a Departure; `left` stored last,
+// with release; read first, with acquire). A rank that completed call S has delivered all it
+// owed in S (data goes into the receiver's memory, which outlives the sender), so a waiter
+// in call seq <= S does not count that rank's exit as a death, and waits on for the ranks it
+// still needs. A rank that left before the waiter's call (S < seq) will never take part:
+// that is reported at once, as "left the communicator", not as a death. Point-to-point
+// calls are numbered per rank, not in step (WaitContext::seq_clock kNone): there, a departed
+// rank is an error only when it is the peer awaited. A rank killed, or exiting with an
+// error, publishes nothing and is reported dead as before. wait_for looks at the data once
+// more before it returns such an error: data posted just before an exit counts.
+// Without shared memory (ACCORD_SHM_DISABLE) there is no record, and an exit reads as a death.
+struct Departure {
+  std::atomic<uint32_t> left{0};       // 1 once the record below is complete
+  std::atomic<uint64_t> host_seq{0};   // Communicator::seq_ at departure
+  std::atomic<uint64_t> device_seq{0};  // device calls completed (DevCtl::done) at departure
+};
+
+// Which numbering WaitContext::seq follows, to compare it with a Departure.
+enum class SeqClock : uint8_t { kHost, kDevice, kNone };
+
 // What a wait needs to fail well.
 struct WaitContext {
   Deadline deadline;
@@ -135,8 +165,11 @@ struct WaitContext {
   // that rank is found dead, so survivors name the first death and not a survivor that
   // exited after seeing it. nullptr entries: no note.
   const std::atomic<int32_t>* const* death_notes = nullptr;
+  // Note [Departures]: per rank, its departure record (nullptr entries: none).
+  const Departure* const* departures = nullptr;
   const char* operation = "";   // "all_reduce", for messages
   uint64_t seq = 0;             // collective sequence number, for messages
+  SeqClock seq_clock = SeqClock::kHost;
 };
 
 // A full (StoreLoad) fence. Note [Fence without mfence]: on x86, a locked read-modify-write of
@@ -166,6 +199,15 @@ void futex_wake_all(std::atomic<uint32_t>* word);
 // Checks abort, peer death and the deadline. Returns success if the wait may go on.
 Status check_wait(const WaitContext& ctx, const char* waiting_for);
 
+// check_wait, but a peer found gone while the data has come after all is no failure: it
+// posted and then exited (Note [Departures]).
+template <typename Ready>
+Status check_wait_or_ready(Ready& ready, const WaitContext& ctx, const char* waiting_for) {
+  Status s = check_wait(ctx, waiting_for);
+  if (s.code() == ACCORD_ERR_REMOTE && ready()) return Status::success();
+  return s;
+}
+
 // Waits until word != value_when_not_ready, i.e. until the peer changes it.
 // `sleeping` is the flag the peer reads after it changes `word`.
 template <typename Ready>
@@ -193,7 +235,7 @@ Status wait_for(Ready ready, std::atomic<uint32_t>* word, std::atomic<uint32_t>*
         }
       }
       if (ctx.deadline.expired_at(t) || (ctx.abort_flag && ctx.abort_flag->load(std::memory_order_relaxed)))
-        ACCORD_TRY(check_wait(ctx, waiting_for));
+        ACCORD_TRY(check_wait_or_ready(ready, ctx, waiting_for));
     }
   }
   if (yield_while(ready, policy)) return Status::success();
@@ -208,7 +250,7 @@ Status wait_for(Ready ready, std::atomic<uint32_t>* word, std::atomic<uint32_t>*
     futex_wait(word, v, 20);
     sleeping->store(0, std::memory_order_relaxed);
     if (ready()) return Status::success();
-    ACCORD_TRY(check_wait(ctx, waiting_for));
+    ACCORD_TRY(check_wait_or_ready(ready, ctx, waiting_for));
   }
 }
 

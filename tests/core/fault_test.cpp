@@ -135,6 +135,29 @@ TEST_F(FaultTest, KillDuringDestroyLeavesOthersFine) {
   EXPECT_TRUE(contains(failures[0], "signal 9")) << failures[0];
 }
 
+// Note [Departures] (transport/wait.hpp): rank 3 makes one all-reduce fewer than the others and
+// destroys its communicator cleanly. Its exit does not fail the first all-reduce of ranks
+// still finishing it; the second fails at once (not by timeout), saying that rank 3 left.
+TEST_F(FaultTest, RankThatLeftBeforeTheCallIsNamedAsLeft) {
+  auto failures = run_processes(4, [](accord_comm_t comm, int rank, int nranks) -> std::string {
+    for (int i = 1; i <= (rank == 3 ? 1 : 2); ++i) {
+      float x = 1;
+      accord_status_t s = accord_all_reduce(&x, &x, 1, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr);
+      if (i == 1 && (s != ACCORD_SUCCESS || x != nranks)) return "first all_reduce failed";
+      if (i == 1) continue;
+      const std::string msg = accord_last_error(comm);
+      if (s != ACCORD_ERR_REMOTE) return std::string("expected remote error, got ") + accord_status_string(s) + ": " + msg;
+      if (!contains(msg, "peer rank 3 left the communicator (destroyed it after host seq 1)") ||
+          !contains(msg, "all_reduce seq 2"))
+        return "does not say that rank 3 left after seq 1: " + msg;
+      // Linger so that the others also see rank 3's departure, not this process's exit.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    }
+    return "";
+  });
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
 TEST_F(FaultTest, StoppedRankGivesTimeoutWithinDeadlinePlusOneSecond) {
   setenv("ACCORD_FAULT", "coll:3:seq=2:step=0:how=stop", 1);
   auto failures = run_processes(4, [](accord_comm_t comm, int rank, int) -> std::string {

@@ -14,7 +14,10 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
+#include <poll.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,11 +32,13 @@
 #include <vector>
 
 #include "core/log.hpp"
+#include "core/settings.hpp"
 #include "include/accord/accord.h"
 #include "include/accord/accord_device.h"
 #include "tests/support/harness.hpp"
 #include "topology/formats.hpp"
 #include "topology/system.hpp"
+#include "transport/device/device_runtime.hpp"
 
 namespace accord::testing {
 namespace {
@@ -834,6 +839,83 @@ TEST_F(GpuProcsProcesses, GpuBuffersOverTcp) {
              setenv("ACCORD_DEVICE", std::to_string(r).c_str(), 1);
            }))
     ADD_FAILURE() << f;
+}
+
+// Note [Departures] (transport/wait.hpp): rank 0 broadcasts one element (it owes rank 1
+// nothing more once it is posted), destroys its communicator and exits, while rank 1's
+// broadcast is still in flight: its stream is held by a host function until rank 0's process
+// has exited, and then a while longer, until rank 1's watchdog has had its chance to act
+// (it looks every millisecond; the gate waits up to 2 s, and returns as soon as the
+// communicator has an error). Before departures were published the watchdog took the exit
+// for a death and rank 1 failed with "peer rank 0 died during broadcast"; now rank 1's
+// broadcast completes, exact.
+struct ExitGate {
+  std::atomic<pid_t> rank0{0};
+  accord_comm_t comm = nullptr;  // rank 1's, set in rank 1 only
+};
+void wait_for_rank0_exit(void* arg) {
+  auto* g = static_cast<ExitGate*>(arg);
+  const int fd = static_cast<int>(syscall(SYS_pidfd_open, g->rank0.load(), 0));
+  if (fd >= 0) {
+    pollfd p{fd, POLLIN, 0};
+    (void)poll(&p, 1, 60000);
+    close(fd);
+  }
+  for (int i = 0; i < 2000; ++i) {
+    accord_status_t async = ACCORD_SUCCESS;
+    if (accord_comm_get_async_error(g->comm, &async) != ACCORD_SUCCESS || async != ACCORD_SUCCESS) return;
+    usleep(1000);
+  }
+}
+
+TEST_F(GpuProcsProcesses, PeerThatExitedAfterTheLastCollectiveIsNotDead) {
+  void* shared = mmap(nullptr, sizeof(ExitGate), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(shared, MAP_FAILED);
+  auto* gate = new (shared) ExitGate;
+  for (const auto& f : run_processes(
+           2,
+           [&](accord_comm_t c, int r, int) -> std::string {
+             int dev = -1;
+             accord_status_t s = accord_comm_device(c, &dev);
+             if (s != ACCORD_SUCCESS) return api_error("accord_comm_device", c, s);
+             accord_stream_t stream = nullptr;
+             s = accord_stream_create(&stream, dev);
+             if (s != ACCORD_SUCCESS) return api_error("accord_stream_create", c, s);
+             void* buf = nullptr;
+             s = accord_device_alloc(&buf, sizeof(int32_t), dev);
+             if (s != ACCORD_SUCCESS) return api_error("accord_device_alloc", c, s);
+             int32_t value = r == 0 ? 41 : -1;
+             s = accord_device_memcpy(buf, &value, sizeof value);
+             if (s == ACCORD_SUCCESS) s = accord_barrier(c, nullptr);
+             if (s != ACCORD_SUCCESS) return api_error("setting up", c, s);
+             if (r == 0) {
+               gate->rank0.store(getpid());
+             } else {
+               while (gate->rank0.load() == 0) usleep(1000);
+               gate->comm = c;
+               Settings settings;
+               if (!load_settings(&settings).ok()) return "load_settings failed";
+               DeviceRuntime* rt = process_device_runtime(settings);
+               if (rt == nullptr) return "no device runtime";
+               if (!rt->launch_host_func(Stream{reinterpret_cast<uintptr_t>(stream)}, wait_for_rank0_exit, gate).ok())
+                 return "launch_host_func failed";
+             }
+             s = accord_broadcast(buf, buf, 1, ACCORD_INT32, 0, c, stream);
+             if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+             accord_status_t async = ACCORD_SUCCESS;
+             if (s == ACCORD_SUCCESS) s = accord_comm_get_async_error(c, &async);
+             if (s != ACCORD_SUCCESS) return api_error("broadcast", c, s);
+             if (async != ACCORD_SUCCESS) return api_error("broadcast (asynchronous error)", c, async);
+             s = accord_device_memcpy(&value, buf, sizeof value);
+             if (s != ACCORD_SUCCESS) return api_error("copying the result out", c, s);
+             if (value != 41) return "broadcast gave " + std::to_string(value) + ", expected 41";
+             (void)accord_device_free(buf);
+             s = accord_stream_destroy(stream);
+             return s == ACCORD_SUCCESS ? std::string() : api_error("accord_stream_destroy", c, s);
+           },
+           kTimeoutS, [](int r) { setenv("ACCORD_DEVICE", std::to_string(r).c_str(), 1); }))
+    ADD_FAILURE() << f;
+  munmap(shared, sizeof(ExitGate));
 }
 
 // Two hosts of two ranks (ACCORD_HOST_ID), rank r on GPU r: inside a host the GPU routes,

@@ -130,10 +130,11 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
   t->dev_ctrl_send_.assign(static_cast<size_t>(nranks), nullptr);
   const size_t fifo_bytes = options.shape.total_bytes();
   const size_t ctrl_bytes = options.device_fifos ? options.shape.total_bytes() : options.shape.header_bytes();
-  // Segment: one 4 KiB header page (the owner's death note and board), a FIFO per rank, then a device
+  // Segment: one 4 KiB header page (the owner's death note, departure and board), a FIFO per rank, then a device
   // FIFO control area per rank.
   constexpr size_t kHeaderBytes = 4096;
-  static_assert(kBoardOffset >= sizeof(std::atomic<int32_t>) && kBoardOffset + kBoardBytes <= kHeaderBytes);
+  static_assert(kDepartureOffset >= sizeof(std::atomic<int32_t>) &&
+                kDepartureOffset + sizeof(Departure) <= kBoardOffset && kBoardOffset + kBoardBytes <= kHeaderBytes);
   const size_t ctrl_at = kHeaderBytes + fifo_bytes * static_cast<size_t>(nranks);
   const size_t seg_bytes = ctrl_at + ctrl_bytes * static_cast<size_t>(nranks);
 
@@ -148,6 +149,9 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
   t->notes_.assign(static_cast<size_t>(nranks), nullptr);
   t->notes_[static_cast<size_t>(rank)] = static_cast<std::atomic<int32_t>*>(my_addr);
   t->notes_[static_cast<size_t>(rank)]->store(-1);
+  t->departures_.assign(static_cast<size_t>(nranks), nullptr);
+  t->departures_[static_cast<size_t>(rank)] =
+      reinterpret_cast<Departure*>(static_cast<uint8_t*>(my_addr) + kDepartureOffset);
   std::vector<uint8_t*> boards(static_cast<size_t>(nranks), nullptr);
   boards[static_cast<size_t>(rank)] = static_cast<uint8_t*>(my_addr) + kBoardOffset;
   std::vector<std::string> known = {mine};
@@ -190,6 +194,8 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
     if (!s.ok()) return fail(std::move(s.prefix(format("rank %d, peer %d: ", rank, peer))));
     t->mappings_.push_back({addr, seg_bytes});
     t->notes_[static_cast<size_t>(peer)] = static_cast<std::atomic<int32_t>*>(addr);
+    t->departures_[static_cast<size_t>(peer)] =
+        reinterpret_cast<Departure*>(static_cast<uint8_t*>(addr) + kDepartureOffset);
     boards[static_cast<size_t>(peer)] = static_cast<uint8_t*>(addr) + kBoardOffset;
     uint8_t* peer_fifo = static_cast<uint8_t*>(addr) + kHeaderBytes + fifo_bytes * static_cast<size_t>(rank);
     uint8_t* my_fifo = static_cast<uint8_t*>(my_addr) + kHeaderBytes + fifo_bytes * static_cast<size_t>(peer);

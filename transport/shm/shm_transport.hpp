@@ -9,7 +9,8 @@
 // segments whose creator pid is gone (a pid of another namespace, another container sharing
 // this /dev/shm, names no process here: Note [Process identity], collectives/communicator.cpp).
 //
-// The first page of the segment holds the owner's death note and its board (Note [Board]).
+// The first page of the segment holds the owner's death note, its departure record (Note
+// [Departures], wait.hpp) and its board (Note [Board]).
 // After the FIFOs, the segment holds one device-FIFO area per rank (zero-filled; a whole FIFO
 // with ShmOptions::device_fifos, else its control part): the device path's host-staged FIFOs
 // (Note [Device FIFOs], fifo.hpp), so host calls and device calls never share a FIFO.
@@ -65,6 +66,17 @@ class ShmTransport {
   const std::atomic<int32_t>* const* death_notes() const { return notes_.data(); }
   void leave_death_note(int rank, int32_t blamed) { notes_[static_cast<size_t>(rank)]->store(blamed); }
 
+  // Note [Departures] (wait.hpp): per rank, at kDepartureOffset of its segment's header page
+  // (zero-filled: not departed). depart() publishes this rank's.
+  static constexpr size_t kDepartureOffset = 64;
+  const Departure* const* departures() const { return departures_.data(); }
+  void depart(int rank, uint64_t host_seq, uint64_t device_seq) {
+    Departure* d = departures_[static_cast<size_t>(rank)];
+    d->host_seq.store(host_seq, std::memory_order_relaxed);
+    d->device_seq.store(device_seq, std::memory_order_relaxed);
+    d->left.store(1, std::memory_order_release);
+  }
+
   // Note [Board] (board.hpp): the local ranks' boards, in the segments' header pages; null
   // when there are more local ranks than a board's sleep table holds.
   Board* board() const { return board_.get(); }
@@ -74,6 +86,7 @@ class ShmTransport {
   ShmOptions options_;
   std::vector<Mapping> mappings_;
   std::vector<std::atomic<int32_t>*> notes_;
+  std::vector<Departure*> departures_;
   std::vector<std::unique_ptr<SendChannel>> senders_;
   std::vector<std::unique_ptr<RecvChannel>> receivers_;
   std::vector<void*> dev_ctrl_recv_, dev_ctrl_send_;
