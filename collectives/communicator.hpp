@@ -201,7 +201,7 @@ class Communicator {
   Status setup_direct(StoreClient* store, Deadline deadline);  // Note [Direct or FIFO] (device/direct_path.cpp)
   bool prepare_direct(const CollArgs& a, size_t elem_bytes, dev::DevLaunch* launch);
   Status wrap_stream(void* user_stream, Stream* out);  // device_path.cpp
-  Status check_device_call(void* user_stream, const char* name) const;
+  Status check_device_call(void* user_stream, const char* name);
   Status reserve_steps(size_t bytes, uint64_t seq, size_t* offset);
   Status device_stream(void* user_stream, const char* name, Stream* out);
   Status launch_schedule(const char* name, const Schedule& sched, dev::DevLaunch* launch, Stream us,

@@ -922,7 +922,7 @@ Status Communicator::wrap_stream(void* user_stream, Stream* out) {
 }
 
 // What every device call checks first: the communicator is usable and there is a stream.
-Status Communicator::check_device_call(void* user_stream, const char* name) const {
+Status Communicator::check_device_call(void* user_stream, const char* name) {
   const accord_status_t sticky = sticky_error();
   if (sticky != ACCORD_SUCCESS)
     return error(sticky,
