@@ -23,6 +23,13 @@
 //  - Freeing device memory waits for the streams of its device first (as cudaFree does);
 //    freeing pinned host memory or closing an IPC mapping waits for every stream. Work queued
 //    on another GPU that still reads the memory must be synchronized by the caller.
+//  - Stream memory operations (Note [Stream memory operations] below): a write lands in stream
+//    order after the work before it; work after a wait starts only once the word satisfies the
+//    condition. Both runtimes check the word's alignment; the simulation also checks that the
+//    stream's device may touch it. A simulated wait cannot hang: it fails when its stream or
+//    runtime is destroyed, or after ACCORD_SIM_STALL_MS.
+//  - Without MPS, a GPU shared by processes runs one process's kernels at a time; the
+//    simulation models it on request (Note [Simulated time slices], sim_timeslice.hpp).
 #pragma once
 
 #include <atomic>

@@ -149,7 +149,7 @@ Status KernelSlice::acquire() {
         mine.fetch_sub(1);
         return error(ACCORD_ERR_TIMEOUT,
                      "simulated GPU %d: kernel %s of pid %d waited %lld ms for the GPU's time slice, held by "
-                     "the kernels of pid %d, which never reached a switch point (Note [Simulated time "
+                     "the kernels of pid %d, which did not give it up at a switch point (Note [Simulated time "
                      "slices]; a GPU would switch at the end of the slice; ACCORD_SIM_STALL_MS sets the "
                      "limit)",
                      gpu_, kernel_.c_str(), me, (long long)stall_ms_, holder);
