@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <vector>
 #include <chrono>
 #include <thread>
@@ -37,99 +38,97 @@ T peek(SimulatedRuntime* rt, int device, const void* p) {
 // can only pass wrongly (never fail wrongly) on a loaded machine.
 void let_streams_run() { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
 
-struct Words {
-  void* word = nullptr;  // 8 bytes of device 0, the waited-on word
-  void* done = nullptr;  // 8 bytes of device 0, written after the wait
+// A simulated DGX-1 with two 8-byte words of device 0 (zero): `word`, the waited-on word, and
+// `done`, written after the wait; and two streams of device 0.
+struct Rig {
+  explicit Rig(SimOptions options = {}) : rt(make_sim(kDgx1, options)) {
+    if (!rt) return;
+    uint64_t zero = 0;
+    for (void** p : {&word, &done}) {
+      EXPECT_TRUE(rt->alloc_device(0, 8, p).ok());
+      EXPECT_TRUE(rt->copy(CopyKind::kHostToDevice, 0, *p, &zero, 8).ok());
+    }
+    EXPECT_TRUE(rt->create_stream(0, &waiter).ok());
+    EXPECT_TRUE(rt->create_stream(0, &writer).ok());
+  }
+  ~Rig() {
+    if (!rt) return;
+    for (Stream s : {waiter, writer}) (void)rt->destroy_stream(s);  // fails on a stream destroyed already
+    (void)rt->free_device(word);
+    (void)rt->free_device(done);
+  }
+  std::unique_ptr<SimulatedRuntime> rt;
+  void* word = nullptr;
+  void* done = nullptr;
+  Stream waiter, writer;
 };
 
-Words alloc_words(SimulatedRuntime* rt) {
-  Words w;
-  EXPECT_TRUE(rt->alloc_device(0, 8, &w.word).ok());
-  EXPECT_TRUE(rt->alloc_device(0, 8, &w.done).ok());
-  uint64_t zero = 0;
-  EXPECT_TRUE(rt->copy(CopyKind::kHostToDevice, 0, w.word, &zero, 8).ok());
-  EXPECT_TRUE(rt->copy(CopyKind::kHostToDevice, 0, w.done, &zero, 8).ok());
-  return w;
-}
-
 TEST(SimStreamValues, Wait32GeqAndEqReleaseTheWorkAfterThemOnlyWhenSatisfied) {
-  auto rt = make_sim(kDgx1);
-  ASSERT_TRUE(rt);
-  Words w = alloc_words(rt.get());
-  Stream waiter, writer;
-  ASSERT_OK(rt->create_stream(0, &waiter));
-  ASSERT_OK(rt->create_stream(0, &writer));
+  Rig r;
+  ASSERT_TRUE(r.rt);
+  SimulatedRuntime* rt = r.rt.get();
+  const Stream waiter = r.waiter, writer = r.writer;
 
   // GEQ 5: 4 does not release it, 6 does.
-  ASSERT_OK(rt->stream_wait_value32(waiter, w.word, 5, Cond::kGeq));
-  ASSERT_OK(rt->stream_write_value32(waiter, w.done, 1));
-  ASSERT_OK(rt->stream_write_value32(writer, w.word, 4));
+  ASSERT_OK(rt->stream_wait_value32(waiter, r.word, 5, Cond::kGeq));
+  ASSERT_OK(rt->stream_write_value32(waiter, r.done, 1));
+  ASSERT_OK(rt->stream_write_value32(writer, r.word, 4));
   ASSERT_OK(rt->synchronize_stream(writer));
   let_streams_run();
-  EXPECT_EQ(peek<uint32_t>(rt.get(), 0, w.done), 0u) << "ran after the wait with the word at 4 < 5";
-  ASSERT_OK(rt->stream_write_value32(writer, w.word, 6));
+  EXPECT_EQ(peek<uint32_t>(rt, 0, r.done), 0u) << "ran after the wait with the word at 4 < 5";
+  ASSERT_OK(rt->stream_write_value32(writer, r.word, 6));
   ASSERT_OK(rt->synchronize_stream(waiter));
-  EXPECT_EQ(peek<uint32_t>(rt.get(), 0, w.done), 1u);
+  EXPECT_EQ(peek<uint32_t>(rt, 0, r.done), 1u);
 
   // EQ 7: 8 satisfies GEQ but not EQ; 7 releases it.
-  ASSERT_OK(rt->stream_wait_value32(waiter, w.word, 7, Cond::kEq));
-  ASSERT_OK(rt->stream_write_value32(waiter, w.done, 2));
-  ASSERT_OK(rt->stream_write_value32(writer, w.word, 8));
+  ASSERT_OK(rt->stream_wait_value32(waiter, r.word, 7, Cond::kEq));
+  ASSERT_OK(rt->stream_write_value32(waiter, r.done, 2));
+  ASSERT_OK(rt->stream_write_value32(writer, r.word, 8));
   ASSERT_OK(rt->synchronize_stream(writer));
   let_streams_run();
-  EXPECT_EQ(peek<uint32_t>(rt.get(), 0, w.done), 1u) << "EQ 7 released by 8";
-  ASSERT_OK(rt->stream_write_value32(writer, w.word, 7));
+  EXPECT_EQ(peek<uint32_t>(rt, 0, r.done), 1u) << "EQ 7 released by 8";
+  ASSERT_OK(rt->stream_write_value32(writer, r.word, 7));
   ASSERT_OK(rt->synchronize_stream(waiter));
-  EXPECT_EQ(peek<uint32_t>(rt.get(), 0, w.done), 2u);
+  EXPECT_EQ(peek<uint32_t>(rt, 0, r.done), 2u);
 
   // GEQ compares as CUDA does, (int32_t)(word - value) >= 0: a counter that wrapped is ahead.
-  ASSERT_OK(rt->stream_write_value32(writer, w.word, 3));
+  ASSERT_OK(rt->stream_write_value32(writer, r.word, 3));
   ASSERT_OK(rt->synchronize_stream(writer));
-  ASSERT_OK(rt->stream_wait_value32(waiter, w.word, 0xFFFFFFF0u, Cond::kGeq));  // 3 - 0xFFFFFFF0 = 19
-  ASSERT_OK(rt->stream_write_value32(waiter, w.done, 3));
+  ASSERT_OK(rt->stream_wait_value32(waiter, r.word, 0xFFFFFFF0u, Cond::kGeq));  // 3 - 0xFFFFFFF0 = 19
+  ASSERT_OK(rt->stream_write_value32(waiter, r.done, 3));
   ASSERT_OK(rt->synchronize_stream(waiter));
-  EXPECT_EQ(peek<uint32_t>(rt.get(), 0, w.done), 3u);
+  EXPECT_EQ(peek<uint32_t>(rt, 0, r.done), 3u);
 
-  ASSERT_OK(rt->destroy_stream(waiter));
-  ASSERT_OK(rt->destroy_stream(writer));
-  ASSERT_OK(rt->free_device(w.word));
-  ASSERT_OK(rt->free_device(w.done));
 }
 
 TEST(SimStreamValues, Wait64ComparesAllSixtyFourBits) {
-  auto rt = make_sim(kDgx1);
-  ASSERT_TRUE(rt);
-  Words w = alloc_words(rt.get());
-  Stream waiter, writer;
-  ASSERT_OK(rt->create_stream(0, &waiter));
-  ASSERT_OK(rt->create_stream(0, &writer));
+  Rig r;
+  ASSERT_TRUE(r.rt);
+  SimulatedRuntime* rt = r.rt.get();
+  const Stream waiter = r.waiter, writer = r.writer;
   const uint64_t big = uint64_t{1} << 40;
   // EQ 2^40 while the word is 0: the low 32 bits agree, a truncating wait would run.
-  ASSERT_OK(rt->stream_wait_value64(waiter, w.word, big, Cond::kEq));
-  ASSERT_OK(rt->stream_write_value64(waiter, w.done, big + 1));
+  ASSERT_OK(rt->stream_wait_value64(waiter, r.word, big, Cond::kEq));
+  ASSERT_OK(rt->stream_write_value64(waiter, r.done, big + 1));
   let_streams_run();
-  EXPECT_EQ(peek<uint64_t>(rt.get(), 0, w.done), 0u);
-  ASSERT_OK(rt->stream_write_value64(writer, w.word, big - 1));  // not equal, and less
+  EXPECT_EQ(peek<uint64_t>(rt, 0, r.done), 0u);
+  ASSERT_OK(rt->stream_write_value64(writer, r.word, big - 1));  // not equal, and less
   ASSERT_OK(rt->synchronize_stream(writer));
   let_streams_run();
-  EXPECT_EQ(peek<uint64_t>(rt.get(), 0, w.done), 0u);
-  ASSERT_OK(rt->stream_write_value64(writer, w.word, big));
+  EXPECT_EQ(peek<uint64_t>(rt, 0, r.done), 0u);
+  ASSERT_OK(rt->stream_write_value64(writer, r.word, big));
   ASSERT_OK(rt->synchronize_stream(waiter));
-  EXPECT_EQ(peek<uint64_t>(rt.get(), 0, w.done), big + 1);
+  EXPECT_EQ(peek<uint64_t>(rt, 0, r.done), big + 1);
   // GEQ 2^41: 2^40 + 5 is less.
-  ASSERT_OK(rt->stream_wait_value64(waiter, w.word, big * 2, Cond::kGeq));
-  ASSERT_OK(rt->stream_write_value64(waiter, w.done, 9));
-  ASSERT_OK(rt->stream_write_value64(writer, w.word, big + 5));
+  ASSERT_OK(rt->stream_wait_value64(waiter, r.word, big * 2, Cond::kGeq));
+  ASSERT_OK(rt->stream_write_value64(waiter, r.done, 9));
+  ASSERT_OK(rt->stream_write_value64(writer, r.word, big + 5));
   ASSERT_OK(rt->synchronize_stream(writer));
   let_streams_run();
-  EXPECT_EQ(peek<uint64_t>(rt.get(), 0, w.done), big + 1);
-  ASSERT_OK(rt->stream_write_value64(writer, w.word, big * 3));
+  EXPECT_EQ(peek<uint64_t>(rt, 0, r.done), big + 1);
+  ASSERT_OK(rt->stream_write_value64(writer, r.word, big * 3));
   ASSERT_OK(rt->synchronize_stream(waiter));
-  EXPECT_EQ(peek<uint64_t>(rt.get(), 0, w.done), 9u);
-  ASSERT_OK(rt->destroy_stream(waiter));
-  ASSERT_OK(rt->destroy_stream(writer));
-  ASSERT_OK(rt->free_device(w.word));
-  ASSERT_OK(rt->free_device(w.done));
+  EXPECT_EQ(peek<uint64_t>(rt, 0, r.done), 9u);
 }
 
 // A gate: a host function that blocks its stream until the test opens it.
@@ -209,44 +208,53 @@ TEST(SimStreamValues, BadArguments) {
 TEST(SimStreamValues, AWaitOnAWordThatNeverComesEndsWithAnError) {
   SimOptions o;
   o.stall_ms = 200;
-  auto rt = make_sim(kDgx1, o);
-  ASSERT_TRUE(rt);
-  Words w = alloc_words(rt.get());
-  Stream s;
-  ASSERT_OK(rt->create_stream(0, &s));
-  ASSERT_OK(rt->stream_wait_value32(s, w.word, 1, Cond::kEq));
-  ASSERT_OK(rt->stream_write_value32(s, w.done, 1));
-  Status st = rt->synchronize_stream(s);
+  Rig r(o);
+  ASSERT_TRUE(r.rt);
+  ASSERT_OK(r.rt->stream_wait_value32(r.waiter, r.word, 1, Cond::kEq));
+  ASSERT_OK(r.rt->stream_write_value32(r.waiter, r.done, 1));
+  Status st = r.rt->synchronize_stream(r.waiter);
   EXPECT_TRUE(fails_with(st, ACCORD_ERR_TIMEOUT, "stream_wait_value32")) << st.message();
   EXPECT_NE(st.message().find("still 0"), std::string::npos) << st.message();
-  EXPECT_EQ(peek<uint32_t>(rt.get(), 0, w.done), 0u) << "the work after a failed wait must not run";
-  ASSERT_OK(rt->destroy_stream(s));
+  EXPECT_EQ(peek<uint32_t>(r.rt.get(), 0, r.done), 0u) << "the work after a failed wait must not run";
 
   // Destroying the stream: the wait ends at once, not after the stall limit (60 s here).
-  SimOptions patient;
-  auto rt2 = make_sim(kDgx1, patient);
-  ASSERT_TRUE(rt2);
-  Words w2 = alloc_words(rt2.get());
-  Stream s2, s3;
-  ASSERT_OK(rt2->create_stream(0, &s2));
-  ASSERT_OK(rt2->create_stream(0, &s3));
-  ASSERT_OK(rt2->stream_wait_value64(s2, w2.word, 1, Cond::kGeq));
-  ASSERT_OK(rt2->stream_write_value64(s2, w2.done, 1));
-  ASSERT_OK(rt2->destroy_stream(s2));
-  EXPECT_EQ(peek<uint64_t>(rt2.get(), 0, w2.done), 0u);
+  Rig patient;
+  ASSERT_TRUE(patient.rt);
+  ASSERT_OK(patient.rt->stream_wait_value64(patient.waiter, patient.word, 1, Cond::kGeq));
+  ASSERT_OK(patient.rt->stream_write_value64(patient.waiter, patient.done, 1));
+  ASSERT_OK(patient.rt->destroy_stream(patient.waiter));
+  EXPECT_EQ(peek<uint64_t>(patient.rt.get(), 0, patient.done), 0u);
   // Destroying the runtime with a wait pending returns too (the test would time out otherwise).
-  ASSERT_OK(rt2->stream_wait_value64(s3, w2.word, 1, Cond::kGeq));
-  rt2.reset();
+  ASSERT_OK(patient.rt->stream_wait_value64(patient.writer, patient.word, 1, Cond::kGeq));
+  patient.rt.reset();
+}
+
+// Two forked processes: A exports memory and sends its IPC handle down `handle`; B sends a
+// byte up `done` when it finished with the memory, so that A frees nothing B still uses. Both
+// must exit 0.
+struct Pipes {
+  int handle[2];
+  int done[2];
+};
+void run_pair(const std::function<void(const Pipes&)>& a, const std::function<void(const Pipes&)>& b) {
+  Pipes p;
+  ASSERT_EQ(pipe(p.handle), 0);
+  ASSERT_EQ(pipe(p.done), 0);
+  const pid_t pa = spawn([&] { a(p); });
+  const pid_t pb = spawn([&] { b(p); });
+  for (int fd : {p.handle[0], p.handle[1], p.done[0], p.done[1]}) close(fd);
+  int status_a = 0, status_b = 0;
+  ASSERT_EQ(waitpid(pb, &status_b, 0), pb);
+  ASSERT_EQ(waitpid(pa, &status_a, 0), pa);
+  EXPECT_TRUE(WIFEXITED(status_b) && WEXITSTATUS(status_b) == 0) << "B status " << status_b;
+  EXPECT_TRUE(WIFEXITED(status_a) && WEXITSTATUS(status_a) == 0) << "A status " << status_a;
 }
 
 // Two processes: A owns the words (device 0) and waits on `word` before writing `ack`; B opens
 // them through IPC on device 0, writes a value that does not release A, sees no ack, writes
 // the one that does, and waits on its own stream for the ack.
 TEST(SimStreamValues, HandOffBetweenTwoProcessesThroughAnIpcWord) {
-  int handle_pipe[2], done_pipe[2];
-  ASSERT_EQ(pipe(handle_pipe), 0);
-  ASSERT_EQ(pipe(done_pipe), 0);
-  pid_t a = spawn([&] {
+  run_pair([&](const Pipes& p) {
     auto rt = make_sim(kDgx1);
     CHILD_CHECK(rt != nullptr, "no runtime");
     void* words;
@@ -260,21 +268,20 @@ TEST(SimStreamValues, HandOffBetweenTwoProcessesThroughAnIpcWord) {
     CHILD_OK(rt->stream_write_value64(s, word + 1, 1));
     IpcHandle h;
     CHILD_OK(rt->ipc_get_handle(words, &h));
-    CHILD_CHECK(write_all(handle_pipe[1], &h, sizeof h), "write handle");
+    CHILD_CHECK(write_all(p.handle[1], &h, sizeof h), "write handle");
     CHILD_OK(rt->synchronize_stream(s));
     uint64_t got[2];
     CHILD_OK(rt->copy(CopyKind::kDeviceToHost, 0, got, words, 16));
     CHILD_CHECK(got[0] == 7 && got[1] == 1, "word %llu ack %llu", (unsigned long long)got[0],
                 (unsigned long long)got[1]);
     char c;
-    CHILD_CHECK(read_all(done_pipe[0], &c, 1), "B died before it finished");
+    CHILD_CHECK(read_all(p.done[0], &c, 1), "B died before it finished");
     CHILD_OK(rt->destroy_stream(s));
     CHILD_OK(rt->free_device(words));
     _exit(0);
-  });
-  pid_t b = spawn([&] {
+  }, [&](const Pipes& p) {
     IpcHandle h;
-    CHILD_CHECK(read_all(handle_pipe[0], &h, sizeof h), "A died before sending the handle");
+    CHILD_CHECK(read_all(p.handle[0], &h, sizeof h), "A died before sending the handle");
     auto rt = make_sim(kDgx1);
     CHILD_CHECK(rt != nullptr, "no runtime");
     void* words;
@@ -293,15 +300,9 @@ TEST(SimStreamValues, HandOffBetweenTwoProcessesThroughAnIpcWord) {
     CHILD_OK(rt->synchronize_stream(s));
     CHILD_OK(rt->destroy_stream(s));
     CHILD_OK(rt->ipc_close_handle(words));
-    CHILD_CHECK(write_all(done_pipe[1], "d", 1), "write done");
+    CHILD_CHECK(write_all(p.done[1], "d", 1), "write done");
     _exit(0);
   });
-  for (int fd : {handle_pipe[0], handle_pipe[1], done_pipe[0], done_pipe[1]}) close(fd);
-  int status_a = 0, status_b = 0;
-  ASSERT_EQ(waitpid(b, &status_b, 0), b);
-  ASSERT_EQ(waitpid(a, &status_a, 0), a);
-  EXPECT_TRUE(WIFEXITED(status_b) && WEXITSTATUS(status_b) == 0) << "B status " << status_b;
-  EXPECT_TRUE(WIFEXITED(status_a) && WEXITSTATUS(status_a) == 0) << "A status " << status_a;
 }
 
 // ---- Note [Simulated time slices] ----
@@ -356,10 +357,7 @@ void hand_off(const std::shared_ptr<sim::TimeSlices>& slices, bool spin) {
   o.timeslice_us = 1000;
   o.slices = slices;
   o.stall_ms = 20000;
-  int handle_pipe[2], done_pipe[2];
-  ASSERT_EQ(pipe(handle_pipe), 0);
-  ASSERT_EQ(pipe(done_pipe), 0);
-  pid_t a = spawn([&] {
+  run_pair([&](const Pipes& p) {
     auto rt = make_sim(kDgx1, o);
     CHILD_CHECK(rt != nullptr, "no runtime");
     void* mem;
@@ -371,30 +369,29 @@ void hand_off(const std::shared_ptr<sim::TimeSlices>& slices, bool spin) {
     CHILD_OK(rt->create_stream(0, &s));
     CHILD_OK(rt->load_kernel(0, spin ? kSpin : kCheck));
     if (spin) {
-      SpinParams p{words, words + 1};
-      CHILD_OK(rt->launch_kernel(kSpin, &p, sizeof p, s));
+      SpinParams kp{words, words + 1};
+      CHILD_OK(rt->launch_kernel(kSpin, &kp, sizeof kp, s));
     } else {
       CHILD_OK(rt->stream_wait_value32(s, words, 1, Cond::kEq));
-      CheckParams p{words, words + 2};
-      CHILD_OK(rt->launch_kernel(kCheck, &p, sizeof p, s));
+      CheckParams kp{words, words + 2};
+      CHILD_OK(rt->launch_kernel(kCheck, &kp, sizeof kp, s));
     }
     IpcHandle h;
     CHILD_OK(rt->ipc_get_handle(mem, &h));
-    CHILD_CHECK(write_all(handle_pipe[1], &h, sizeof h), "write handle");
+    CHILD_CHECK(write_all(p.handle[1], &h, sizeof h), "write handle");
     CHILD_OK(rt->synchronize_stream(s));
     uint32_t got[4];
     CHILD_OK(rt->copy(CopyKind::kDeviceToHost, 0, got, mem, 16));
     CHILD_CHECK(got[0] == 2, "A's kernel did not finish the hand-off: word %u", got[0]);
     CHILD_CHECK(spin || got[2] == 1, "A's kernel ran before the word came: it saw %u", got[2]);
     char c;
-    CHILD_CHECK(read_all(done_pipe[0], &c, 1), "B died before it finished");
+    CHILD_CHECK(read_all(p.done[0], &c, 1), "B died before it finished");
     CHILD_OK(rt->destroy_stream(s));
     CHILD_OK(rt->free_device(mem));
     _exit(0);
-  });
-  pid_t b = spawn([&] {
+  }, [&](const Pipes& p) {
     IpcHandle h;
-    CHILD_CHECK(read_all(handle_pipe[0], &h, sizeof h), "A died before sending the handle");
+    CHILD_CHECK(read_all(p.handle[0], &h, sizeof h), "A died before sending the handle");
     auto rt = make_sim(kDgx1, o);
     CHILD_CHECK(rt != nullptr, "no runtime");
     void* mem;
@@ -409,25 +406,19 @@ void hand_off(const std::shared_ptr<sim::TimeSlices>& slices, bool spin) {
         CHILD_OK(rt->copy(CopyKind::kDeviceToHost, 0, &started, words + 1, 4));
         if (started == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
-      WriteParams p{words, 1};
-      CHILD_OK(rt->launch_kernel(kWrite, &p, sizeof p, s));
+      WriteParams kp{words, 1};
+      CHILD_OK(rt->launch_kernel(kWrite, &kp, sizeof kp, s));
     } else {
-      WriteParams p{words + 3, 5};  // B's own part, then the hand-off word from the stream
-      CHILD_OK(rt->launch_kernel(kWrite, &p, sizeof p, s));
+      WriteParams kp{words + 3, 5};  // B's own part, then the hand-off word from the stream
+      CHILD_OK(rt->launch_kernel(kWrite, &kp, sizeof kp, s));
       CHILD_OK(rt->stream_write_value32(s, words, 1));
     }
     CHILD_OK(rt->synchronize_stream(s));
     CHILD_OK(rt->destroy_stream(s));
     CHILD_OK(rt->ipc_close_handle(mem));
-    CHILD_CHECK(write_all(done_pipe[1], "d", 1), "write done");
+    CHILD_CHECK(write_all(p.done[1], "d", 1), "write done");
     _exit(0);
   });
-  for (int fd : {handle_pipe[0], handle_pipe[1], done_pipe[0], done_pipe[1]}) close(fd);
-  int status_a = 0, status_b = 0;
-  ASSERT_EQ(waitpid(b, &status_b, 0), b);
-  ASSERT_EQ(waitpid(a, &status_a, 0), a);
-  EXPECT_TRUE(WIFEXITED(status_b) && WEXITSTATUS(status_b) == 0) << "B status " << status_b;
-  EXPECT_TRUE(WIFEXITED(status_a) && WEXITSTATUS(status_a) == 0) << "A status " << status_a;
 }
 
 TEST(SimTimeSlices, ASpinningKernelGetsItsWordOnlyThroughASliceExpiry) {
