@@ -352,13 +352,10 @@ const KernelDesc kCheck{"check_word", nullptr, check_kernel, 32};
 // 1 ms): A owns the words; with `spin`, A's kernel spins on the word and B's kernel writes
 // it; without, A's stream waits on the word (stream_wait_value32) before its kernel and B
 // writes it after its kernel (stream_write_value32). Returns when both processes succeeded.
-void hand_off(const std::shared_ptr<sim::TimeSlices>& slices, bool spin) {
-  SimOptions o;
-  o.timeslice_us = 1000;
-  o.slices = slices;
-  o.stall_ms = 20000;
+using MakeRuntime = std::function<std::unique_ptr<DeviceRuntime>()>;
+void hand_off(const MakeRuntime& make, bool spin) {
   run_pair([&](const Pipes& p) {
-    auto rt = make_sim(kDgx1, o);
+    std::unique_ptr<DeviceRuntime> rt = make();
     CHILD_CHECK(rt != nullptr, "no runtime");
     void* mem;
     CHILD_OK(rt->alloc_device(0, 16, &mem));
@@ -392,7 +389,7 @@ void hand_off(const std::shared_ptr<sim::TimeSlices>& slices, bool spin) {
   }, [&](const Pipes& p) {
     IpcHandle h;
     CHILD_CHECK(read_all(p.handle[0], &h, sizeof h), "A died before sending the handle");
-    auto rt = make_sim(kDgx1, o);
+    std::unique_ptr<DeviceRuntime> rt = make();
     CHILD_CHECK(rt != nullptr, "no runtime");
     void* mem;
     CHILD_OK(rt->ipc_open_handle(0, h, &mem));
@@ -421,11 +418,22 @@ void hand_off(const std::shared_ptr<sim::TimeSlices>& slices, bool spin) {
   });
 }
 
+// A simulated DGX-1 whose GPUs are time-sliced in `slices`, 1 ms slices.
+MakeRuntime sliced(const std::shared_ptr<sim::TimeSlices>& slices) {
+  return [slices]() -> std::unique_ptr<DeviceRuntime> {
+    SimOptions o;
+    o.timeslice_us = 1000;
+    o.slices = slices;
+    o.stall_ms = 20000;
+    return make_sim(kDgx1, o);
+  };
+}
+
 TEST(SimTimeSlices, ASpinningKernelGetsItsWordOnlyThroughASliceExpiry) {
   std::string why;
   auto slices = sim::TimeSlices::create(8, &why);
   ASSERT_TRUE(slices) << why;
-  hand_off(slices, /*spin=*/true);
+  hand_off(sliced(slices), /*spin=*/true);
   const sim::SliceCounts c = slices->counts(0);
   EXPECT_GE(c.expiries, 1u) << "A's spinning kernel must have been switched out for B's";
   EXPECT_GE(c.switches, 2u) << "A -> B -> A";
@@ -436,10 +444,32 @@ TEST(SimTimeSlices, TheSameHandOffThroughStreamMemoryOperationsNeedsNoExpiry) {
   std::string why;
   auto slices = sim::TimeSlices::create(8, &why);
   ASSERT_TRUE(slices) << why;
-  hand_off(slices, /*spin=*/false);
+  hand_off(sliced(slices), /*spin=*/false);
   const sim::SliceCounts c = slices->counts(0);
   EXPECT_EQ(c.expiries, 0u) << "a stream waiting on a word must not hold the GPU's slice";
   EXPECT_EQ(c.switches, 1u) << "B's kernel, then A's";
+}
+
+// ACCORD_SIM_TIMESLICE_US: runtimes made from the settings (as a communicator's is) use the
+// process table, which ranks forked after the parent made it share.
+TEST(SimTimeSlices, TheSettingTimeSlicesProcessesForkedAfterTheProcessTable) {
+  std::string why;
+  auto table = sim::TimeSlices::process_table(&why);
+  ASSERT_TRUE(table) << why;
+  const sim::SliceCounts before = table->counts(0);
+  hand_off(
+      [] {
+        Settings settings;
+        settings.sim_topo = fixture_path(kDgx1);
+        settings.sim_timeslice_us = 1000;
+        settings.sim_stall_ms = 20000;
+        std::unique_ptr<DeviceRuntime> rt;
+        Status st = make_device_runtime(settings, &rt);
+        if (!st.ok()) std::fprintf(stderr, "make_device_runtime: %s\n", st.message().c_str());
+        return rt;
+      },
+      /*spin=*/true);
+  EXPECT_GE(table->counts(0).expiries, before.expiries + 1);
 }
 
 // Kernels of one process (one CUDA context) run at once: no switch, no expiry.

@@ -80,6 +80,14 @@ std::shared_ptr<TimeSlices> TimeSlices::create(int gpus, std::string* why) {
   return t;
 }
 
+std::shared_ptr<TimeSlices> TimeSlices::process_table(std::string* why) {
+  static std::mutex mu;
+  static std::shared_ptr<TimeSlices> table;  // kept until exit: forked children map it too
+  std::lock_guard<std::mutex> lock(mu);
+  if (!table) table = create(kProcessGpus, why);
+  return table;
+}
+
 TimeSlices::~TimeSlices() {
   if (table_ != nullptr) munmap(table_, bytes_);
 }

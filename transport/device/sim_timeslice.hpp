@@ -20,9 +20,10 @@
 // expiries; tests assert those counts, never wall-clock times.
 //
 // The table lives in an anonymous shared mapping made before the processes fork (tests), so
-// every process forked afterwards sees the same slices. Processes that are not forked from a
-// common parent (mpirun) have no table to share yet: see transport/device/README.md, "Open
-// points".
+// every process forked afterwards sees the same slices: SimOptions::slices, or, for runtimes
+// made from the settings (ACCORD_SIM_TIMESLICE_US), TimeSlices::process_table(). Processes
+// that are not forked from a common parent (mpirun) have no table to share yet: see
+// transport/device/README.md, "Open points".
 #pragma once
 
 #include <atomic>
@@ -45,6 +46,11 @@ class TimeSlices {
   // A table for `gpus` simulated GPUs in an anonymous MAP_SHARED mapping: processes forked
   // after this share it. Null (with *why) when the mapping fails.
   static std::shared_ptr<TimeSlices> create(int gpus, std::string* why = nullptr);
+  // The table of this process for ACCORD_SIM_TIMESLICE_US (kProcessGpus GPUs), made on the
+  // first call: processes forked after that call share it. A parent that forks ranks calls it
+  // before forking, and reads the counts once they are done. Null when the mapping fails.
+  static constexpr int kProcessGpus = 64;
+  static std::shared_ptr<TimeSlices> process_table(std::string* why = nullptr);
   ~TimeSlices();
   TimeSlices(const TimeSlices&) = delete;
   TimeSlices& operator=(const TimeSlices&) = delete;
