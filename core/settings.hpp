@@ -47,6 +47,7 @@ struct Settings {
   int64_t direct_scratch_bytes = 0;  // ACCORD_DIRECT_SCRATCH_BYTES (0 = built-in)
   bool sim_throttle = false;         // ACCORD_SIM_THROTTLE
   int64_t sim_stall_ms = 60000;      // ACCORD_SIM_STALL_MS (Note [Simulated CUDA rules])
+  int64_t sim_timeslice_us = 0;      // ACCORD_SIM_TIMESLICE_US (Note [Simulated time slices])
   // Testing
   std::string fault;                 // ACCORD_FAULT (core/fault.hpp)
 };

@@ -2,6 +2,7 @@
 // the same rules as the simulated tests: copies, streams and events, peer access consistent
 // with cudaDeviceCanAccessPeer, pointer queries, a reduction when the kernels are linked.
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -165,6 +166,51 @@ TEST(CudaRuntime, StreamWaitsForFlag) {
   ASSERT_OK(rt->synchronize_event(e));
   ASSERT_OK(rt->destroy_event(e));
   ASSERT_OK(rt->destroy_stream(s));
+}
+
+// Note [Stream memory operations]: one stream waits on a device word (EQ, then GEQ on a 64-bit
+// word) that another stream writes; the work after the wait (a write into pinned host memory,
+// which the host reads) runs only once the word is there.
+TEST(CudaRuntime, StreamWriteAndWaitValue) {
+  REQUIRE_GPU(rt);
+  void *word, *pinned;
+  ASSERT_OK(rt->alloc_device(0, 16, &word));
+  ASSERT_OK(rt->alloc_host_pinned(16, &pinned));
+  void* pinned_dev = nullptr;
+  ASSERT_OK(rt->device_address(pinned, &pinned_dev));
+  auto* host = static_cast<volatile uint64_t*>(pinned);
+  host[0] = 0;
+  host[1] = 0;
+  Stream waiter, writer;
+  ASSERT_OK(rt->create_stream(0, &waiter));
+  ASSERT_OK(rt->create_stream(0, &writer));
+  ASSERT_OK(rt->memset_async(word, 0, 16, writer));
+  ASSERT_OK(rt->synchronize_stream(writer));
+  ASSERT_OK(rt->stream_wait_value32(waiter, word, 3, DeviceRuntime::WaitCondition::kEq));
+  ASSERT_OK(rt->stream_write_value32(waiter, pinned_dev, 11));
+  ASSERT_OK(rt->stream_write_value32(writer, word, 4));  // not EQ 3
+  ASSERT_OK(rt->synchronize_stream(writer));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(host[0], 0u) << "ran after an unsatisfied wait";
+  ASSERT_OK(rt->stream_write_value32(writer, word, 3));
+  ASSERT_OK(rt->synchronize_stream(waiter));
+  EXPECT_EQ(host[0], 11u);
+  void* word64 = static_cast<char*>(word) + 8;
+  Status st = rt->stream_wait_value64(waiter, word64, uint64_t{1} << 40, DeviceRuntime::WaitCondition::kGeq);
+  if (st.code() == ACCORD_ERR_UNSUPPORTED) {
+    std::printf("64-bit stream memory operations unsupported here: %s\n", st.message().c_str());
+  } else {
+    ASSERT_OK(st);
+    ASSERT_OK(rt->stream_write_value64(waiter, static_cast<char*>(pinned_dev) + 8, 22));
+    ASSERT_OK(rt->stream_write_value64(writer, word64, (uint64_t{1} << 40) + 1));
+    ASSERT_OK(rt->synchronize_stream(waiter));
+    EXPECT_EQ(host[1], 22u);
+  }
+  EXPECT_FALSE(rt->stream_write_value64(writer, static_cast<char*>(word) + 4, 1).ok()) << "misaligned";
+  ASSERT_OK(rt->destroy_stream(waiter));
+  ASSERT_OK(rt->destroy_stream(writer));
+  ASSERT_OK(rt->free_device(word));
+  ASSERT_OK(rt->free_host_pinned(pinned));
 }
 #endif
 

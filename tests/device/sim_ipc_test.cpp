@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tests/device/fork_util.hpp"
 #include "tests/device/sim_util.hpp"
 
 namespace accord::testing {
@@ -25,34 +26,6 @@ std::vector<std::string> our_shm_names() {
   }
   return names;
 }
-
-// In a forked child: report and exit non-zero instead of asserting.
-#define CHILD_CHECK(cond, ...)                                     \
-  do {                                                             \
-    if (!(cond)) {                                                 \
-      std::fprintf(stderr, "[%s:%d] %s: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                           \
-      std::fprintf(stderr, "\n");                                  \
-      _exit(1);                                                    \
-    }                                                              \
-  } while (0)
-#define CHILD_OK(expr)                                             \
-  do {                                                             \
-    Status child_st_ = (expr);                                     \
-    CHILD_CHECK(child_st_.ok(), "%s", child_st_.message().c_str()); \
-  } while (0)
-
-bool read_all(int fd, void* buf, size_t n) {
-  char* p = static_cast<char*>(buf);
-  while (n) {
-    ssize_t r = read(fd, p, n);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-bool write_all(int fd, const void* buf, size_t n) { return write(fd, buf, n) == static_cast<ssize_t>(n); }
 
 constexpr size_t kInts = 1 << 18;     // 1 MiB allocation
 constexpr size_t kOffsetInts = 1024;  // the exported pointer is 4 KiB inside it
@@ -130,16 +103,6 @@ void opener(int handle_in, int read_done_out, int freed_in) {
               st.ok() ? "succeeded" : st.message().c_str());
   CHILD_CHECK(write_all(read_done_out, "e", 1), "write end");
   _exit(0);
-}
-
-pid_t spawn(const std::function<void()>& body) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    alarm(30);  // a hung child dies instead of hanging the suite
-    body();
-    _exit(2);
-  }
-  return pid;
 }
 
 TEST(SimIpc, TwoProcessesShareDeviceMemoryAndLeaveNothingBehind) {

@@ -63,6 +63,10 @@ class CudaRuntime final : public DeviceRuntime {
   Status query_event(Event event, bool* done) override;
   Status launch_host_func(Stream stream, HostFn fn, void* arg) override;
   Status stream_wait_flag(Stream stream, const std::atomic<uint64_t>* flag, uint64_t value) override;
+  Status stream_write_value32(Stream stream, void* ptr, uint32_t value) override;
+  Status stream_write_value64(Stream stream, void* ptr, uint64_t value) override;
+  Status stream_wait_value32(Stream stream, const void* ptr, uint32_t value, WaitCondition condition) override;
+  Status stream_wait_value64(Stream stream, const void* ptr, uint64_t value, WaitCondition condition) override;
   std::atomic<uint64_t>* new_flag() override;
   Status wrap_user_stream(int device, void* user_stream, Stream* out) override;
   void* user_stream(Stream stream) const override;
@@ -107,6 +111,9 @@ class CudaRuntime final : public DeviceRuntime {
               Handle* out) const;
   bool find_block(const void* ptr, uintptr_t* base, Block* out) const;
   Status check_peer_copy(int runner, int dst_device, int src_device, const char* op) const;
+  // stream_write_value* (wait false) and stream_wait_value* (wait true); bytes 4 or 8.
+  Status stream_value_op(Stream stream, const void* ptr, uint64_t value, size_t bytes, bool wait,
+                         WaitCondition condition, const char* op);
 
   int count_ = 0;
   std::string reason_;

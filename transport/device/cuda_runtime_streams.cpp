@@ -323,27 +323,37 @@ namespace {
 
 // The driver's stream memory operations, through the runtime's driver entry point (Accord does
 // not link libcuda). Null when this driver has none.
+// The v2 operations (CUDA 12's default): 32-bit ones work on every device, 64-bit ones where
+// CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS says so.
 struct StreamMemOps {
-  int (*wait_value64)(cudaStream_t stream, unsigned long long addr, unsigned long long value,
-                      unsigned int flags) = nullptr;  // cuStreamWaitValue64
+  using Value32Fn = int (*)(cudaStream_t stream, unsigned long long addr, unsigned int value, unsigned int flags);
+  using Value64Fn = int (*)(cudaStream_t stream, unsigned long long addr, unsigned long long value,
+                            unsigned int flags);
+  Value32Fn wait_value32 = nullptr;   // cuStreamWaitValue32
+  Value32Fn write_value32 = nullptr;  // cuStreamWriteValue32
+  Value64Fn wait_value64 = nullptr;   // cuStreamWaitValue64
+  Value64Fn write_value64 = nullptr;  // cuStreamWriteValue64
   int (*device_attribute)(int* value, int attribute, int device) = nullptr;  // cuDeviceGetAttribute
 };
+
+void* driver_entry(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess)
+    fn = nullptr;
+  cudaGetLastError();
+  return fn;
+}
 
 const StreamMemOps& stream_mem_ops() {
   static const StreamMemOps ops = [] {
     StreamMemOps o;
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &fn, 12000, cudaEnableDefault, &found) ==
-            cudaSuccess &&
-        found == cudaDriverEntryPointSuccess)
-      o.wait_value64 = reinterpret_cast<decltype(o.wait_value64)>(fn);
-    fn = nullptr;
-    if (cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute", &fn, 12000, cudaEnableDefault, &found) ==
-            cudaSuccess &&
-        found == cudaDriverEntryPointSuccess)
-      o.device_attribute = reinterpret_cast<decltype(o.device_attribute)>(fn);
-    cudaGetLastError();
+    o.wait_value32 = reinterpret_cast<StreamMemOps::Value32Fn>(driver_entry("cuStreamWaitValue32"));
+    o.write_value32 = reinterpret_cast<StreamMemOps::Value32Fn>(driver_entry("cuStreamWriteValue32"));
+    o.wait_value64 = reinterpret_cast<StreamMemOps::Value64Fn>(driver_entry("cuStreamWaitValue64"));
+    o.write_value64 = reinterpret_cast<StreamMemOps::Value64Fn>(driver_entry("cuStreamWriteValue64"));
+    o.device_attribute = reinterpret_cast<decltype(o.device_attribute)>(driver_entry("cuDeviceGetAttribute"));
     return o;
   }();
   return ops;
@@ -351,6 +361,8 @@ const StreamMemOps& stream_mem_ops() {
 
 constexpr int kCanUse64BitStreamMemOps = 122;  // CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS
 constexpr unsigned kWaitValueGeq = 0;           // CU_STREAM_WAIT_VALUE_GEQ
+constexpr unsigned kWaitValueEq = 1;            // CU_STREAM_WAIT_VALUE_EQ
+constexpr unsigned kWriteValueDefault = 0;      // CU_STREAM_WRITE_VALUE_DEFAULT (with a memory barrier)
 
 }  // namespace
 
@@ -388,6 +400,59 @@ Status CudaRuntime::stream_wait_flag(Stream stream, const std::atomic<uint64_t>*
   Status s = launch_host_func(stream, wait_flag_host_fn, w);
   if (!s.ok()) delete w;
   return s;
+}
+
+// Note [Stream memory operations] (device_runtime.hpp) on the GPU: the driver's
+// cuStreamWrite/WaitValue32/64 through the runtime's driver entry point.
+Status CudaRuntime::stream_value_op(Stream stream, const void* ptr, uint64_t value, size_t bytes, bool wait,
+                                    WaitCondition condition, const char* op) {
+  Handle h;
+  ACCORD_TRY(find(streams_, stream.id, "stream", op, &h));
+  if (ptr == nullptr || reinterpret_cast<uintptr_t>(ptr) % bytes != 0)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: %s(%p): the word must be non-null and aligned to %zu "
+                 "bytes", h.device, op, ptr, bytes);
+  const StreamMemOps& ops = stream_mem_ops();
+  StreamMemOps::Value32Fn fn32 = wait ? ops.wait_value32 : ops.write_value32;
+  StreamMemOps::Value64Fn fn64 = wait ? ops.wait_value64 : ops.write_value64;
+  if (bytes == 4 ? fn32 == nullptr : fn64 == nullptr)
+    return error(ACCORD_ERR_UNSUPPORTED, "device %d: %s: this driver has no cuStream%sValue%d (needs a CUDA 12 "
+                 "driver or newer); hand-offs must wait in a kernel or a host function instead", h.device, op,
+                 wait ? "Wait" : "Write", bytes == 4 ? 32 : 64);
+  if (bytes == 8) {
+    int supported = 0;
+    if (ops.device_attribute == nullptr ||
+        ops.device_attribute(&supported, kCanUse64BitStreamMemOps, h.device) != 0 || supported == 0)
+      return error(ACCORD_ERR_UNSUPPORTED, "device %d: %s: the device does not support 64-bit stream memory "
+                   "operations (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS is 0); use the 32-bit form",
+                   h.device, op);
+  }
+  CudaDeviceGuard device_guard;
+  ACCORD_TRY(use_device(h.device, op, &device_guard));
+  const unsigned flags = !wait ? kWriteValueDefault : condition == WaitCondition::kEq ? kWaitValueEq : kWaitValueGeq;
+  const unsigned long long addr = reinterpret_cast<uintptr_t>(ptr);
+  const int rc = bytes == 4 ? fn32(native(h.native), addr, static_cast<unsigned>(value), flags)
+                            : fn64(native(h.native), addr, value, flags);
+  constexpr int kNotSupported = 801;  // CUDA_ERROR_NOT_SUPPORTED
+  if (rc != 0)
+    return error(rc == kNotSupported ? ACCORD_ERR_UNSUPPORTED : ACCORD_ERR_CUDA,
+                 "device %d: %s(%p): the driver returned CUresult %d%s", h.device, op, ptr, rc,
+                 rc == kNotSupported
+                     ? " (CUDA_ERROR_NOT_SUPPORTED: this device or platform has no stream memory operations)"
+                     : " (is the pointer device memory, or the device address of pinned memory?)");
+  return Status();
+}
+
+Status CudaRuntime::stream_write_value32(Stream stream, void* ptr, uint32_t value) {
+  return stream_value_op(stream, ptr, value, 4, false, WaitCondition::kEq, "stream_write_value32");
+}
+Status CudaRuntime::stream_write_value64(Stream stream, void* ptr, uint64_t value) {
+  return stream_value_op(stream, ptr, value, 8, false, WaitCondition::kEq, "stream_write_value64");
+}
+Status CudaRuntime::stream_wait_value32(Stream stream, const void* ptr, uint32_t value, WaitCondition condition) {
+  return stream_value_op(stream, ptr, value, 4, true, condition, "stream_wait_value32");
+}
+Status CudaRuntime::stream_wait_value64(Stream stream, const void* ptr, uint64_t value, WaitCondition condition) {
+  return stream_value_op(stream, ptr, value, 8, true, condition, "stream_wait_value64");
 }
 
 Status CudaRuntime::wrap_user_stream(int device, void* user_stream, Stream* out) {

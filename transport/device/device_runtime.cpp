@@ -109,6 +109,8 @@ Status make_device_runtime(const Settings& settings, std::unique_ptr<DeviceRunti
       options.visible_set = true;
       options.visible_devices = visible;
     }
+    options.timeslice_us = settings.sim_timeslice_us;
+    if (options.timeslice_us > 0) options.slices = sim::TimeSlices::process_table();  // null: the runtime says why
     ACCORD_TRY(SimulatedRuntime::from_file(settings.sim_topo, options, &sim));
     LOG_INFO(kGpu, "device runtime: %s (ACCORD_SIM_TOPO)", sim->description().c_str());
     *out = std::move(sim);

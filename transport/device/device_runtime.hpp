@@ -23,6 +23,13 @@
 //  - Freeing device memory waits for the streams of its device first (as cudaFree does);
 //    freeing pinned host memory or closing an IPC mapping waits for every stream. Work queued
 //    on another GPU that still reads the memory must be synchronized by the caller.
+//  - Stream memory operations (Note [Stream memory operations] below): a write lands in stream
+//    order after the work before it; work after a wait starts only once the word satisfies the
+//    condition. Both runtimes check the word's alignment; the simulation also checks that the
+//    stream's device may touch it. A simulated wait cannot hang: it fails when its stream or
+//    runtime is destroyed, or after ACCORD_SIM_STALL_MS.
+//  - Without MPS, a GPU shared by processes runs one process's kernels at a time; the
+//    simulation models it on request (Note [Simulated time slices], sim_timeslice.hpp).
 #pragma once
 
 #include <atomic>
@@ -208,6 +215,30 @@ class DeviceRuntime {
   // never freed (8 bytes per GPU communicator ever created) and stay reachable. The CUDA adapter
   // puts them in mapped pinned memory, where the GPU itself can wait (cuStreamWaitValue64).
   virtual std::atomic<uint64_t>* new_flag();
+
+  // ---- stream memory operations (cuStreamWriteValue32/64, cuStreamWaitValue32/64) ----
+  // Note [Stream memory operations]: a hand-off between two processes that share a GPU without
+  // MPS must not wait inside a kernel (the GPU runs one process's kernels at a time, in slices
+  // of about 2 ms, so a spinning kernel waits for a slice); a stream waiting on a word lets the
+  // GPU switch to the other process at once. `ptr` is device memory the stream's device may
+  // touch (its own, a peer's with access, IPC-opened), or pinned / registered host memory
+  // (give the CUDA adapter device_address()'s pointer; the simulation takes either), aligned
+  // to the word's size.
+  //  - write: stores `value` in stream order, after the work enqueued before it completed
+  //    (with a memory barrier: that work's writes are visible before the word).
+  //  - wait: work enqueued after it on `stream` starts only once the word satisfies the
+  //    condition: kGeq as CUDA defines it, (int32_t)(*ptr - value) >= 0 (int64_t for 64 bits,
+  //    so a counter that wraps still compares right), kEq *ptr == value.
+  // Both return ACCORD_ERR_UNSUPPORTED where the driver lacks them (the CUDA adapter checks
+  // the device attributes). The simulation's wait (the stream's thread polls the word) ends
+  // with an error, breaking the stream, when the stream is destroyed, the runtime is destroyed,
+  // or the word has not arrived after ACCORD_SIM_STALL_MS, so a wait on a dead peer's word
+  // never hangs a test; a GPU waits for ever, so the caller's watchdog must write the word.
+  enum class WaitCondition { kGeq, kEq };
+  virtual Status stream_write_value32(Stream stream, void* ptr, uint32_t value) = 0;
+  virtual Status stream_write_value64(Stream stream, void* ptr, uint64_t value) = 0;
+  virtual Status stream_wait_value32(Stream stream, const void* ptr, uint32_t value, WaitCondition condition) = 0;
+  virtual Status stream_wait_value64(Stream stream, const void* ptr, uint64_t value, WaitCondition condition) = 0;
 
   // ---- the caller's streams (accord_stream_t) ----
   // CUDA: accord_stream_t is a cudaStream_t of `device`. Simulated: it is the Stream id cast to

@@ -95,9 +95,27 @@ Status SimulatedRuntime::launch_kernel(const KernelDesc& kernel, const void* par
   auto copy = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(params),
                                                      static_cast<const uint8_t*>(params) + params_bytes);
   void (*body)(const void*) = kernel.host_func;
-  s->enqueue([body, copy] {
-    body(copy->data());
+  std::shared_ptr<sim::TimeSlices> slices = options_.timeslice_us > 0 ? options_.slices : nullptr;
+  if (!slices) {
+    s->enqueue([body, copy] {
+      body(copy->data());
+      return Status();
+    });
     return Status();
+  }
+  // Note [Simulated time slices]: the kernel holds its GPU's slice while it runs.
+  const int device = s->device();
+  const int64_t slice_us = options_.timeslice_us, stall_ms = options_.stall_ms;
+  std::string name = kernel.name;
+  s->enqueue([body, copy, slices, device, slice_us, stall_ms, name] {
+    sim::KernelSlice slice(slices, device, slice_us, stall_ms, name);
+    ACCORD_TRY(slice.enter());
+    {
+      sim::AdoptKernelSlice adopt(&slice);
+      body(copy->data());
+    }
+    slice.leave();
+    return slice.status();
   });
   return Status();
 }
@@ -126,6 +144,11 @@ Status SimulatedRuntime::device_address(void* host, void** out) {
                  "(cudaErrorInvalidValue); register it first (register_host)", host);
   *out = host;
   return Status();
+}
+
+sim::SliceCounts SimulatedRuntime::slice_counts(int device) const {
+  if (!options_.slices || !to_physical(&device, "slice_counts").ok()) return sim::SliceCounts{};
+  return options_.slices->counts(device);  // the table is the machine's: physical indices
 }
 
 // Runs a host function with the rule's flag set (launch_host_func's body).

@@ -47,6 +47,11 @@ SimulatedRuntime::SimulatedRuntime(topo::System system, SimOptions options)
     : system_(std::move(system)), options_(std::move(options)) {
   const int n = system_.gpu_count();
   peer_.assign(static_cast<size_t>(n * n), 0);
+  if (options_.timeslice_us > 0 && n > 0 && (!options_.slices || options_.slices->gpus() < n)) {
+    std::string why;
+    options_.slices = sim::TimeSlices::create(n, &why);
+    if (!options_.slices) LOG_WARN(kGpu, "simulated time slices are off: %s", why.c_str());
+  }
   if (!options_.visible_set) {
     for (int d = 0; d < n; ++d) visible_.push_back(d);
     return;
@@ -137,6 +142,8 @@ SimulatedRuntime::~SimulatedRuntime() {
     std::lock_guard<std::mutex> lock(mu_);
     streams.swap(streams_);
   }
+  // A wait on a word that nobody will write any more would keep the thread from joining.
+  for (auto& [id, s] : streams) s->cancel_waits();
   streams.clear();
 }
 

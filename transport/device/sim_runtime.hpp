@@ -35,6 +35,7 @@
 #include "transport/device/device_runtime.hpp"
 #include "transport/device/sim_memory.hpp"
 #include "transport/device/sim_stream.hpp"
+#include "transport/device/sim_timeslice.hpp"
 
 namespace accord {
 
@@ -53,6 +54,12 @@ struct SimOptions {
   // the variable is set, even to nothing).
   bool visible_set = false;
   std::string visible_devices;
+  // Note [Simulated time slices] (sim_timeslice.hpp): > 0 models a GPU shared by processes
+  // without MPS, with slices of this many microseconds, in `slices` (made before the processes
+  // fork, for at least this machine's GPUs; the runtime makes a table of its own when null,
+  // which only this process sees). 0: kernels of every process run at once, as under MPS.
+  int64_t timeslice_us = 0;
+  std::shared_ptr<sim::TimeSlices> slices;
 };
 
 // Runs a host function as launch_host_func does, flagged so that runtime calls from it fail.
@@ -114,6 +121,10 @@ class SimulatedRuntime final : public DeviceRuntime {
   Status query_event(Event event, bool* done) override;
   Status launch_host_func(Stream stream, HostFn fn, void* arg) override;
   Status stream_wait_flag(Stream stream, const std::atomic<uint64_t>* flag, uint64_t value) override;
+  Status stream_write_value32(Stream stream, void* ptr, uint32_t value) override;
+  Status stream_write_value64(Stream stream, void* ptr, uint64_t value) override;
+  Status stream_wait_value32(Stream stream, const void* ptr, uint32_t value, WaitCondition condition) override;
+  Status stream_wait_value64(Stream stream, const void* ptr, uint64_t value, WaitCondition condition) override;
   Status wrap_user_stream(int device, void* user_stream, Stream* out) override;
   void* user_stream(Stream stream) const override;
   Status stream_capturing(Stream stream, bool* out) override;
@@ -133,7 +144,15 @@ class SimulatedRuntime final : public DeviceRuntime {
   Status memset_async(void* ptr, int value, size_t bytes, Stream stream) override;
   Status device_address(void* host, void** out) override;
 
+  // Note [Simulated time slices]: GPU `device`'s counts (this process's ordinal; zero when
+  // the model is off or the GPU is not visible).
+  sim::SliceCounts slice_counts(int device) const;
+
  private:
+  // stream_write_value* / stream_wait_value*: `bytes` is 4 or 8.
+  Status write_value(Stream stream, void* ptr, uint64_t value, size_t bytes, const char* op);
+  Status wait_value(Stream stream, const void* ptr, uint64_t value, WaitCondition condition, size_t bytes,
+                    const char* op);
   // Note [Simulated CUDA rules]: waits until every stream of `device` (every device: -1; only
   // the blocking ones: blocking_only) is idle, or fails after stall_ms naming `op` and `rule`.
   Status wait_idle(int device, bool blocking_only, const char* op, const char* rule);

@@ -49,6 +49,9 @@ Status SimulatedRuntime::destroy_stream(Stream stream) {
     streams_.erase(stream.id);
   }
   // Like cudaStreamDestroy, queued work still runs; its errors have nobody left to hear them.
+  // Waits on words end at once (Note [Stream memory operations]): a GPU would leave them
+  // pending without blocking the caller, the simulation joins the stream's thread.
+  s->cancel_waits();
   Status st = s->synchronize();
   if (!st.ok()) LOG_DEBUG(kGpu, "stream %llu destroyed after an error: %s", (unsigned long long)stream.id,
                           st.message().c_str());
@@ -241,6 +244,93 @@ Status SimulatedRuntime::stream_wait_flag(Stream stream, const std::atomic<uint6
     return Status();
   });
   return Status();
+}
+
+// ---- stream memory operations (Note [Stream memory operations], device_runtime.hpp) ----
+
+Status SimulatedRuntime::write_value(Stream stream, void* ptr, uint64_t value, size_t bytes, const char* op) {
+  std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(not_in_host_func(op));
+  ACCORD_TRY(find_stream(stream, op, &s));
+  if (reinterpret_cast<uintptr_t>(ptr) % bytes != 0)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: %s(%p): the word must be aligned to %zu bytes "
+                 "(cudaErrorInvalidValue)", s->device(), op, ptr, bytes);
+  ACCORD_TRY(check_device_range(s->device(), ptr, bytes, true, op, "ptr", nullptr));
+  s->enqueue([ptr, value, bytes] {
+    if (bytes == 4)
+      __atomic_store_n(static_cast<uint32_t*>(ptr), static_cast<uint32_t>(value), __ATOMIC_RELEASE);
+    else
+      __atomic_store_n(static_cast<uint64_t*>(ptr), value, __ATOMIC_RELEASE);
+    return Status();
+  });
+  return Status();
+}
+
+// The stream's thread polls the word (a yield, then 20 us sleeps: the word is written by
+// another stream's thread or another process, so a few microseconds do not matter), and gives
+// up when the stream is cancelled or after stall_ms, breaking the stream with an error that
+// names the word, the value it waited for and the value it saw.
+Status SimulatedRuntime::wait_value(Stream stream, const void* ptr, uint64_t value, WaitCondition condition,
+                                    size_t bytes, const char* op) {
+  std::shared_ptr<sim::SimStream> s;
+  ACCORD_TRY(not_in_host_func(op));
+  ACCORD_TRY(find_stream(stream, op, &s));
+  if (condition != WaitCondition::kGeq && condition != WaitCondition::kEq)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: %s: unknown condition %d", s->device(), op,
+                 static_cast<int>(condition));
+  if (reinterpret_cast<uintptr_t>(ptr) % bytes != 0)
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "device %d: %s(%p): the word must be aligned to %zu bytes "
+                 "(cudaErrorInvalidValue)", s->device(), op, ptr, bytes);
+  ACCORD_TRY(check_device_range(s->device(), ptr, bytes, true, op, "ptr", nullptr));
+  sim::SimStream* raw = s.get();  // the work runs on this stream's thread, while it lives
+  const int64_t stall_ms = options_.stall_ms;
+  const int device = s->device();
+  s->enqueue([raw, ptr, value, condition, bytes, stall_ms, device, op, id = stream.id] {
+    auto load = [&]() -> uint64_t {
+      return bytes == 4 ? __atomic_load_n(static_cast<const uint32_t*>(ptr), __ATOMIC_ACQUIRE)
+                        : __atomic_load_n(static_cast<const uint64_t*>(ptr), __ATOMIC_ACQUIRE);
+    };
+    auto satisfied = [&](uint64_t now) {
+      if (condition == WaitCondition::kEq) return now == value;
+      return bytes == 4 ? static_cast<int32_t>(static_cast<uint32_t>(now) - static_cast<uint32_t>(value)) >= 0
+                        : static_cast<int64_t>(now - value) >= 0;
+    };
+    const char* cond = condition == WaitCondition::kEq ? "==" : ">=";
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(stall_ms);
+    for (uint32_t spin = 0;; ++spin) {
+      const uint64_t now = load();
+      if (satisfied(now)) return Status();
+      if (raw->cancelled())
+        return error(ACCORD_ERR_ABORTED, "device %d: stream %llu: %s(%p %s %llu) ended unsatisfied (the word "
+                     "is %llu) because the stream or its runtime was destroyed", device,
+                     (unsigned long long)id, op, ptr, cond, (unsigned long long)value, (unsigned long long)now);
+      if ((spin & 255) == 255 && std::chrono::steady_clock::now() > deadline)
+        return error(ACCORD_ERR_TIMEOUT, "device %d: stream %llu: %s(%p %s %llu): the word is still %llu after "
+                     "%lld ms; a GPU would wait for ever (did the process that writes it die?); "
+                     "ACCORD_SIM_STALL_MS sets the limit", device, (unsigned long long)id, op, ptr, cond,
+                     (unsigned long long)value, (unsigned long long)now, (long long)stall_ms);
+      if (spin < 256)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  });
+  return Status();
+}
+
+Status SimulatedRuntime::stream_write_value32(Stream stream, void* ptr, uint32_t value) {
+  return write_value(stream, ptr, value, 4, "stream_write_value32");
+}
+Status SimulatedRuntime::stream_write_value64(Stream stream, void* ptr, uint64_t value) {
+  return write_value(stream, ptr, value, 8, "stream_write_value64");
+}
+Status SimulatedRuntime::stream_wait_value32(Stream stream, const void* ptr, uint32_t value,
+                                             WaitCondition condition) {
+  return wait_value(stream, ptr, value, condition, 4, "stream_wait_value32");
+}
+Status SimulatedRuntime::stream_wait_value64(Stream stream, const void* ptr, uint64_t value,
+                                             WaitCondition condition) {
+  return wait_value(stream, ptr, value, condition, 8, "stream_wait_value64");
 }
 
 Status SimulatedRuntime::wrap_user_stream(int device, void* user_stream, Stream* out) {

@@ -6,6 +6,7 @@
 // waited for was enqueued before the wait, waits never form cycles and cannot deadlock.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -67,6 +68,11 @@ class SimStream {
   Status synchronize();
   // As synchronize, for at most `ms`: false if the work enqueued so far has not finished by then.
   bool synchronize_for(int64_t ms, Status* out);
+  // Ends this stream's waits on words (stream_wait_value*), running or queued, with an error:
+  // the stream or its runtime is being destroyed, and the simulation joins the stream's thread
+  // where a GPU would leave the wait pending for ever.
+  void cancel_waits() { cancelled_.store(true, std::memory_order_release); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
 
  private:
   void run();
@@ -85,6 +91,7 @@ class SimStream {
   uint64_t enqueued_ = 0;
   uint64_t finished_ = 0;
   bool stopping_ = false;
+  std::atomic<bool> cancelled_{false};
   Status error_;
   std::thread thread_;
 };
