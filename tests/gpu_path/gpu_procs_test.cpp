@@ -913,7 +913,14 @@ TEST_F(GpuProcsProcesses, PeerThatExitedAfterTheLastCollectiveIsNotDead) {
              s = accord_stream_destroy(stream);
              return s == ACCORD_SUCCESS ? std::string() : api_error("accord_stream_destroy", c, s);
            },
-           kTimeoutS, [](int r) { setenv("ACCORD_DEVICE", std::to_string(r).c_str(), 1); }))
+           kTimeoutS,
+           [](int r) {
+             setenv("ACCORD_DEVICE", std::to_string(r).c_str(), 1);
+             // The FIFO broadcast lets the root finish without its peer (the message waits in
+             // the peer's FIFO), which is the race this checks; a direct job's root may wait for
+             // the gated peer instead.
+             setenv("ACCORD_DEVICE_PROTO", "fifo", 1);
+           }))
     ADD_FAILURE() << f;
   munmap(shared, sizeof(ExitGate));
 }
