@@ -209,7 +209,7 @@ std::string run_case(accord_comm_t comm, accord_stream_t stream, const DeviceBuf
     case Coll::kReduceScatter: {
       std::vector<char> all(in_count * es);
       fill_expected(all.data(), in_count, c.dtype, c.op, nranks, seed);
-      std::memcpy(want.data(), all.data() + my_block, want.size());
+      if (!want.empty()) std::memcpy(want.data(), all.data() + my_block, want.size());  // (null when empty)
       break;
     }
     case Coll::kAllGather:
@@ -228,7 +228,7 @@ std::string run_case(accord_comm_t comm, accord_stream_t stream, const DeviceBuf
   std::vector<char> image(lead + buffer_bytes + kTail, kPoison);
   const size_t input_at = lead + (c.in_place && c.coll == Coll::kAllGather ? my_block : 0);
   const size_t output_at = lead + (c.in_place && c.coll == Coll::kReduceScatter ? my_block : 0);
-  if (c.in_place) std::memcpy(image.data() + input_at, input.data(), input.size());
+  if (c.in_place && !input.empty()) std::memcpy(image.data() + input_at, input.data(), input.size());
   if (image.size() > bufs.out_bytes || input.size() > bufs.in_bytes)
     return name + ": the rank's device buffers are too small (a bug in this test)";
   accord_status_t s = accord_device_memcpy(bufs.out, image.data(), image.size());
