@@ -25,6 +25,7 @@
 
 #include "include/accord/accord.h"
 #include "include/accord/accord_device.h"
+#include "tests/gpu_path/elements.hpp"
 #include "tests/support/harness.hpp"
 
 namespace accord::testing {
@@ -200,33 +201,6 @@ std::string every_pattern(accord_comm_t comm, int rank, int n) {
 
 // ---- pre-multiplied sums and averages of device buffers ----
 
-void put(accord_datatype_t d, void* p, size_t i, double v) {
-  switch (d) {
-    case ACCORD_INT32:
-      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
-      break;
-    case ACCORD_FLOAT32:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
-    case ACCORD_FLOAT64:
-      static_cast<double*>(p)[i] = v;
-      break;
-    default:
-      break;
-  }
-}
-double get(accord_datatype_t d, const void* p, size_t i) {
-  switch (d) {
-    case ACCORD_INT32:
-      return static_cast<const int32_t*>(p)[i];
-    case ACCORD_FLOAT32:
-      return static_cast<const float*>(p)[i];
-    case ACCORD_FLOAT64:
-      return static_cast<const double*>(p)[i];
-    default:
-      return -1;
-  }
-}
 double input(int r, size_t i) { return static_cast<double>(1 + r + static_cast<int>(i % 7)); }
 double scalar_of(int r) { return static_cast<double>(1 << (r % 3)); }  // 1, 2, 4: exact
 
@@ -247,8 +221,9 @@ std::string premul_case(accord_comm_t comm, accord_stream_t stream, int dev, int
   const size_t es = accord_dtype_size(dt), nn = static_cast<size_t>(n);
   const size_t in_count = red == Red::kReduceScatter ? count * nn : count;
   std::vector<uint8_t> in(in_count * es + 8), scalar(8);
-  for (size_t i = 0; i < in_count; ++i) put(dt, in.data(), i, input(rank, i));
-  put(dt, scalar.data(), 0, scalar_of(rank));
+  bool known = put_element(dt, scalar.data(), 0, scalar_of(rank));
+  for (size_t i = 0; known && i < in_count; ++i) known = put_element(dt, in.data(), i, input(rank, i));
+  if (!known) return name + ": dtype not handled by the test";
   void *din = nullptr, *dout = nullptr, *dscalar = nullptr;
   accord_status_t s = accord_device_alloc(&din, in.size(), dev);
   if (s == ACCORD_SUCCESS) s = accord_device_alloc(&dout, in.size(), dev);
@@ -290,9 +265,9 @@ std::string premul_case(accord_comm_t comm, accord_stream_t stream, int dev, int
       double want = 0;
       for (int q = 0; q < n; ++q) want += (how == 0 ? 1 : scalar_of(q)) * input(q, at);
       if (how == 0) want = dt == ACCORD_INT32 ? std::trunc(want / n) : want / n;
-      if (get(dt, got.data(), i) != want)
+      if (get_element(dt, got.data(), i) != want)
         failure = name + ": element " + std::to_string(i) + " is " +
-                  std::to_string(get(dt, got.data(), i)) + ", expected " + std::to_string(want);
+                  std::to_string(get_element(dt, got.data(), i)) + ", expected " + std::to_string(want);
     }
   }
   if (how != 0) (void)accord_red_op_destroy(op, comm);

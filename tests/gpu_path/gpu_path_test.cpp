@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "api/handles.hpp"
+#include "tests/gpu_path/elements.hpp"
 #include "core/settings.hpp"
 #include "include/accord/accord.h"
 #include "include/accord/accord_device.h"
@@ -54,38 +55,9 @@ size_t esize(accord_datatype_t d) { return accord_dtype_size(d); }
 // Small integers, exact in every dtype used here and in any summation order.
 double value(int rank, size_t i) { return static_cast<double>(1 + rank + static_cast<int>(i % 5)); }
 
-void put(accord_datatype_t d, void* p, size_t i, double v) {
-  switch (d) {
-    case ACCORD_INT32:
-      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
-      break;
-    case ACCORD_FLOAT32:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
-    case ACCORD_FLOAT64:
-      static_cast<double*>(p)[i] = v;
-      break;
-    case ACCORD_UINT8:
-      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
-      break;
-    default:
-      FAIL();
-  }
-}
-double get(accord_datatype_t d, const void* p, size_t i) {
-  switch (d) {
-    case ACCORD_INT32:
-      return static_cast<const int32_t*>(p)[i];
-    case ACCORD_FLOAT32:
-      return static_cast<const float*>(p)[i];
-    case ACCORD_FLOAT64:
-      return static_cast<const double*>(p)[i];
-    case ACCORD_UINT8:
-      return static_cast<const uint8_t*>(p)[i];
-    default:
-      return -1;
-  }
-}
+using accord::testing::get_element;
+using accord::testing::put_element;
+
 double fold(accord_red_op_t op, int n, size_t i) {
   double r = value(0, i);
   for (int k = 1; k < n; ++k) {
@@ -115,7 +87,7 @@ void check(Job& job, Coll coll, accord_datatype_t dtype, accord_red_op_t op, siz
     OK(accord_device_alloc(&in[static_cast<size_t>(r)], in_count * es + 1, r));
     OK(accord_device_alloc(&out[static_cast<size_t>(r)], out_count * es + 1, r));
     std::vector<uint8_t> host(in_count * es + 1);
-    for (size_t i = 0; i < in_count; ++i) put(dtype, host.data(), i, value(r, i));
+    for (size_t i = 0; i < in_count; ++i) ASSERT_TRUE(put_element(dtype, host.data(), i, value(r, i))) << dtype;
     OK(accord_device_memcpy(in[static_cast<size_t>(r)], host.data(), host.size()));
     std::vector<uint8_t> poison(out_count * es + 1, 0xee);
     OK(accord_device_memcpy(out[static_cast<size_t>(r)], poison.data(), poison.size()));
@@ -170,7 +142,7 @@ void check(Job& job, Coll coll, accord_datatype_t dtype, accord_red_op_t op, siz
           want = value(root, i);
           break;
       }
-      ASSERT_EQ(get(dtype, host.data(), i), want)
+      ASSERT_EQ(get_element(dtype, host.data(), i), want)
           << coll_name(coll) << " rank " << r << " element " << i << " of " << out_count
           << " dtype " << dtype << " op " << op;
     }
