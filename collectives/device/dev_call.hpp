@@ -266,6 +266,29 @@ ACCORD_HD bool begin_call(Lanes& L, const DevCall& c) {
   return L.share(aborted) == 0;
 }
 
+// The end of every kernel: every block publishes its writes, and the last block to end writes
+// DevCtl::done (with one block, that block). With fold_deltas, the last block first adds every
+// block's FIFO counts (Lanes::deltas, Note [Blocks]) to the counts.
+template <class Lanes>
+ACCORD_HD void end_call(Lanes& L, const DevCall& c, bool fold_deltas) {
+  L.publish();
+  L.sync();
+  if (!L.leader()) return;
+  if (c.nblocks == 1) {
+    L.store64(&c.ctl->done, c.seq);
+  } else if (L.fetch_add(&c.grid[0], 1) == c.nblocks - 1) {
+    c.grid[0] = 0;  // the last block: every other one has ended
+    if (fold_deltas) {
+      const uint32_t* d = L.deltas();
+      for (int32_t p = 0; p < c.nranks; ++p) {
+        if (d[2 * p] != 0) *c.peers[p].send.count += d[2 * p];
+        if (d[2 * p + 1] != 0) *c.peers[p].recv.count += d[2 * p + 1];
+      }
+    }
+    L.store64(&c.ctl->done, c.seq);  // (a full fence first)
+  }
+}
+
 template <class Lanes>
 class CallRunner {
  public:
@@ -288,22 +311,7 @@ class CallRunner {
       tag_ = s.tag != 0 ? s.tag : c_.tag;
       ok = run_step(s);
     }
-    L_.publish();
-    L_.sync();
-    if (L_.leader()) {
-      if (c_.nblocks == 1) {
-        L_.store64(&c_.ctl->done, c_.seq);
-      } else if (L_.fetch_add(&c_.grid[0], 1) == c_.nblocks - 1) {
-        // The last block: every other one has ended. Their counts are this block's.
-        c_.grid[0] = 0;
-        const uint32_t* d = L_.deltas();
-        for (int32_t p = 0; p < c_.nranks; ++p) {
-          if (d[2 * p] != 0) *c_.peers[p].send.count += d[2 * p];
-          if (d[2 * p + 1] != 0) *c_.peers[p].recv.count += d[2 * p + 1];
-        }
-        L_.store64(&c_.ctl->done, c_.seq);  // (a full fence first)
-      }
-    }
+    end_call(L_, c_, /*fold_deltas=*/true);
     return ok;
   }
 

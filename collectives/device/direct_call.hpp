@@ -91,16 +91,7 @@ class DirectRunner {
       const uint32_t e = d_.round + static_cast<uint32_t>(k);
       for (uint32_t s = L_.block(); ok && s < d_.nslices; s += c_.nblocks) ok = run_slice(e, base, n, s);
     }
-    L_.publish();
-    L_.sync();
-    if (L_.leader()) {
-      if (c_.nblocks == 1) {
-        L_.store64(&c_.ctl->done, c_.seq);
-      } else if (L_.fetch_add(&c_.grid[0], 1) == c_.nblocks - 1) {
-        c_.grid[0] = 0;  // the last block: every other one has ended
-        L_.store64(&c_.ctl->done, c_.seq);
-      }
-    }
+    end_call(L_, c_, /*fold_deltas=*/false);  // no FIFO counts move
     return ok;
   }
 
