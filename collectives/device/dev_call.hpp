@@ -200,7 +200,7 @@ static_assert(sizeof(DevLaunch) <= 4096, "a kernel parameter");
 //   uint32_t load(const uint32_t*);       a flag, read with acquire semantics
 //   void store(uint32_t*, uint32_t);      a flag, written with release semantics
 //   void store64(uint64_t*, uint64_t);    the same for DevCtl's counters and the direct flags
-//   uint64_t load64(const uint64_t*);     a direct flag, read with acquire semantics
+//   uint64_t load64(const uint64_t*);     a direct flag or DevCtl::err_seq, read with acquire semantics
 //   void publish();                       every thread's writes visible to the peers (before
 //                                         the leader's store of a flag)
 //   void pause(uint32_t spins);           between two polls of a flag
@@ -244,7 +244,7 @@ ACCORD_HD void record_failure(Lanes& L, const DevCall& c, int32_t code, int32_t 
                               uint64_t got) {
   if (!L.leader()) return;
   DevCtl* ctl = c.ctl;
-  if (ctl->err_seq != 0) return;
+  if (L.load64(&ctl->err_seq) != 0) return;  // an earlier call's failure (another thread's store)
   if (c.nblocks > 1 && L.fetch_add(&c.grid[1], 1) != 0) return;  // another block's failure
   ctl->err_code = code;
   ctl->err_peer = peer;
