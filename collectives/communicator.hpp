@@ -227,6 +227,7 @@ class Communicator {
   // Note [Departures] (wait.hpp): at a clean destroy, tells the local peers which calls this
   // rank completed, so that its exit is not taken for a death.
   void publish_departure();
+  void let_go_of_peer_memory();  // Note [Freeing memory peers map] (device_path.cpp)
   Status check_args(const CollArgs& a, size_t* in_bytes, size_t* out_bytes) const;
   // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
   Status check_consistency(const CollArgs& a);

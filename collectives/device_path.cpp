@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -192,19 +193,81 @@ void Communicator::release_device() {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
-  direct_.reset();  // its scratch, and the peers' opened
+  let_go_of_peer_memory();
   stop_tcp_pumps();  // after the kernels: Note [Device data over TCP]
   if (stream_.id != 0) (void)rt_->destroy_stream(stream_);
   if (order_event_.id != 0) (void)rt_->destroy_event(order_event_);
   (void)rt_->free_device(dev_scratch_);
   (void)rt_->free_device(peers_dev_);
   (void)rt_->free_device(counts_dev_);
-  for (void* p : ipc_opened_) (void)rt_->ipc_close_handle(p);
-  for (void* p : dev_fifo_mem_) (void)rt_->free_device(p);
   for (void* p : registered_) (void)rt_->unregister_host(p);
   registered_.clear();
   (void)rt_->free_host_pinned(ring_host_);
   // ctl_host_ stays: a kernel queued behind work that never ran would still write it.
+}
+
+// Note [Freeing memory peers map]: a peer's kernel may still read this rank's direct scratch
+// (or write its device FIFOs) after this rank's own last kernel is done: in a one-shot round a
+// rank folds the peers' inputs after its own flag went out, so the rank that finishes first
+// would free memory the other is about to read (on a GPU: cudaErrorIllegalAddress in the
+// peer, or a read of memory given to someone else). So destroy, once this rank's kernels are
+// done, (1) closes its mappings of the peers' memory, (2) says so in its shared-memory page
+// (ShmTransport::release_device_memory), (3) waits until every rank of another process that
+// maps its memory has said the same, has exited (its pidfd), or ACCORD_TIMEOUT_MS passed (1 s
+// after accord_comm_abort), and (4) frees. Ranks that are threads of this process address the
+// memory by plain pointers: the direct engine hands it to the last of them to let go
+// (DirectEngine::let_go), which waits for the other processes on behalf of all (waiting in
+// each would deadlock a process that destroys its communicators one after the other). A rank
+// that gives up waiting leaves its memory allocated, with a warning, rather than fault a
+// peer. Without the direct engine, device FIFOs mapped by other processes are waited for
+// the same way (then sequential destroys in a job of several processes with several ranks
+// each wait out the timeout once). The simulation makes a free while another process has the
+// memory open an error (Note [Simulated IPC importers], transport/device/sim_memory.hpp).
+void Communicator::let_go_of_peer_memory() {
+  auto maps_mine = [&](int peer) {  // a rank of another process that may map this rank's memory
+    return peer != rank_ && static_cast<size_t>(peer) < device_of_.size() && !same_process(rank_, peer) &&
+           device_of_[static_cast<size_t>(peer)] >= 0;
+  };
+  const bool exported = std::any_of(local_ranks_.begin(), local_ranks_.end(), maps_mine);
+  std::vector<void*> mine = dev_fifo_mem_;
+  dev_fifo_mem_.clear();
+  bool last = true;
+  if (direct_ != nullptr) {
+    last = direct_->let_go(mine);
+    mine.clear();
+  }
+  for (void* p : ipc_opened_) (void)rt_->ipc_close_handle(p);
+  ipc_opened_.clear();
+  if (shm_ != nullptr) shm_->release_device_memory(rank_);
+  bool safe = true;
+  if (last && exported && shm_ != nullptr) {
+    const bool aborted = abort_.load(std::memory_order_acquire);
+    const Deadline deadline = Deadline::after_ms(aborted ? 1000 : settings_.timeout_ms);
+    for (int peer : local_ranks_) {
+      if (!maps_mine(peer)) continue;
+      const int fd = links_.pidfd[static_cast<size_t>(peer)];
+      auto gone = [fd] {
+        pollfd p{fd, POLLIN, 0};
+        return fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+      };
+      while (!shm_->device_memory_released(peer) && !gone() && !deadline.expired())
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (!shm_->device_memory_released(peer) && !gone()) {
+        LOG_WARN(kGpu, "rank %d: destroying the communicator: rank %d has not let go of this rank's GPU memory "
+                 "(its kernels still run, or it has not destroyed its communicator) after %lld ms; leaving the "
+                 "memory allocated so that its kernels cannot fault (Note [Freeing memory peers map])",
+                 rank_, peer, static_cast<long long>(aborted ? 1000 : settings_.timeout_ms));
+        safe = false;
+        break;
+      }
+    }
+  }
+  if (direct_ != nullptr) {
+    if (last && safe) direct_->free_held();
+    direct_.reset();
+  }
+  if (safe)
+    for (void* p : mine) (void)rt_->free_device(p);
 }
 
 // Note [Ring order]: the all-reduce ring and the broadcast/reduce chains of a job on GPUs run

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "collectives/device/direct_call.hpp"
 #include "core/crypto.hpp"
@@ -33,6 +35,21 @@ uint32_t one_or_two_shot(int nranks, size_t bytes) {
   const size_t limit = nranks <= 4 ? size_t{512} << 10 : size_t{256} << 10;
   return bytes <= limit ? kProtoOneShot : kProtoTwoShot;
 }
+}  // namespace
+
+// The memory that this process's ranks of one job address in each other (plain pointers: no
+// mapping to close), kept until the last of them lets go. Found by the job's token: the
+// address of the scratch of its lowest rank in this process, unique while that scratch lives,
+// which is until the last rank lets go.
+struct DirectEngine::Held {
+  DeviceRuntime* rt = nullptr;
+  int live = 0;  // ranks of this process that have not let go
+  std::vector<void*> memory;
+};
+
+namespace {
+std::mutex g_held_mu;
+std::map<uintptr_t, std::weak_ptr<void>> g_held;  // by token
 }  // namespace
 
 bool parse_proto_mode(const std::string& text, ProtoMode* out) {
@@ -113,6 +130,24 @@ Status DirectEngine::open(const DirectSetup& s) {
   // No rank frees its scratch (destroy, exit) before every peer has opened it.
   std::vector<std::string> unused;
   ACCORD_TRY(s.store->all_gather("dscratch_opened", rank_, nranks_, "1", &unused, s.deadline));
+  // Note [Freeing memory peers map]: join this process's ranks of the job.
+  int lowest = rank_, here = 0;
+  for (int r = 0; r < nranks_; ++r)
+    if (r == rank_ || !s.ipc[static_cast<size_t>(r)]) {
+      lowest = std::min(lowest, r);
+      ++here;
+    }
+  {
+    const uintptr_t token = reinterpret_cast<uintptr_t>(table[static_cast<size_t>(lowest)]);
+    std::lock_guard<std::mutex> lock(g_held_mu);
+    held_ = std::static_pointer_cast<Held>(g_held[token].lock());
+    if (held_ == nullptr) {
+      held_ = std::make_shared<Held>();
+      held_->rt = rt_;
+      held_->live = here;
+      g_held[token] = held_;
+    }
+  }
   // The table into GPU memory through the communicator's own stream (a synchronous copy would
   // run on the legacy stream and wait for the users' streams).
   const size_t tbytes = sizeof(uint8_t*) * table.size();
@@ -128,9 +163,35 @@ Status DirectEngine::open(const DirectSetup& s) {
 
 DirectEngine::~DirectEngine() {
   if (rt_ == nullptr) return;
+  if (held_ == nullptr) {  // init failed before the peers could address it
+    for (void* p : opened_) (void)rt_->ipc_close_handle(p);
+    (void)rt_->free_device(table_);
+    (void)rt_->free_device(mine_);
+    return;
+  }
+  if (!let_go_) (void)let_go({});  // the communicator did not: keep the memory (a peer may read it)
+}
+
+bool DirectEngine::let_go(const std::vector<void*>& more) {
+  if (let_go_ || held_ == nullptr) return false;
+  let_go_ = true;
   for (void* p : opened_) (void)rt_->ipc_close_handle(p);
-  (void)rt_->free_device(table_);
-  (void)rt_->free_device(mine_);
+  opened_.clear();
+  std::lock_guard<std::mutex> lock(g_held_mu);
+  held_->memory.push_back(table_);
+  held_->memory.push_back(mine_);
+  held_->memory.insert(held_->memory.end(), more.begin(), more.end());
+  table_ = mine_ = nullptr;
+  if (--held_->live > 0) return false;
+  for (auto it = g_held.begin(); it != g_held.end();)
+    it = it->second.expired() || it->second.lock() == held_ ? g_held.erase(it) : std::next(it);
+  return true;
+}
+
+void DirectEngine::free_held() {
+  if (held_ == nullptr) return;
+  for (void* p : held_->memory) (void)held_->rt->free_device(p);
+  held_->memory.clear();
 }
 
 uint32_t DirectEngine::choose(Collective coll, size_t bytes, std::string* why) const {

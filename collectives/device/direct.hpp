@@ -64,7 +64,16 @@ class DirectEngine {
   // Logs a call's choice at info level, once per protocol and power of two of the size.
   void log_choice(Collective coll, size_t bytes, uint32_t proto, const std::string& why);
 
+  // Note [Freeing memory peers map] (device_path.cpp). Once this rank's kernels are done:
+  // closes its mappings of the peers' memory and hands its own scratch (and `more`: other
+  // device memory that peers address) to the ranks of this process in the job. True when it
+  // was the last of them: the caller then waits until the other processes' ranks let go too,
+  // and calls free_held() (or leaves the memory allocated, if they never do).
+  bool let_go(const std::vector<void*>& more);
+  void free_held();
+
  private:
+  struct Held;  // the memory of this process's ranks of the job, freed by the last to let go
   DirectEngine() = default;
   Status open(const DirectSetup& s);
 
@@ -78,6 +87,8 @@ class DirectEngine {
   std::vector<void*> opened_;            // peers' scratch opened through IPC
   void* table_ = nullptr;                // DevDirect::scratch, in GPU memory
   uint32_t round_ = 1;                   // the next call's first round
+  std::shared_ptr<Held> held_;
+  bool let_go_ = false;
   std::set<std::pair<uint32_t, int>> logged_;
 };
 

@@ -8,10 +8,12 @@
 
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <vector>
 
 #include "tests/device/fork_util.hpp"
 #include "tests/device/sim_util.hpp"
+#include "transport/device/sim_memory.hpp"
 
 namespace accord::testing {
 namespace {
@@ -120,6 +122,89 @@ TEST(SimIpc, TwoProcessesShareDeviceMemoryAndLeaveNothingBehind) {
   EXPECT_TRUE(WIFEXITED(status_b) && WEXITSTATUS(status_b) == 0) << "opener status " << status_b;
   EXPECT_TRUE(WIFEXITED(status_a) && WEXITSTATUS(status_a) == 0) << "owner status " << status_a;
   EXPECT_EQ(our_shm_names(), before) << "nothing may be left in /dev/shm";
+}
+
+// Note [Simulated IPC importers]: the owner frees memory that another live process still has
+// open: an error, and a rule violation the tests can ask for. An importer that exited (without
+// closing) no longer counts, and one that closed never did.
+void free_with_importers_owner(int handle_out, int opened_in, int go_out) {
+  auto rt = make_sim(kDgx1);
+  CHILD_CHECK(rt != nullptr, "no runtime");
+  void* d[3];
+  IpcHandle h[3];
+  for (int i = 0; i < 3; ++i) {
+    CHILD_OK(rt->alloc_device(0, 4096, &d[i]));
+    CHILD_OK(rt->ipc_get_handle(d[i], &h[i]));
+  }
+  CHILD_CHECK(write_all(handle_out, h, sizeof h), "write handles");
+  char c;
+  pid_t opener = 0;
+  CHILD_CHECK(read_all(opened_in, &opener, sizeof opener), "opener died before opening");  // 0 open, 1 closed, 2 open
+  CHILD_CHECK(sim::rule_violations().empty(), "no violation yet");
+  Status st = rt->free_device(d[0]);
+  CHILD_CHECK(st.code() == ACCORD_ERR_INVALID_USAGE && st.message().find("still has this memory open") != std::string::npos,
+              "free while opened elsewhere: %s", st.ok() ? "succeeded" : st.message().c_str());
+  CHILD_CHECK(sim::rule_violations().size() == 1, "one violation recorded, %zu", sim::rule_violations().size());
+  CHILD_OK(rt->free_device(d[1]));  // closed by the opener
+  CHILD_CHECK(write_all(go_out, "g", 1), "write go");
+  for (int i = 0; i < 1000 && kill(opener, 0) == 0; ++i) usleep(10 * 1000);  // until the parent reaps it
+  CHILD_OK(rt->free_device(d[2]));  // its importer is gone, mappings and all
+  CHILD_CHECK(sim::rule_violations().size() == 1, "still one violation, %zu", sim::rule_violations().size());
+  _exit(0);
+}
+
+void free_with_importers_opener(int handle_in, int opened_out, int go_in) {
+  IpcHandle h[3];
+  CHILD_CHECK(read_all(handle_in, h, sizeof h), "owner died before sending the handles");
+  auto rt = make_sim(kDgx1);
+  CHILD_CHECK(rt != nullptr, "no runtime");
+  void* p[3];
+  for (int i = 0; i < 3; ++i) CHILD_OK(rt->ipc_open_handle(1, h[i], &p[i]));
+  CHILD_OK(rt->ipc_close_handle(p[1]));
+  const pid_t me = getpid();
+  CHILD_CHECK(write_all(opened_out, &me, sizeof me), "write opened");
+  char c;
+  CHILD_CHECK(read_all(go_in, &c, 1), "owner died");
+  _exit(0);  // p[0] and p[2] never closed
+}
+
+TEST(SimIpc, FreeWhileAnotherProcessHasItOpenIsAnError) {
+  int handle_pipe[2], opened_pipe[2], go_pipe[2];
+  ASSERT_EQ(pipe(handle_pipe), 0);
+  ASSERT_EQ(pipe(opened_pipe), 0);
+  ASSERT_EQ(pipe(go_pipe), 0);
+  pid_t a = spawn([&] { free_with_importers_owner(handle_pipe[1], opened_pipe[0], go_pipe[1]); });
+  pid_t b = spawn([&] { free_with_importers_opener(handle_pipe[0], opened_pipe[1], go_pipe[0]); });
+  for (int fd : {handle_pipe[0], handle_pipe[1], opened_pipe[0], opened_pipe[1], go_pipe[0], go_pipe[1]}) close(fd);
+  int status_a = 0, status_b = 0;
+  ASSERT_EQ(waitpid(b, &status_b, 0), b);
+  ASSERT_EQ(waitpid(a, &status_a, 0), a);
+  EXPECT_TRUE(WIFEXITED(status_b) && WEXITSTATUS(status_b) == 0) << "opener status " << status_b;
+  EXPECT_TRUE(WIFEXITED(status_a) && WEXITSTATUS(status_a) == 0) << "owner status " << status_a;
+}
+
+// Note [Buffer ids]: a freed allocation's id is never given to another, even one at the same
+// address; its IPC handle no longer opens.
+TEST(SimIpc, BufferIdsAreNeverReused) {
+  auto rt = make_sim(kTf4);
+  ASSERT_TRUE(rt);
+  std::set<uint64_t> ids;
+  void* first = nullptr;
+  bool same_address = false;
+  for (int i = 0; i < 8; ++i) {
+    void* d;
+    ASSERT_OK(rt->alloc_device(0, 1 << 16, &d));
+    PointerInfo info;
+    ASSERT_OK(rt->pointer_info(static_cast<char*>(d) + 100, &info));
+    EXPECT_EQ(info.base, d);
+    EXPECT_NE(info.buffer_id, 0u);
+    EXPECT_TRUE(ids.insert(info.buffer_id).second) << "buffer id " << info.buffer_id << " given twice";
+    if (i == 0) first = d;
+    same_address = same_address || (i > 0 && d == first);
+    ASSERT_OK(rt->free_device(d));
+  }
+  // mmap usually hands the same address back: the case a cache keyed by address alone gets wrong.
+  if (!same_address) std::printf("note: no allocation came back at the first one's address\n");
 }
 
 TEST(SimIpc, InProcessRules) {

@@ -39,6 +39,7 @@
 #include "topology/formats.hpp"
 #include "topology/system.hpp"
 #include "transport/device/device_runtime.hpp"
+#include "transport/device/sim_memory.hpp"
 
 namespace accord::testing {
 namespace {
@@ -481,9 +482,21 @@ std::string check_ring(const Machine& m, accord_comm_t comm, int rank, int nrank
 // ---------------------------------------------------------------------------------------------
 // Tests. Process tests first: see the top of the file.
 
+// Every rank, after destroying its communicator: no rule of the simulated GPUs was broken
+// in its process (Note [Simulated IPC importers]: memory freed while a peer had it open).
+std::string no_rule_broken() {
+  std::string out;
+  for (const std::string& v : accord::sim::rule_violations()) out += (out.empty() ? "" : "; ") + v;
+  return out;
+}
+
 class GpuProcs : public ::testing::Test {
  protected:
-  void SetUp() override { ASSERT_NO_FATAL_FAILURE(load_machine(&m_)); }
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(load_machine(&m_));
+    set_after_destroy(no_rule_broken);
+  }
+  void TearDown() override { set_after_destroy(nullptr); }
   Machine m_;
 };
 
@@ -1027,6 +1040,26 @@ TEST_F(GpuProcsProcesses, DirectWaitEndsWhenAPeerStopsOrDies) {
        }, kTimeoutS))
     if (f.rfind("rank 2: ", 0) != 0 || f.find("killed by signal 9") == std::string::npos)
       ADD_FAILURE() << "killed rank: " << f;
+}
+
+// Note [Freeing memory peers map]: a rank that destroys its communicator while a peer still
+// maps its scratch (here: the peer is slow to destroy, as a peer whose last kernel still reads
+// would be) must wait before freeing it. On the old destroy, rank 0 freed its scratch at once,
+// which the simulation reports (Note [Simulated IPC importers]) through the check every rank
+// runs after destroy (no_rule_broken). Both protocols: direct scratch and device FIFOs.
+TEST_F(GpuProcsProcesses, DestroyWaitsUntilPeersLetGo) {
+  const int gpus = m_.gpus();
+  for (const char* proto : {"auto", "fifo"}) {
+    ScopedEnv env_proto("ACCORD_DEVICE_PROTO", proto);
+    SharedGpuEnv env;
+    for (const auto& f : run_processes(2, [&](accord_comm_t c, int r, int n) {
+           const std::vector<Case> cases = {Case{Coll::kAllReduce, ACCORD_FLOAT32, ACCORD_SUM, kPrime, false}};
+           std::string failure = every_collective(c, r, n, gpus, cases);
+           if (r == 1) usleep(300 * 1000);  // rank 0 destroys first
+           return failure;
+         }, kTimeoutS))
+      ADD_FAILURE() << "ACCORD_DEVICE_PROTO=" << proto << ": " << f;
+  }
 }
 
 class GpuProcsThreads : public GpuProcs {

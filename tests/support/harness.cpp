@@ -16,6 +16,11 @@
 #include <thread>
 
 namespace accord::testing {
+
+std::function<std::string()> g_after_destroy;
+
+void set_after_destroy(std::function<std::string()> check) { g_after_destroy = std::move(check); }
+
 namespace {
 
 std::string run_one(const accord_unique_id_t& id, int rank, int nranks, const RankBody& body) {
@@ -24,6 +29,7 @@ std::string run_one(const accord_unique_id_t& id, int rank, int nranks, const Ra
   if (s != ACCORD_SUCCESS) return std::string("init failed: ") + accord_last_error(nullptr);
   std::string msg = body(comm, rank, nranks);
   if (accord_comm_destroy(comm) != ACCORD_SUCCESS && msg.empty()) msg = "destroy failed";
+  if (g_after_destroy && msg.empty()) msg = g_after_destroy();
   return msg;
 }
 

@@ -35,6 +35,11 @@ std::vector<std::string> run_threads(int nranks, const RankBody& body, const acc
 std::vector<std::string> run_processes(int nranks, const RankBody& body, int timeout_s = 120,
                                        const std::function<void(int rank)>& before_init = nullptr);
 
+// A check that each rank runs after destroying its communicator (run_threads, run_processes);
+// a non-empty result is that rank's failure. Tests that link Accord's internals use it to ask
+// the simulated runtime for broken rules (sim::rule_violations). Empty: none.
+void set_after_destroy(std::function<std::string()> check);
+
 // The shared-memory segments (transport/shm: /dev/shm/accord-<pid>-<random>) that this process
 // or the processes it forked for ranks (run_processes, note_rank_process) since the last
 // forget_rank_processes() have left in /dev/shm. A test checks only these: other tests running

@@ -236,7 +236,45 @@ Status CudaRuntime::pointer_info(const void* ptr, PointerInfo* out) {
     out->bytes = b.bytes;
     out->imported = b.imported;
   }
+  if (out->kind == MemoryKind::kDevice) allocation_identity(ptr, out);
   return Status();
+}
+
+// Note [Buffer ids] (device_runtime.hpp): any allocation's range (cuMemGetAddressRange) and
+// its process-wide unique id (CU_POINTER_ATTRIBUTE_BUFFER_ID), through the runtime's driver
+// entry points (Accord links no libcuda). Left unknown (0) when this driver has neither.
+void CudaRuntime::allocation_identity(const void* ptr, PointerInfo* out) {
+  using RangeFn = int (*)(unsigned long long* base, size_t* bytes, unsigned long long ptr);
+  using AttrFn = int (*)(void* data, int attribute, unsigned long long ptr);
+  struct Fns {
+    RangeFn range = nullptr;
+    AttrFn attr = nullptr;
+  };
+  static const Fns fns = [] {
+    auto entry = [](const char* name) {
+      void* fn = nullptr;
+      cudaDriverEntryPointQueryResult found{};
+      if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+          found != cudaDriverEntryPointSuccess)
+        fn = nullptr;
+      cudaGetLastError();
+      return fn;
+    };
+    Fns f;
+    f.range = reinterpret_cast<RangeFn>(entry("cuMemGetAddressRange"));
+    f.attr = reinterpret_cast<AttrFn>(entry("cuPointerGetAttribute"));
+    return f;
+  }();
+  constexpr int kBufferId = 7;  // CU_POINTER_ATTRIBUTE_BUFFER_ID
+  const auto at = static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(ptr));
+  unsigned long long base = 0;
+  size_t bytes = 0;
+  if (fns.range != nullptr && fns.range(&base, &bytes, at) == 0 && out->base == nullptr) {
+    out->base = reinterpret_cast<void*>(static_cast<uintptr_t>(base));
+    out->bytes = bytes;
+  }
+  unsigned long long id = 0;
+  if (fns.attr != nullptr && fns.attr(&id, kBufferId, at) == 0) out->buffer_id = id;
 }
 
 // ---- peer access ----

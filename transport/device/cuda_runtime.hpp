@@ -39,6 +39,7 @@ class CudaRuntime final : public DeviceRuntime {
   Status alloc_host_pinned(size_t bytes, void** out) override;
   Status free_host_pinned(void* ptr) override;
   Status pointer_info(const void* ptr, PointerInfo* out) override;
+  static void allocation_identity(const void* ptr, PointerInfo* out);  // Note [Buffer ids]
   Status register_host(void* ptr, size_t bytes) override;
   Status unregister_host(void* ptr) override;
 

@@ -60,6 +60,12 @@ struct PointerInfo {
   void* base = nullptr;    // start of the allocation holding the pointer; nullptr if unknown
   size_t bytes = 0;        // size of that allocation; 0 if unknown
   bool imported = false;   // opened from another process's IPC handle
+  // Note [Buffer ids]: a process-wide unique id of the allocation (CUDA:
+  // CU_POINTER_ATTRIBUTE_BUFFER_ID; the simulation: a counter), never given to another
+  // allocation, even one at the same address after a free. A cache of mappings keyed by base
+  // alone would hand out a freed buffer's mapping for a new one; keyed by (base, buffer id) it
+  // cannot. 0: unknown.
+  uint64_t buffer_id = 0;
 };
 
 struct DeviceInfo {

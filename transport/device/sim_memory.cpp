@@ -7,11 +7,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <signal.h>
+
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <iterator>
 
 #include "core/crypto.hpp"
+#include "core/log.hpp"
 
 namespace accord::sim {
 namespace {
@@ -38,12 +42,85 @@ std::string read_link(const std::string& path) {
   return n < 0 ? std::string() : std::string(buf, static_cast<size_t>(n));
 }
 
+// Note [Simulated IPC importers]: the page after the data.
+struct Importers {
+  static constexpr int kSlots = 256;
+  std::atomic<int32_t> pid[kSlots];
+  std::atomic<int32_t> opened[kSlots];
+};
+static_assert(sizeof(Importers) <= 4096, "one page");
+
+size_t page_bytes() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
+void* map_importers(int fd, size_t at) {
+  void* p = mmap(nullptr, page_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(at));
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+// This process's slot (claimed on first use), or null when the table is full.
+std::atomic<int32_t>* my_open_count(void* table) {
+  auto* t = static_cast<Importers*>(table);
+  const int32_t me = getpid();
+  for (int i = 0; i < Importers::kSlots; ++i) {
+    int32_t seen = t->pid[i].load(std::memory_order_acquire);
+    if (seen == 0 && t->pid[i].compare_exchange_strong(seen, me)) return &t->opened[i];
+    if (seen == me) return &t->opened[i];
+  }
+  return nullptr;
+}
+
+// A process that exited has no mappings, even while it waits to be reaped (a zombie).
+bool alive(int32_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  char buf[512];
+  const int fd = open(format("/proc/%d/stat", pid).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;  // another user's, or no /proc: assume it lives
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return true;
+  buf[n] = '\0';
+  const char* state = std::strrchr(buf, ')');  // "pid (comm) S ...": comm may hold spaces
+  return state == nullptr || state[1] == '\0' || (state[2] != 'Z' && state[2] != 'X');
+}
+
+// Live processes other than this one that have the memory open.
+std::string open_elsewhere(void* table) {
+  if (table == nullptr) return "";
+  auto* t = static_cast<Importers*>(table);
+  std::string out;
+  for (int i = 0; i < Importers::kSlots; ++i) {
+    const int32_t pid = t->pid[i].load(std::memory_order_acquire);
+    if (pid == 0 || pid == getpid() || t->opened[i].load(std::memory_order_acquire) <= 0) continue;
+    if (!alive(pid)) continue;  // its mappings went with it
+    out += (out.empty() ? "" : ", ") + std::to_string(pid);
+  }
+  return out;
+}
+
+// Note [Buffer ids]: one counter for the process, as CUDA's ids are process-wide.
+std::atomic<uint64_t> g_next_buffer_id{1};
+
+std::mutex g_violations_mu;
+std::vector<std::string> g_violations;
+
 }  // namespace
+
+std::vector<std::string> rule_violations() {
+  std::lock_guard<std::mutex> lock(g_violations_mu);
+  return g_violations;
+}
+
+void record_rule_violation(const std::string& what) {
+  LOG_ERROR(kGpu, "simulated GPU rule broken: %s", what.c_str());
+  std::lock_guard<std::mutex> lock(g_violations_mu);
+  g_violations.push_back(what);
+}
 
 SimMemory::~SimMemory() {
   for (auto& [addr, a] : allocs_) {
     if (a.registered) continue;  // the caller's memory
     munmap(a.base, a.map_bytes);
+    if (a.importers != nullptr) munmap(a.importers, page_bytes());
     if (a.fd >= 0) close(a.fd);
   }
 }
@@ -56,13 +133,16 @@ Status SimMemory::alloc_device(int device, size_t bytes, void** out) {
   a.kind = MemoryKind::kDevice;
   a.device = device;
   a.bytes = bytes;
+  a.buffer_id = g_next_buffer_id.fetch_add(1);
   a.map_bytes = page_round(bytes);
   a.fd = memfd_create(a.name.c_str(), MFD_CLOEXEC);
   if (a.fd < 0) return system_error(errno, "device %d: alloc_device(%zu bytes): memfd_create", device, bytes);
   int rc = fchmod(a.fd, 0600);
-  if (rc == 0) rc = ftruncate(a.fd, static_cast<off_t>(a.map_bytes));
+  // Note [Simulated IPC importers]: one page more, after the data.
+  const size_t file_bytes = a.map_bytes + page_bytes();
+  if (rc == 0) rc = ftruncate(a.fd, static_cast<off_t>(file_bytes));
   if (rc != 0) rc = errno;
-  if (rc == 0) rc = posix_fallocate(a.fd, 0, static_cast<off_t>(a.map_bytes));
+  if (rc == 0) rc = posix_fallocate(a.fd, 0, static_cast<off_t>(file_bytes));
   if (rc != 0) {
     close(a.fd);
     return system_error(rc, "device %d: alloc_device(%zu bytes): reserving simulated device memory "
@@ -74,6 +154,13 @@ Status SimMemory::alloc_device(int device, size_t bytes, void** out) {
     close(a.fd);
     return system_error(err, "device %d: alloc_device(%zu bytes): mmap", device, bytes);
   }
+  a.importers = map_importers(a.fd, a.map_bytes);
+  if (a.importers == nullptr) {
+    int err = errno;
+    munmap(a.base, a.map_bytes);
+    close(a.fd);
+    return system_error(err, "device %d: alloc_device(%zu bytes): mmap of its importer table", device, bytes);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   allocs_[reinterpret_cast<uintptr_t>(a.base)] = a;
   *out = a.base;
@@ -84,6 +171,7 @@ Status SimMemory::alloc_pinned(size_t bytes, void** out) {
   Allocation a;
   a.kind = MemoryKind::kHostPinned;
   a.bytes = bytes;
+  a.buffer_id = g_next_buffer_id.fetch_add(1);
   a.map_bytes = page_round(bytes);
   a.base = mmap(nullptr, a.map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (a.base == MAP_FAILED) return system_error(errno, "alloc_host_pinned(%zu bytes): mmap", bytes);
@@ -154,9 +242,21 @@ Status SimMemory::free(void* ptr, MemoryKind kind, const char* op) {
     a = it->second;
     allocs_.erase(it);
   }
+  Status st;
+  const std::string readers = a.imported ? "" : open_elsewhere(a.importers);
+  if (!readers.empty()) {
+    st = error(ACCORD_ERR_INVALID_USAGE,
+               "simulated GPU %d: %s(%p): process %s still has this memory open through IPC "
+               "(ipc_open_handle without ipc_close_handle), so its kernels may still read or write it; on a "
+               "GPU that faults (cudaErrorIllegalAddress) or touches memory given to someone else. Free it "
+               "only after every importer has closed it (Note [Simulated IPC importers])",
+               a.device, op, ptr, readers.c_str());
+    record_rule_violation(st.message());
+  }
   munmap(a.base, a.map_bytes);
+  if (a.importers != nullptr) munmap(a.importers, page_bytes());
   if (a.fd >= 0) close(a.fd);
-  return Status();
+  return st;
 }
 
 bool SimMemory::find(const void* ptr, size_t bytes, Allocation* out) const {
@@ -234,10 +334,15 @@ Status SimMemory::import_handle(const IpcHandle& h, void** out) {
   a.map_bytes = page_round(h.bytes);
   a.name = pl.name;
   a.imported = true;
+  a.buffer_id = g_next_buffer_id.fetch_add(1);  // a mapping of its own, as CUDA gives it
   a.base = mmap(nullptr, a.map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int err = errno;
-  close(fd);  // the mapping keeps the memory alive
+  if (a.base != MAP_FAILED && static_cast<uint64_t>(st.st_size) >= a.map_bytes + page_bytes())
+    a.importers = map_importers(fd, a.map_bytes);
+  close(fd);  // the mappings keep the memory alive
   if (a.base == MAP_FAILED) return system_error(err, "device %d: ipc_open_handle: mmap of %s", h.device, pl.name);
+  if (a.importers != nullptr)
+    if (std::atomic<int32_t>* n = my_open_count(a.importers)) n->fetch_add(1, std::memory_order_acq_rel);
   std::lock_guard<std::mutex> lock(mu_);
   allocs_[reinterpret_cast<uintptr_t>(a.base)] = a;
   *out = static_cast<char*>(a.base) + h.offset;
@@ -258,6 +363,10 @@ Status SimMemory::close_imported(void* ptr) {
     allocs_.erase(it);
   }
   munmap(a.base, a.map_bytes);
+  if (a.importers != nullptr) {
+    if (std::atomic<int32_t>* n = my_open_count(a.importers)) n->fetch_sub(1, std::memory_order_acq_rel);
+    munmap(a.importers, page_bytes());
+  }
   return Status();
 }
 

@@ -10,12 +10,23 @@
 // for ptrace-read); the handle also carries the memfd's random name, which the opener checks
 // on the file it actually opened, so a reused fd number or pid is an error, never someone
 // else's memory. The memory disappears when the owner frees it and every importer closed it.
+//
+// Note [Simulated IPC importers]: the memfd has one page more than the data, mapped by the
+// owner and by every importer: a table of (pid, open count) that import_handle and
+// close_imported keep. Freeing memory that a live process still has open is an error (and a
+// rule violation, below): that process's kernels may still read or write it, and on a GPU
+// that faults (cudaErrorIllegalAddress) or reads memory given to someone else. This is
+// stricter than CUDA, which cannot tell whether an importer will touch the memory again: an
+// open mapping counts as a possible reader. Ranks that are threads of one process share plain
+// pointers, which the simulation does not track; a free there unmaps at once, so a late read
+// crashes the test.
 #pragma once
 
 #include <cstddef>
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/status.hpp"
 #include "transport/device/device_runtime.hpp"
@@ -32,7 +43,14 @@ struct Allocation {
   bool imported = false;   // mapped from another process's handle
   bool registered = false; // the caller's memory pinned by register_host (never unmapped here)
   size_t map_bytes = 0;    // length of the mapping (>= bytes, page-rounded)
+  void* importers = nullptr;  // device memory: Note [Simulated IPC importers], one page
+  uint64_t buffer_id = 0;     // Note [Buffer ids] (device_runtime.hpp): never reused in this process
 };
+
+// Every rule of the simulation broken in this process so far (Note [Simulated IPC importers]),
+// one message each: also returned as errors, but the caller may ignore those, so tests ask here.
+std::vector<std::string> rule_violations();
+void record_rule_violation(const std::string& what);
 
 class SimMemory {
  public:

@@ -237,6 +237,7 @@ Status SimulatedRuntime::pointer_info(const void* ptr, PointerInfo* out) {
     out->base = a.base;
     out->bytes = a.bytes;
     out->imported = a.imported;
+    out->buffer_id = a.buffer_id;
   }
   return Status();
 }

@@ -134,7 +134,8 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
   // FIFO control area per rank.
   constexpr size_t kHeaderBytes = 4096;
   static_assert(kDepartureOffset >= sizeof(std::atomic<int32_t>) &&
-                kDepartureOffset + sizeof(Departure) <= kBoardOffset && kBoardOffset + kBoardBytes <= kHeaderBytes);
+                kDepartureOffset + sizeof(Departure) <= kReleaseOffset &&
+                kReleaseOffset + sizeof(std::atomic<uint32_t>) <= kBoardOffset && kBoardOffset + kBoardBytes <= kHeaderBytes);
   const size_t ctrl_at = kHeaderBytes + fifo_bytes * static_cast<size_t>(nranks);
   const size_t seg_bytes = ctrl_at + ctrl_bytes * static_cast<size_t>(nranks);
 
@@ -152,6 +153,9 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
   t->departures_.assign(static_cast<size_t>(nranks), nullptr);
   t->departures_[static_cast<size_t>(rank)] =
       reinterpret_cast<Departure*>(static_cast<uint8_t*>(my_addr) + kDepartureOffset);
+  t->releases_.assign(static_cast<size_t>(nranks), nullptr);
+  t->releases_[static_cast<size_t>(rank)] =
+      reinterpret_cast<std::atomic<uint32_t>*>(static_cast<uint8_t*>(my_addr) + kReleaseOffset);
   std::vector<uint8_t*> boards(static_cast<size_t>(nranks), nullptr);
   boards[static_cast<size_t>(rank)] = static_cast<uint8_t*>(my_addr) + kBoardOffset;
   std::vector<std::string> known = {mine};
@@ -196,6 +200,8 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
     t->notes_[static_cast<size_t>(peer)] = static_cast<std::atomic<int32_t>*>(addr);
     t->departures_[static_cast<size_t>(peer)] =
         reinterpret_cast<Departure*>(static_cast<uint8_t*>(addr) + kDepartureOffset);
+    t->releases_[static_cast<size_t>(peer)] =
+        reinterpret_cast<std::atomic<uint32_t>*>(static_cast<uint8_t*>(addr) + kReleaseOffset);
     boards[static_cast<size_t>(peer)] = static_cast<uint8_t*>(addr) + kBoardOffset;
     uint8_t* peer_fifo = static_cast<uint8_t*>(addr) + kHeaderBytes + fifo_bytes * static_cast<size_t>(rank);
     uint8_t* my_fifo = static_cast<uint8_t*>(my_addr) + kHeaderBytes + fifo_bytes * static_cast<size_t>(peer);

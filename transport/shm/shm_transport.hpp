@@ -77,6 +77,16 @@ class ShmTransport {
     d->left.store(1, std::memory_order_release);
   }
 
+  // Note [Freeing memory peers map] (collectives/device_path.cpp): per rank, at
+  // kReleaseOffset of its segment's header page (zero-filled: not yet), set once the rank
+  // no longer touches any peer's device memory (its kernels are done, its mappings closed).
+  static constexpr size_t kReleaseOffset = 128;
+  void release_device_memory(int rank) { releases_[static_cast<size_t>(rank)]->store(1, std::memory_order_release); }
+  bool device_memory_released(int rank) const {
+    const std::atomic<uint32_t>* r = releases_[static_cast<size_t>(rank)];
+    return r != nullptr && r->load(std::memory_order_acquire) != 0;
+  }
+
   // Note [Board] (board.hpp): the local ranks' boards, in the segments' header pages; null
   // when there are more local ranks than a board's sleep table holds.
   Board* board() const { return board_.get(); }
@@ -87,6 +97,7 @@ class ShmTransport {
   std::vector<Mapping> mappings_;
   std::vector<std::atomic<int32_t>*> notes_;
   std::vector<Departure*> departures_;
+  std::vector<std::atomic<uint32_t>*> releases_;
   std::vector<std::unique_ptr<SendChannel>> senders_;
   std::vector<std::unique_ptr<RecvChannel>> receivers_;
   std::vector<void*> dev_ctrl_recv_, dev_ctrl_send_;
