@@ -231,8 +231,8 @@ void Communicator::let_go_of_peer_memory() {
   const bool exported = std::any_of(local_ranks_.begin(), local_ranks_.end(), maps_mine);
   std::vector<void*> mine = dev_fifo_mem_;
   dev_fifo_mem_.clear();
-  bool last = true;
-  if (direct_ != nullptr) {
+  bool last = !mine.empty();  // whether this rank frees memory that peers map
+  if (direct_ != nullptr && direct_->grouped()) {
     last = direct_->let_go(mine);
     mine.clear();
   }

@@ -70,6 +70,7 @@ class DirectEngine {
   // was the last of them: the caller then waits until the other processes' ranks let go too,
   // and calls free_held() (or leaves the memory allocated, if they never do).
   bool let_go(const std::vector<void*>& more);
+  bool grouped() const { return held_ != nullptr; }  // false: init failed before; the destructor frees
   void free_held();
 
  private:

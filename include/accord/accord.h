@@ -145,8 +145,11 @@ ACCORD_API accord_status_t accord_comm_init_from_env(accord_comm_t* comm);
  *  ACCORD_DEVICE, else (with ACCORD_SIM_TOPO) the local rank modulo the GPUs. */
 ACCORD_API accord_status_t accord_comm_init_all(accord_comm_t* comms, int ndev, const int* devlist);
 
-/** Frees the communicator. Waits for nothing: call it after the last collective on every
- *  rank. Using the handle afterwards returns ACCORD_ERR_INVALID_USAGE. */
+/** Frees the communicator: call it after the last collective on every rank. Where ranks of
+ *  other processes map this rank's GPU memory (device collectives between processes of one
+ *  host), it first waits until each of them has destroyed its communicator or exited (at most
+ *  ACCORD_TIMEOUT_MS; then it leaves that memory allocated, with a warning), so that no peer's
+ *  kernel reads freed memory. Using the handle afterwards returns ACCORD_ERR_INVALID_USAGE. */
 ACCORD_API accord_status_t accord_comm_destroy(accord_comm_t comm);
 
 /** Aborts the communicator: every call waiting inside it on any thread returns

@@ -14,6 +14,18 @@ inline Status cuda_error(cudaError_t e, int device, const char* op, const char* 
                cudaGetErrorString(e));
 }
 
+// A driver API function through the runtime's driver entry point (Accord links no libcuda),
+// or null when this driver has none (CUDA 12's versions).
+inline void* cuda_driver_entry(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess)
+    fn = nullptr;
+  cudaGetLastError();
+  return fn;
+}
+
 }  // namespace accord
 
 // Note [Caller's device]: the adapter makes a device current for each call and gives the

@@ -251,18 +251,9 @@ void CudaRuntime::allocation_identity(const void* ptr, PointerInfo* out) {
     AttrFn attr = nullptr;
   };
   static const Fns fns = [] {
-    auto entry = [](const char* name) {
-      void* fn = nullptr;
-      cudaDriverEntryPointQueryResult found{};
-      if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-          found != cudaDriverEntryPointSuccess)
-        fn = nullptr;
-      cudaGetLastError();
-      return fn;
-    };
     Fns f;
-    f.range = reinterpret_cast<RangeFn>(entry("cuMemGetAddressRange"));
-    f.attr = reinterpret_cast<AttrFn>(entry("cuPointerGetAttribute"));
+    f.range = reinterpret_cast<RangeFn>(cuda_driver_entry("cuMemGetAddressRange"));
+    f.attr = reinterpret_cast<AttrFn>(cuda_driver_entry("cuPointerGetAttribute"));
     return f;
   }();
   constexpr int kBufferId = 7;  // CU_POINTER_ATTRIBUTE_BUFFER_ID

@@ -336,15 +336,7 @@ struct StreamMemOps {
   int (*device_attribute)(int* value, int attribute, int device) = nullptr;  // cuDeviceGetAttribute
 };
 
-void* driver_entry(const char* name) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess)
-    fn = nullptr;
-  cudaGetLastError();
-  return fn;
-}
+void* driver_entry(const char* name) { return cuda_driver_entry(name); }
 
 const StreamMemOps& stream_mem_ops() {
   static const StreamMemOps ops = [] {
