@@ -137,7 +137,6 @@ void free_with_importers_owner(int handle_out, int opened_in, int go_out) {
     CHILD_OK(rt->ipc_get_handle(d[i], &h[i]));
   }
   CHILD_CHECK(write_all(handle_out, h, sizeof h), "write handles");
-  char c;
   pid_t opener = 0;
   CHILD_CHECK(read_all(opened_in, &opener, sizeof opener), "opener died before opening");  // 0 open, 1 closed, 2 open
   CHILD_CHECK(sim::rule_violations().empty(), "no violation yet");
