@@ -223,6 +223,8 @@ void Communicator::release_device() {
 // the same way (then sequential destroys in a job of several processes with several ranks
 // each wait out the timeout once). The simulation makes a free while another process has the
 // memory open an error (Note [Simulated IPC importers], transport/device/sim_memory.hpp).
+// The rank publishes its departure before it waits, so that a peer stuck in a call this rank
+// never makes fails at once and can destroy its own communicator.
 void Communicator::let_go_of_peer_memory() {
   auto maps_mine = [&](int peer) {  // a rank of another process that may map this rank's memory
     return peer != rank_ && static_cast<size_t>(peer) < device_of_.size() && !same_process(rank_, peer) &&
@@ -241,6 +243,9 @@ void Communicator::let_go_of_peer_memory() {
   if (shm_ != nullptr) shm_->release_device_memory(rank_);
   bool safe = true;
   if (last && exported && shm_ != nullptr) {
+    // A peer that waits in a call this rank never makes must learn now that it left, not
+    // after this wait (Note [Departures]); publishing twice is harmless.
+    publish_departure();
     const bool aborted = abort_.load(std::memory_order_acquire);
     const Deadline deadline = Deadline::after_ms(aborted ? 1000 : settings_.timeout_ms);
     for (int peer : local_ranks_) {

@@ -247,11 +247,13 @@ Status check_wait(const WaitContext& ctx, const char* waiting_for) {
   };
   int dead_rank = -1, left_rank = -1;
   uint64_t left_after = 0;
+  // A rank that has published its departure has left even while it still lives: its destroy
+  // may wait for this very rank to let go of its GPU memory (Note [Freeing memory peers map],
+  // collectives/device_path.cpp).
   auto look = [&](int r, int fd) {
-    if (!exited(fd)) return;
     const Departure* d = ctx.departures != nullptr ? ctx.departures[r] : nullptr;
     if (d == nullptr || d->left.load(std::memory_order_acquire) == 0) {
-      dead_rank = r;
+      if (exited(fd)) dead_rank = r;
       return;
     }
     const uint64_t after = ctx.seq_clock == SeqClock::kDevice ? d->device_seq.load(std::memory_order_relaxed)

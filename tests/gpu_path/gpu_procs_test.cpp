@@ -24,6 +24,7 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -1060,6 +1061,30 @@ TEST_F(GpuProcsProcesses, DestroyWaitsUntilPeersLetGo) {
          }, kTimeoutS))
       ADD_FAILURE() << "ACCORD_DEVICE_PROTO=" << proto << ": " << f;
   }
+}
+
+// A rank that waits in destroy for a peer to let go has already said it left (Note
+// [Departures]): the peer, stuck in a call this rank never makes, fails at once instead of
+// waiting ACCORD_TIMEOUT_MS (60 s here) while this rank waits for it.
+TEST_F(GpuProcsProcesses, DestroyingRankHasDepartedWhileItWaits) {
+  const int gpus = m_.gpus();
+  SharedGpuEnv env;
+  ScopedEnv timeout("ACCORD_TIMEOUT_MS", "60000");
+  for (const auto& f : run_processes(2, [&](accord_comm_t c, int r, int n) {
+         const std::vector<Case> cases = {Case{Coll::kAllReduce, ACCORD_INT32, ACCORD_SUM, 1, false}};
+         std::string failure = every_collective(c, r, n, gpus, cases);
+         if (r == 0 || !failure.empty()) return failure;
+         const auto start = std::chrono::steady_clock::now();
+         const accord_status_t s = accord_barrier(c, nullptr);  // rank 0 never calls it
+         const auto waited = std::chrono::steady_clock::now() - start;
+         if (s == ACCORD_SUCCESS) return std::string("the barrier succeeded without rank 0");
+         if (waited > std::chrono::seconds(30))
+           return "the barrier failed only after " +
+                  std::to_string(std::chrono::duration_cast<std::chrono::seconds>(waited).count()) +
+                  " s: " + accord_last_error(c);
+         return std::string();
+       }, kTimeoutS))
+    ADD_FAILURE() << f;
 }
 
 class GpuProcsThreads : public GpuProcs {
