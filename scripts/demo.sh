@@ -273,6 +273,9 @@ else
     *) gpu_why=${first#none: } ;;
   esac
   [ "$ngpus" -gt 0 ] || gpu_kind=none
+  if [ $gpu_kind = none ] && [ -f "$build/.demo-no-cuda" ]; then
+    gpu_why="no NVIDIA GPU or driver on this machine (so the demo's build left CUDA out)"
+  fi
 fi
 
 # Processes sharing a GPU run their kernels at the same time only under MPS; the library looks
