@@ -172,6 +172,9 @@ Status Communicator::configure() {
     return error(ACCORD_ERR_INVALID_ARGUMENT,
                  "ACCORD_DEVICE_PROTO='%s' is not a device protocol; use auto, direct, oneshot, twoshot or fifo",
                  settings_.device_proto.c_str());
+  if (!dev::parse_gpu_sync(settings_.shared_gpu_sync, nullptr))
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_SHARED_GPU_SYNC='%s' is not a hand-off mode; use auto, spin or wait",
+                 settings_.shared_gpu_sync.c_str());
   FifoShape& shape = shape_;
   shape.slot_bytes = settings_.shm_slot_bytes > 0 ? static_cast<size_t>(settings_.shm_slot_bytes) : kDefaultSlotBytes;
   shape.slot_bytes = std::max<size_t>(64, shape.slot_bytes & ~size_t{63});

@@ -199,6 +199,10 @@ class Communicator {
   void pump_failed(TcpPump* p, Status s, const char* what);
   Status upload_peers(const std::vector<dev::DevPeer>& peers);
   Status setup_direct(StoreClient* store, Deadline deadline);  // Note [Direct or FIFO] (device/direct_path.cpp)
+  // Note [Shared GPU sync] (device/gpu_sync.cpp): whether the direct protocol hands off through
+  // the stream (true) or in the kernel, the same on every rank (collective over the store).
+  Status choose_gpu_sync(StoreClient* store, Deadline deadline, bool* wait, std::string* why);
+  bool gpu_time_sliced() const;  // this rank's GPU is shared by processes without MPS
   bool prepare_direct(const CollArgs& a, size_t elem_bytes, dev::DevLaunch* launch);
   Status wrap_stream(void* user_stream, Stream* out);  // device_path.cpp
   Status check_device_call(void* user_stream, const char* name);

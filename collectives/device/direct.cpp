@@ -70,6 +70,8 @@ Status DirectEngine::open(const DirectSetup& s) {
   rank_ = s.rank;
   nranks_ = s.nranks;
   mode_ = s.mode;
+  wait_ = s.wait;
+  sync_why_ = s.sync_why;
   half_bytes_ = std::max(kMinDirectScratchBytes, s.scratch_bytes) / 2 & ~size_t{255};
   flag_bytes_ = direct_flag_bytes(nranks_);
   const size_t bytes = flag_bytes_ + 2 * half_bytes_;
@@ -110,6 +112,8 @@ Status DirectEngine::open(const DirectSetup& s) {
     opened_.push_back(p);
     table[static_cast<size_t>(r)] = static_cast<uint8_t*>(p);
   }
+  scratch_ = table;
+  if (wait_) ACCORD_TRY(rt_->create_stream(s.device, &rescue_).prefix("release_waits' stream: "));
   // No rank frees its scratch (destroy, exit) before every peer has opened it.
   std::vector<std::string> unused;
   ACCORD_TRY(s.store->all_gather("dscratch_opened", rank_, nranks_, "1", &unused, s.deadline));
@@ -128,6 +132,7 @@ Status DirectEngine::open(const DirectSetup& s) {
 
 DirectEngine::~DirectEngine() {
   if (rt_ == nullptr) return;
+  if (rescue_.id != 0) (void)rt_->destroy_stream(rescue_);
   for (void* p : opened_) (void)rt_->ipc_close_handle(p);
   (void)rt_->free_device(table_);
   (void)rt_->free_device(mine_);

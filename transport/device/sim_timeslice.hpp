@@ -39,6 +39,7 @@ namespace accord::sim {
 struct SliceCounts {
   uint64_t switches = 0;  // the slice went to a different process than the last holder
   uint64_t expiries = 0;  // a holder was switched out because another process waited
+  uint64_t yields = 0;    // a holder's last kernel ended while another process waited (no expiry)
 };
 
 class TimeSlices {
