@@ -308,8 +308,14 @@ void Communicator::warn_shared_gpu() const {
         "(until ACCORD_TIMEOUT_MS). Set CUDA_MODULE_LOADING=EAGER, allocate before the first "
         "collective, or run one process per rank",
         rank_, rank_list(here).c_str(), gpu_label(rank_).substr(4).c_str());
-  // Where the job hands off through the stream (Note [Shared GPU sync]) slices cost nothing.
+  // Where the job's collectives hand off through the stream (Note [Shared GPU sync]) slices
+  // cost them nothing: no warning, a line at info for what still spins.
   const bool waiting = direct_ != nullptr && direct_->waiting();
+  if (!others.empty() && std::min(here.front(), others.front()) == rank_ && waiting)
+    LOG_INFO(kGpu, "rank %d: GPU %s is shared with other processes: the collectives hand off through the stream "
+             "(ACCORD_SHARED_GPU_SYNC), which needs no time slice; sends, receives and pre-multiplied sums "
+             "still wait inside their kernels (a time slice a hand-off without MPS)",
+             rank_, gpu_label(rank_).substr(4).c_str());
   if (!others.empty() && std::min(here.front(), others.front()) == rank_ && !mps_running() && !waiting) {
     std::vector<int> all = here;
     all.insert(all.end(), others.begin(), others.end());

@@ -523,7 +523,9 @@ class GpuProcsProcesses : public GpuProcs {
            "ranks; run the process tests first or alone (--gtest_filter=GpuProcsProcesses.*)";
     // Note [Simulated time slices]: ranks forked after the table exists share its slices.
     const char* slice = std::getenv("ACCORD_SIM_TIMESLICE_US");
-    if (slice != nullptr && std::atoi(slice) > 0) ASSERT_TRUE(sim::TimeSlices::process_table());
+    if (slice != nullptr && std::atoi(slice) > 0) {
+      ASSERT_TRUE(sim::TimeSlices::process_table());
+    }
   }
   static constexpr int kTimeoutS = 100;
 };
@@ -1069,6 +1071,7 @@ TEST_F(GpuProcsProcesses, SlicedSharedGpuHandOffsWithoutExpiries) {
   };
   for (const Run& run : {Run{"spin", "spin"}, Run{"auto", "wait"}, Run{"wait", "wait"}}) {
     ScopedEnv sync("ACCORD_SHARED_GPU_SYNC", run.setting);
+    LogFile log;
     const sim::SliceCounts before = table->counts(0);
     for (const auto& f : run_processes(
              2, [&](accord_comm_t c, int r, int nr) { return sliced_job(c, r, nr, m_.gpus(), kCalls, run.want); }, kTimeoutS))
@@ -1084,6 +1087,10 @@ TEST_F(GpuProcsProcesses, SlicedSharedGpuHandOffsWithoutExpiries) {
           << "the spinning protocol should pay a slice expiry per all-reduce (is the time-slice model on?)";
     else
       EXPECT_EQ(expiries, 0u) << run.setting << ": a kernel waited for a peer inside its time slice";
+    // Note [Shared GPU warnings]: the time-slice warning only where the job spins.
+    if (access("/tmp/nvidia-mps/control", F_OK) == 0) continue;  // MPS runs here: no warning
+    const size_t warned = occurrences(log.text(), "MPS does not run");
+    EXPECT_EQ(warned, std::string(run.want) == "spin" ? 1u : 0u) << run.setting << ": the log:\n" << log.text();
   }
 }
 
