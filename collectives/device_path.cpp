@@ -168,6 +168,8 @@ void Communicator::release_device() {
     Deadline deadline = Deadline::after_ms(settings_.timeout_ms);
     // accord_comm_abort: the watchdog (stopped above) may not have passed the abort on yet.
     bool aborted = abort_.load(std::memory_order_acquire);
+    // A call queued after the watchdog ended the waits (Note [Waiting protocol]) waits again.
+    if (direct_ != nullptr && __atomic_load_n(&ctl->abort, __ATOMIC_ACQUIRE) != 0) direct_->release_waits();
     if (aborted) {
       __atomic_store_n(&ctl->abort, 1u, __ATOMIC_RELEASE);
       if (direct_ != nullptr) direct_->release_waits();
