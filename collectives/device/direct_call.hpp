@@ -59,6 +59,11 @@
 // half of flag(p, slice 0, this rank), so the layout is unchanged), then one
 // stream_wait_value32 (>= e, wrapping) on every peer's word in this rank's scratch. A stream
 // blocked in such a wait holds no time slice, so the other process's kernels run at once.
+// The kernel of a round's last phase also runs phase 0 (A) of the next round
+// (DevDirect::then_next): A of round e + 1 writes only halves (e + 1) % 2, which the peers
+// last read in round e - 1, and this stream has waited for every peer's flag 0 of round e
+// (stored after their round e - 1) before it; so a call of R rounds is 1 + R (phases - 1)
+// kernels.
 // Why nothing is overwritten before it was read: the argument above, word for word, with "a
 // peer stores flag(0) of round e - 1 after it finished round e - 2" holding by stream order
 // (the peer's write of its word follows its kernels of round e - 2). Flags carry no call
@@ -118,12 +123,14 @@ class DirectRunner {
     if (!ok) fail(kDevAborted, -1, 0, 0);
     const uint64_t rounds = d_.chunk_elems == 0 ? 0 : (d_.count + d_.chunk_elems - 1) / d_.chunk_elems;
     if (d_.phase != 0) {  // Note [Waiting protocol]: one phase of one round, no wait inside
-      const uint64_t k = d_.phase_round;
-      const uint64_t base = k * d_.chunk_elems;
-      const uint64_t n = k < rounds ? (d_.count - base < d_.chunk_elems ? d_.count - base : d_.chunk_elems) : 0;
-      round_index_ = d_.phase_round;
-      const uint32_t e = d_.round + d_.phase_round;
-      for (uint32_t s = L_.block(); ok && n > 0 && s < d_.nslices; s += c_.nblocks) phase(d_.phase - 1, e, base, n, s);
+      for (uint32_t i = 0; ok && i < (d_.then_next != 0 ? 2u : 1u); ++i) {
+        const uint64_t k = d_.phase_round + i;
+        const uint64_t base = k * d_.chunk_elems;
+        const uint64_t n = k < rounds ? (d_.count - base < d_.chunk_elems ? d_.count - base : d_.chunk_elems) : 0;
+        round_index_ = static_cast<uint32_t>(k);
+        const uint32_t e = d_.round + static_cast<uint32_t>(k);
+        for (uint32_t s = L_.block(); n > 0 && s < d_.nslices; s += c_.nblocks) phase(i == 0 ? d_.phase - 1 : 0, e, base, n, s);
+      }
       if (d_.last != 0) {
         end_call(L_, c_, /*fold_deltas=*/false);
       } else {  // the stream's write of the round's word follows this kernel

@@ -3,7 +3,8 @@
 // (stream_write_value32 into every peer's scratch, stream_wait_value32 on this rank's), and
 // the watchdog's way out of a wait on a peer that died.
 //
-// Cost per round: 2 kernels (3 for a two-shot all-reduce) and, per exchange, nranks - 1
+// Cost: 1 + rounds (phases - 1) kernels a call (a round's last phase and the next round's
+// first share one), and, per exchange, nranks - 1
 // writes into the peers, nranks - 1 writes of DevCtl::waiting_peer and nranks - 1 waits on the
 // caller's stream; the data moved is the spinning form's.
 #include <algorithm>
@@ -29,35 +30,41 @@ Status DirectEngine::launch_waiting(const DevLaunch& launch, Stream stream, bool
     return kernel();
   }
   const uint32_t phases = direct_phases(d.coll, d.proto);
+  // The exchange after phase p of round e: this rank's word in every peer's scratch, then
+  // every peer's word in this rank's (a wait for round >= e: a peer may be a round ahead).
+  auto exchange = [&](uint32_t p, uint32_t e) {
+    for (int r = 0; r < nranks_; ++r) {
+      if (r == rank_) continue;
+      Status s =
+          rt_->stream_write_value32(stream, direct_wait_word(scratch_[static_cast<size_t>(r)], nranks_, p, rank_), e);
+      if (!s.ok()) return s.prefix(format("round %u: telling rank %d: ", e, r));
+    }
+    // Before the waits are queued: release_waits must reach past them.
+    waited_round_.store(e, std::memory_order_release);
+    for (int r = 0; r < nranks_; ++r) {
+      if (r == rank_) continue;
+      // The peer this stream waits on next, for the watchdog's message (as a spinning
+      // kernel says after a long wait): DevCtl is pinned host memory the host reads freely.
+      Status s = rt_->stream_write_value32(stream, &l.call.ctl->waiting_peer, static_cast<uint32_t>(r));
+      if (!s.ok()) return s.prefix(format("round %u: ", e));
+      s = rt_->stream_wait_value32(stream, direct_wait_word(scratch_[static_cast<size_t>(rank_)], nranks_, p, r), e,
+                                   DeviceRuntime::WaitCondition::kGeq);
+      if (!s.ok()) return s.prefix(format("round %u: waiting for rank %d: ", e, r));
+    }
+    return Status::success();
+  };
   for (uint64_t k = 0; k < rounds; ++k) {
     const uint32_t e = d.round + static_cast<uint32_t>(k);
-    for (uint32_t p = 0; p < phases; ++p) {
+    d.phase_round = static_cast<uint32_t>(k);
+    // Phase 0 of every round after the first ran in the kernel of the round before's last
+    // phase (DevDirect::then_next).
+    for (uint32_t p = k == 0 ? 0 : 1; p < phases; ++p) {
+      if (p > 0) ACCORD_TRY(exchange(p - 1, e));
       d.phase = p + 1;
-      d.phase_round = static_cast<uint32_t>(k);
       d.last = k == rounds - 1 && p == phases - 1 ? 1 : 0;
-      Status s = kernel();
-      if (!s.ok()) return s.prefix(format("round %u, phase %u: ", e, p));
+      d.then_next = k + 1 < rounds && p == phases - 1 ? 1 : 0;
+      ACCORD_TRY(kernel().prefix(format("round %u, phase %u: ", e, p)));
       *partial = true;
-      if (p == phases - 1) break;
-      // The exchange after phase p: this rank's word in every peer's scratch, then every
-      // peer's word in this rank's (a wait for round >= e: a peer may be a round ahead).
-      for (int r = 0; r < nranks_; ++r) {
-        if (r == rank_) continue;
-        s = rt_->stream_write_value32(stream, direct_wait_word(scratch_[static_cast<size_t>(r)], nranks_, p, rank_), e);
-        if (!s.ok()) return s.prefix(format("round %u: telling rank %d: ", e, r));
-      }
-      // Before the waits are queued: release_waits must reach past them.
-      waited_round_.store(e, std::memory_order_release);
-      for (int r = 0; r < nranks_; ++r) {
-        if (r == rank_) continue;
-        // The peer this stream waits on next, for the watchdog's message (as a spinning
-        // kernel says after a long wait): DevCtl is pinned host memory the host reads freely.
-        s = rt_->stream_write_value32(stream, &l.call.ctl->waiting_peer, static_cast<uint32_t>(r));
-        if (!s.ok()) return s.prefix(format("round %u: ", e));
-        s = rt_->stream_wait_value32(stream, direct_wait_word(scratch_[static_cast<size_t>(rank_)], nranks_, p, r), e,
-                                     DeviceRuntime::WaitCondition::kGeq);
-        if (!s.ok()) return s.prefix(format("round %u: waiting for rank %d: ", e, r));
-      }
     }
   }
   return Status::success();
