@@ -35,8 +35,8 @@ Status DirectEngine::launch_waiting(const DevLaunch& launch, Stream stream, bool
   auto exchange = [&](uint32_t p, uint32_t e) {
     for (int r = 0; r < nranks_; ++r) {
       if (r == rank_) continue;
-      Status s =
-          rt_->stream_write_value32(stream, direct_wait_word(scratch_[static_cast<size_t>(r)], nranks_, p, rank_), e);
+      Status s = rt_->stream_write_value32(
+          stream, direct_wait_word(scratch_[static_cast<size_t>(r)], nranks_, p, rank_), e);
       if (!s.ok()) return s.prefix(format("round %u: telling rank %d: ", e, r));
     }
     // Before the waits are queued: release_waits must reach past them.
@@ -45,10 +45,12 @@ Status DirectEngine::launch_waiting(const DevLaunch& launch, Stream stream, bool
       if (r == rank_) continue;
       // The peer this stream waits on next, for the watchdog's message (as a spinning
       // kernel says after a long wait): DevCtl is pinned host memory the host reads freely.
-      Status s = rt_->stream_write_value32(stream, &l.call.ctl->waiting_peer, static_cast<uint32_t>(r));
+      Status s =
+          rt_->stream_write_value32(stream, &l.call.ctl->waiting_peer, static_cast<uint32_t>(r));
       if (!s.ok()) return s.prefix(format("round %u: ", e));
-      s = rt_->stream_wait_value32(stream, direct_wait_word(scratch_[static_cast<size_t>(rank_)], nranks_, p, r), e,
-                                   DeviceRuntime::WaitCondition::kGeq);
+      s = rt_->stream_wait_value32(
+          stream, direct_wait_word(scratch_[static_cast<size_t>(rank_)], nranks_, p, r), e,
+          DeviceRuntime::WaitCondition::kGeq);
       if (!s.ok()) return s.prefix(format("round %u: waiting for rank %d: ", e, r));
     }
     return Status::success();
@@ -77,11 +79,11 @@ void DirectEngine::release_waits() {
   for (uint32_t p = 0; p + 1 < 3; ++p)
     for (int r = 0; r < nranks_; ++r) {
       if (r == rank_) continue;
-      Status s =
-          rt_->stream_write_value32(rescue_, direct_wait_word(scratch_[static_cast<size_t>(rank_)], nranks_, p, r), e);
+      Status s = rt_->stream_write_value32(
+          rescue_, direct_wait_word(scratch_[static_cast<size_t>(rank_)], nranks_, p, r), e);
       if (!s.ok()) {
-        LOG_WARN(kGpu, "rank %d: ending the stream's wait for rank %d's round %u failed: %s", rank_, r, e,
-                 s.message().c_str());
+        LOG_WARN(kGpu, "rank %d: ending the stream's wait for rank %d's round %u failed: %s", rank_,
+                 r, e, s.message().c_str());
         return;
       }
     }

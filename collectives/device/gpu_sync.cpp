@@ -50,13 +50,16 @@ bool parse_gpu_sync(const std::string& text, GpuSync* out) {
 bool Communicator::gpu_time_sliced() const {
   if (device_ < 0) return false;
   bool shared = false;
-  for (int r : local_ranks_) shared = shared || (r != rank_ && same_gpu(r, rank_) && !same_process(r, rank_));
+  for (int r : local_ranks_)
+    shared = shared || (r != rank_ && same_gpu(r, rank_) && !same_process(r, rank_));
   if (!shared) return false;
-  if (rt_ != nullptr && std::string(rt_->kind()) == "simulated") return settings_.sim_timeslice_us > 0;
+  if (rt_ != nullptr && std::string(rt_->kind()) == "simulated")
+    return settings_.sim_timeslice_us > 0;
   return !mps_running();
 }
 
-Status Communicator::choose_gpu_sync(StoreClient* store, Deadline deadline, bool* wait, std::string* why) {
+Status Communicator::choose_gpu_sync(StoreClient* store, Deadline deadline, bool* wait,
+                                     std::string* why) {
   dev::GpuSync mode = dev::GpuSync::kAuto;
   (void)dev::parse_gpu_sync(settings_.shared_gpu_sync, &mode);  // checked in configure()
   const bool sliced = gpu_time_sliced();
@@ -69,12 +72,13 @@ Status Communicator::choose_gpu_sync(StoreClient* store, Deadline deadline, bool
   for (int r : sliced_ranks) list += format("%s%d", list.empty() ? "" : ",", r);
   const bool sim = rt_ != nullptr && std::string(rt_->kind()) == "simulated";
   const std::string where =
-      sliced_ranks.empty()
-          ? std::string(sim ? "no simulated GPU is time-sliced (ACCORD_SIM_TIMESLICE_US=0, or no GPU shared by "
-                              "processes)"
-                            : "no GPU is shared by processes without MPS")
-          : format("ranks %s share a GPU with other processes %s", list.c_str(),
-                   sim ? "in time slices (ACCORD_SIM_TIMESLICE_US)" : "and MPS does not run (time slices)");
+      sliced_ranks.empty() ? std::string(sim ? "no simulated GPU is time-sliced "
+                                               "(ACCORD_SIM_TIMESLICE_US=0, or no GPU shared by "
+                                               "processes)"
+                                             : "no GPU is shared by processes without MPS")
+                           : format("ranks %s share a GPU with other processes %s", list.c_str(),
+                                    sim ? "in time slices (ACCORD_SIM_TIMESLICE_US)"
+                                        : "and MPS does not run (time slices)");
   switch (mode) {
     case dev::GpuSync::kSpin:
       *wait = false;

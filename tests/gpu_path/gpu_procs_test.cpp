@@ -1041,8 +1041,8 @@ TEST_F(GpuProcsProcesses, DirectWaitEndsWhenAPeerStopsOrDies) {
       ADD_FAILURE() << "killed rank: " << f;
 }
 
-// Note [Shared GPU sync], Note [Simulated time slices]: 2 processes on GPU 0 sliced as without
-// MPS (the table made here, before the ranks fork). A kernel that spins on its peer's flag gets
+// Note [Shared GPU sync], Note [Simulated time slices]: 2 and 4 processes on GPU 0 sliced as
+// without MPS (the table made here, before the ranks fork). A kernel that spins on its peer's flag gets
 // it only when its slice expires, so every all-reduce of the spinning protocol costs at least
 // one expiry (the first kernel to run waits for the other, which cannot run before the slice
 // changes). The waiting protocol's kernels never wait inside, and its streams wait without the
@@ -1058,7 +1058,7 @@ std::string sliced_job(accord_comm_t c, int r, int n, int gpus, int calls, const
 }
 
 TEST_F(GpuProcsProcesses, SlicedSharedGpuHandOffsWithoutExpiries) {
-  if (!all_direct(m_, 2, true)) GTEST_SKIP() << "the job would not use the direct protocol";
+  if (!all_direct(m_, 4, true)) GTEST_SKIP() << "the job would not use the direct protocol";
   std::string why;
   std::shared_ptr<sim::TimeSlices> table = sim::TimeSlices::process_table(&why);
   ASSERT_TRUE(table) << why;
@@ -1069,28 +1069,30 @@ TEST_F(GpuProcsProcesses, SlicedSharedGpuHandOffsWithoutExpiries) {
     const char* setting;  // ACCORD_SHARED_GPU_SYNC
     const char* want;     // what the plan must say
   };
-  for (const Run& run : {Run{"spin", "spin"}, Run{"auto", "wait"}, Run{"wait", "wait"}}) {
-    ScopedEnv sync("ACCORD_SHARED_GPU_SYNC", run.setting);
-    LogFile log;
-    const sim::SliceCounts before = table->counts(0);
-    for (const auto& f : run_processes(
-             2, [&](accord_comm_t c, int r, int nr) { return sliced_job(c, r, nr, m_.gpus(), kCalls, run.want); }, kTimeoutS))
-      ADD_FAILURE() << "ACCORD_SHARED_GPU_SYNC=" << run.setting << ": " << f;
-    const sim::SliceCounts after = table->counts(0);
-    const uint64_t expiries = after.expiries - before.expiries, switches = after.switches - before.switches;
-    std::cout << "ACCORD_SHARED_GPU_SYNC=" << run.setting << ": " << kCalls << " all-reduces per rank, "
-              << expiries << " slice expiries, " << switches << " switches, " << after.yields - before.yields
-              << " early yields\n";
-    EXPECT_GT(switches, 0u) << run.setting << ": the two processes' kernels should have taken turns on GPU 0";
-    if (std::string(run.want) == "spin")
-      EXPECT_GE(expiries, static_cast<uint64_t>(kCalls))
-          << "the spinning protocol should pay a slice expiry per all-reduce (is the time-slice model on?)";
-    else
-      EXPECT_EQ(expiries, 0u) << run.setting << ": a kernel waited for a peer inside its time slice";
-    // Note [Shared GPU warnings]: the time-slice warning only where the job spins.
-    if (access("/tmp/nvidia-mps/control", F_OK) == 0) continue;  // MPS runs here: no warning
-    const size_t warned = occurrences(log.text(), "MPS does not run");
-    EXPECT_EQ(warned, std::string(run.want) == "spin" ? 1u : 0u) << run.setting << ": the log:\n" << log.text();
+  for (int n : {2, 4}) {
+    for (const Run& run : {Run{"spin", "spin"}, Run{"auto", "wait"}, Run{"wait", "wait"}}) {
+      ScopedEnv sync("ACCORD_SHARED_GPU_SYNC", run.setting);
+      LogFile log;
+      const sim::SliceCounts before = table->counts(0);
+      auto job = [&](accord_comm_t c, int r, int nr) { return sliced_job(c, r, nr, m_.gpus(), kCalls, run.want); };
+      for (const auto& f : run_processes(n, job, kTimeoutS))
+        ADD_FAILURE() << n << " processes, ACCORD_SHARED_GPU_SYNC=" << run.setting << ": " << f;
+      const sim::SliceCounts after = table->counts(0);
+      const uint64_t expiries = after.expiries - before.expiries, switches = after.switches - before.switches;
+      std::cout << n << " processes, ACCORD_SHARED_GPU_SYNC=" << run.setting << ": " << kCalls
+                << " all-reduces per rank, " << expiries << " slice expiries, " << switches << " switches, "
+                << after.yields - before.yields << " early yields\n";
+      EXPECT_GT(switches, 0u) << run.setting << ": the processes' kernels should have taken turns on GPU 0";
+      if (std::string(run.want) == "spin")
+        EXPECT_GE(expiries, static_cast<uint64_t>(kCalls))
+            << "the spinning protocol should pay a slice expiry per all-reduce (is the time-slice model on?)";
+      else
+        EXPECT_EQ(expiries, 0u) << run.setting << ": a kernel waited for a peer inside its time slice";
+      // Note [Shared GPU warnings]: the time-slice warning only where the job spins.
+      if (access("/tmp/nvidia-mps/control", F_OK) == 0) continue;  // MPS runs here: no warning
+      const size_t warned = occurrences(log.text(), "MPS does not run");
+      EXPECT_EQ(warned, std::string(run.want) == "spin" ? 1u : 0u) << run.setting << ": the log:\n" << log.text();
+    }
   }
 }
 
