@@ -12,7 +12,11 @@
 // another count, a peer out of range, a send whose receive never comes (a timeout): errors
 // that name the rank, the peer and the call, never a hang.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
+
+#include <csignal>
+#include <new>
 
 #include <algorithm>
 #include <atomic>
@@ -224,6 +228,14 @@ std::string plan_routes(accord_comm_t comm, int rank, int n, const std::function
   return "";
 }
 
+// Before a forked rank's init: every pair TCP, rank r on GPU r; or, where the parent has
+// ACCORD_DEVICE set (a machine with one real GPU: scripts/gpu-check.sh's tcp2p2p step), every
+// rank on that GPU.
+void over_tcp_env(int r) {
+  setenv("ACCORD_SHM_DISABLE", "1", 1);
+  setenv("ACCORD_DEVICE", std::to_string(r).c_str(), 0);
+}
+
 // Byte i of what rank `from` sends to rank `to`: every byte value, shifted per pair.
 uint8_t tcp_byte(int from, int to, size_t i) {
   return static_cast<uint8_t>(static_cast<size_t>(from) * 37u + static_cast<size_t>(to) * 11u + i + i / 251u);
@@ -295,9 +307,26 @@ std::string every_dtype_and_size(accord_comm_t comm, int rank, int n) {
   });
 }
 
-// Mismatches over TCP: a receive of fewer elements than the send, and one of another dtype with
-// the same bytes; the receiver's asynchronous error names it, the peer and the call.
-std::string tcp_mismatches(accord_comm_t comm, int rank, int) {
+// A word shared by forked ranks (made before the fork).
+struct SharedWord {
+  SharedWord() {
+    void* p = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    word = p == MAP_FAILED ? nullptr : new (p) std::atomic<int>(0);
+  }
+  ~SharedWord() {
+    if (word != nullptr) munmap(word, sizeof(std::atomic<int>));
+  }
+  // Waits up to 60 s for the word to be set.
+  void wait() const {
+    for (int i = 0; i < 60000 && word->load() == 0; ++i) usleep(1000);
+  }
+  std::atomic<int>* word;
+};
+
+// A mismatch over TCP: a receive of fewer elements than the send; the receiver's asynchronous
+// error names it, the peer and the call. The sender stays until the receiver has looked (its
+// exit would otherwise race the kernel's check: a closed peer is an error of its own).
+std::string tcp_mismatches(accord_comm_t comm, int rank, const SharedWord& checked) {
   return on_own_stream(comm, [&](accord_stream_t stream, int dev) -> std::string {
     void* buf = nullptr;
     accord_status_t s = accord_device_alloc(&buf, 4000, dev);
@@ -316,6 +345,8 @@ std::string tcp_mismatches(accord_comm_t comm, int rank, int) {
       failure = std::string("a receive of 999 for a send of 1000 over TCP: ") + accord_status_string(async) +
                 ": " + text;
     if (rank == 0 && async != ACCORD_SUCCESS) failure = "the sender of 1000 elements over TCP: " + text;
+    if (rank == 1) checked.word->store(1);
+    if (rank == 0) checked.wait();
     (void)accord_device_free(buf);
     return failure;
   });
@@ -474,11 +505,7 @@ TEST_F(GpuP2pProcesses, EveryPatternOverTcp) {
                if (failure.empty()) failure = every_dtype_and_size(comm, rank, nr);
                return failure;
              },
-             300,
-             [](int r) {
-               setenv("ACCORD_SHM_DISABLE", "1", 1);
-               setenv("ACCORD_DEVICE", std::to_string(r).c_str(), 1);
-             }))
+             300, over_tcp_env))
       ADD_FAILURE() << n << " ranks over TCP: " << f;
 }
 
@@ -504,11 +531,44 @@ TEST_F(GpuP2pProcesses, EveryPatternTwoHosts) {
 }
 
 TEST_F(GpuP2pProcesses, MismatchesOverTcpNameRankPeerAndCall) {
-  for (const auto& f : run_processes(2, tcp_mismatches, 120, [](int r) {
-         setenv("ACCORD_SHM_DISABLE", "1", 1);
-         setenv("ACCORD_DEVICE", std::to_string(r).c_str(), 1);
-       }))
+  SharedWord checked;
+  ASSERT_NE(checked.word, nullptr);
+  for (const auto& f : run_processes(
+           2, [&](accord_comm_t comm, int rank, int) { return tcp_mismatches(comm, rank, checked); }, 120,
+           over_tcp_env))
     ADD_FAILURE() << f;
+}
+
+// A peer over TCP killed while this rank receives from it (larger than every FIFO and ring on
+// the way): the receive ends with an error naming the peer, not a hang.
+TEST_F(GpuP2pProcesses, KilledPeerOverTcpEndsTheReceive) {
+  ScopedEnv timeout("ACCORD_TIMEOUT_MS", "20000");
+  for (const auto& f : run_processes(
+           2,
+           [](accord_comm_t comm, int rank, int) -> std::string {
+             return on_own_stream(comm, [&](accord_stream_t stream, int dev) -> std::string {
+               const size_t count = 40 * kSlotElems;
+               void* buf = nullptr;
+               accord_status_t s = accord_device_alloc(&buf, count * 4, dev);
+               if (s == ACCORD_SUCCESS) s = accord_barrier(comm, nullptr);
+               if (s != ACCORD_SUCCESS) return api_error("set up", comm, s);
+               if (rank == 1) raise(SIGKILL);  // before it sends anything
+               s = accord_recv(buf, count, ACCORD_INT32, 1, comm, stream);
+               if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+               accord_status_t async = ACCORD_SUCCESS;
+               (void)accord_comm_get_async_error(comm, &async);
+               const std::string text = accord_last_error(comm);
+               (void)accord_device_free(buf);
+               if (async == ACCORD_SUCCESS || text.find("rank 1") == std::string::npos ||
+                   text.find("TCP") == std::string::npos)
+                 return std::string("a receive from a killed rank over TCP: ") + accord_status_string(async) +
+                        ": " + text;
+               return std::string();
+             });
+           },
+           120, over_tcp_env))
+    if (f.rfind("rank 1: ", 0) != 0 || f.find("killed by signal 9") == std::string::npos)
+      ADD_FAILURE() << "killed rank: " << f;
 }
 
 // The mismatches: errors naming the rank, the peer and the call, and no hang.
