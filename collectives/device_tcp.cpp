@@ -177,15 +177,23 @@ void Communicator::pump_send(TcpPump* p) {
   };
   for (uint32_t m = 0;; ++m) {
     SlotHeader& h = out.headers[m % nslots];
+    // A peer that fails while posted messages are still unsent: the kernel may wait for their
+    // slots, so the failure is recorded now (the watchdog ends the call that waits).
+    auto lost = [&] { return released != m && tp->failed(); };
     auto ready = [&] {
       release_sent();
-      return h.seq.load(std::memory_order_acquire) == m + 1;
+      return h.seq.load(std::memory_order_acquire) == m + 1 || lost();
     };
     // Stopping (1): the kernels have ended, so whatever they wrote is there now (and what was
     // posted, the transport writes out before it closes).
     if (!poll_until(ready, [&] { return pumps_stop_.load(std::memory_order_acquire) != 0; },
                     [&] { return released != m; }))
       return;
+    if (h.seq.load(std::memory_order_acquire) != m + 1)
+      return pump_failed(p,
+                         error(ACCORD_ERR_REMOTE, "%u message%s not sent: %s", m - released,
+                               m - released == 1 ? "" : "s", tp->failure().c_str()),
+                         "sending GPU data to");
     const size_t bytes = h.size & ((1u << kOffsetShift) - 1);
     const uint8_t* data = out.slot_data(m % nslots);
     void* slot = nullptr;

@@ -547,36 +547,46 @@ TEST_F(GpuP2pProcesses, MismatchesOverTcpNameRankPeerAndCall) {
     ADD_FAILURE() << f;
 }
 
-// A peer over TCP killed while this rank receives from it (larger than every FIFO and ring on
-// the way): the receive ends with an error naming the peer, not a hang.
-TEST_F(GpuP2pProcesses, KilledPeerOverTcpEndsTheReceive) {
-  ScopedEnv timeout("ACCORD_TIMEOUT_MS", "20000");
-  for (const auto& f : run_processes(
-           2,
-           [](accord_comm_t comm, int rank, int) -> std::string {
-             return on_own_stream(comm, [&](accord_stream_t stream, int dev) -> std::string {
-               const size_t count = 40 * kSlotElems;
-               void* buf = nullptr;
-               accord_status_t s = accord_device_alloc(&buf, count * 4, dev);
-               if (s == ACCORD_SUCCESS) s = accord_barrier(comm, nullptr);
-               if (s != ACCORD_SUCCESS) return api_error("set up", comm, s);
-               if (rank == 1) raise(SIGKILL);  // before it sends anything
-               s = accord_recv(buf, count, ACCORD_INT32, 1, comm, stream);
-               if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
-               accord_status_t async = ACCORD_SUCCESS;
-               (void)accord_comm_get_async_error(comm, &async);
-               const std::string text = accord_last_error(comm);
-               (void)accord_device_free(buf);
-               if (async == ACCORD_SUCCESS || text.find("rank 1") == std::string::npos ||
-                   text.find("TCP") == std::string::npos)
-                 return std::string("a receive from a killed rank over TCP: ") + accord_status_string(async) +
-                        ": " + text;
-               return std::string();
-             });
-           },
-           120, over_tcp_env))
-    if (f.rfind("rank 1: ", 0) != 0 || f.find("killed by signal 9") == std::string::npos)
-      ADD_FAILURE() << "killed rank: " << f;
+// A peer over TCP killed while this rank receives from it, or sends it more than every FIFO
+// and ring on the way hold: the call ends with an error naming the peer and TCP (the send
+// through the send pump's check of its unsent messages), not a hang or a timeout.
+TEST_F(GpuP2pProcesses, KilledPeerOverTcpEndsTheCall) {
+  ScopedEnv timeout("ACCORD_TIMEOUT_MS", "60000");
+  for (bool send : {false, true}) {
+    SharedWord past_barrier;  // rank 0 is past the barrier: rank 1 may die
+    ASSERT_NE(past_barrier.word, nullptr);
+    for (const auto& f : run_processes(
+             2,
+             [&](accord_comm_t comm, int rank, int) -> std::string {
+               return on_own_stream(comm, [&](accord_stream_t stream, int dev) -> std::string {
+                 const size_t count = 40 * kSlotElems;
+                 void* buf = nullptr;
+                 accord_status_t s = accord_device_alloc(&buf, count * 4, dev);
+                 if (s == ACCORD_SUCCESS) s = accord_barrier(comm, nullptr);
+                 if (s != ACCORD_SUCCESS) return api_error("set up", comm, s);
+                 if (rank == 0) past_barrier.word->store(1);
+                 if (rank == 1) {
+                   past_barrier.wait();
+                   raise(SIGKILL);  // before it sends or receives anything
+                 }
+                 s = send ? accord_send(buf, count, ACCORD_INT32, 1, comm, stream)
+                          : accord_recv(buf, count, ACCORD_INT32, 1, comm, stream);
+                 if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+                 accord_status_t async = ACCORD_SUCCESS;
+                 (void)accord_comm_get_async_error(comm, &async);
+                 const std::string text = accord_last_error(comm);
+                 (void)accord_device_free(buf);
+                 if (async == ACCORD_SUCCESS || async == ACCORD_ERR_TIMEOUT ||
+                     text.find("rank 1") == std::string::npos || text.find("TCP") == std::string::npos)
+                   return std::string(send ? "a send" : "a receive") + " with a killed rank over TCP: " +
+                          accord_status_string(async) + ": " + text;
+                 return std::string();
+               });
+             },
+             120, over_tcp_env))
+      if (f.rfind("rank 1: ", 0) != 0 || f.find("killed by signal 9") == std::string::npos)
+        ADD_FAILURE() << (send ? "send: " : "recv: ") << f;
+  }
 }
 
 // The mismatches: errors naming the rank, the peer and the call, and no hang.
