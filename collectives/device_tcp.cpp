@@ -30,8 +30,11 @@
 //
 // At destroy, after the kernels ended (release_device), the send pumps first post what the
 // kernels wrote (the peer's kernel may still wait for it), then every pump stops, and the
-// device TCP transport is destroyed (it writes out what was posted, for up to 2 s) before the
-// FIFOs' memory is freed. A pump that
+// device TCP transport is destroyed (it writes out what was posted while the peer reads it, for
+// up to ACCORD_TIMEOUT_MS) before the FIFOs' memory is freed. The receiving side holds nslots
+// messages that its kernel has not taken (before the rings were the FIFOs, twice that), so a
+// rank that destroys its communicator right after a send of more than nslots slots waits until
+// the peer's kernel takes all but the last nslots. A pump that
 // fails (the peer's sockets closed: it died, or it was destroyed while this rank still
 // waited) records why; the watchdog fails the collective that waits for that peer
 // (Communicator::pump_failure), and not one that no longer needs it.
@@ -112,8 +115,8 @@ void Communicator::start_tcp_pumps() {
 
 void Communicator::stop_tcp_pumps() {
   if (pumps_.empty()) return;
-  // Send pumps first send what the kernels wrote, for up to ACCORD_TIMEOUT_MS (a peer that
-  // stopped reading would hold them in the TCP wait for ever); then every pump is told to stop.
+  // Send pumps first post what the kernels wrote (they never wait for the transport, but a
+  // stuck one is not waited for past ACCORD_TIMEOUT_MS); then every pump is told to stop.
   pumps_stop_.store(1, std::memory_order_release);
   const Deadline deadline = Deadline::after_ms(settings_.timeout_ms);
   while (send_pumps_running_.load(std::memory_order_acquire) > 0 && !deadline.expired())
