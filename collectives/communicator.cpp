@@ -561,8 +561,10 @@ Status Communicator::connect_remote(StoreClient* store, Deadline deadline) {
     links_.recv[static_cast<size_t>(r)] = tcp_->receiver(r);
   }
   if (job_may_use_gpu_) {
-    // Note [Device data over TCP]: sockets of their own for GPU data.
+    // Note [Device data over TCP]: sockets of their own for GPU data; at destroy they write out
+    // what the kernels sent for up to ACCORD_TIMEOUT_MS (the peer's kernel may still need it).
     options.store_prefix = "tcpdev/";
+    options.linger_ms = std::max<int64_t>(options.linger_ms, settings_.timeout_ms);
     ACCORD_TRY(TcpTransport::setup(store, rank_, nranks_, remote_ranks_, options, deadline, &tcp_dev_)
                    .prefix("GPU data over TCP: "));
   }
