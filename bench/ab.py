@@ -3,7 +3,7 @@
 
 Each pair runs A then B (B then A on odd pairs, so neither always goes first) with the same
 arguments, and the summary gives, per size and placement, each side's median busbw and the median
-of the pair ratios B / A with its quartiles. An A/A run (the same build twice) says how far apart
+of the pair ratios of speed B / A (A's time / B's) with its quartiles. An A/A run (the same build twice) says how far apart
 two identical programs come out on this machine now: trust a B / A only well outside that.
 
 Usage: bench/ab.py A_BUILD B_BUILD [--pairs N] [--np 2] [--env-a K=V ...] [--env-b K=V ...]
@@ -22,15 +22,15 @@ import sys
 
 
 def parse(text):
-    """{(size, 'oop'|'ip'): busbw} from a *_perf output."""
+    """{(size, 'oop'|'ip'): (busbw, time in us)} from a *_perf output."""
     out = {}
     for line in text.splitlines():
         f = line.split()
         if not f or line.startswith("#") or not f[0].isdigit() or len(f) < 13:
             continue
         size = int(f[0])
-        out[(size, "oop")] = float(f[7])
-        out[(size, "ip")] = float(f[11])
+        out[(size, "oop")] = (float(f[7]), float(f[5]))
+        out[(size, "ip")] = (float(f[11]), float(f[9]))
     return out
 
 
@@ -85,16 +85,20 @@ def main():
     keys = sorted(res["A"][0])
     print(f"# A {o.a} {' '.join(o.env_a)} | B {o.b} {' '.join(o.env_b)} | {o.pairs} pairs, np {o.np}, "
           f"prefix '{o.prefix}', args {' '.join(perf)}")
-    print("| size | placement | A median busbw | B median busbw | B/A median of pair ratios (quartiles) | A min-max | B min-max |")
-    print("|---:|---|---:|---:|---|---|---|")
+    print("| size | placement | A median us | B median us | A median busbw | B median busbw | "
+          "B/A speed, median of pair ratios (quartiles) | A busbw min-max | B busbw min-max |")
+    print("|---:|---|---:|---:|---:|---:|---|---|---|")
     worst = None
     for k in keys:
-        a = [r[k] for r in res["A"]]
-        b = [r[k] for r in res["B"]]
-        ratios = [y / x for x, y in zip(a, b) if x > 0]
+        a = [r[k][0] for r in res["A"]]
+        b = [r[k][0] for r in res["B"]]
+        # B's speed over A's: from the times, which keep their digits at small sizes.
+        ratios = [ra[k][1] / rb[k][1] for ra, rb in zip(res["A"], res["B"]) if rb[k][1] > 0]
+        ta = statistics.median(r[k][1] for r in res["A"])
+        tb = statistics.median(r[k][1] for r in res["B"])
         med = statistics.median(ratios)
         lo, hi = quartiles(ratios)
-        print(f"| {k[0]} | {k[1]} | {statistics.median(a):.2f} | {statistics.median(b):.2f} | "
+        print(f"| {k[0]} | {k[1]} | {ta:.2f} | {tb:.2f} | {statistics.median(a):.2f} | {statistics.median(b):.2f} | "
               f"{med:.3f} ({lo:.3f}-{hi:.3f}) | {min(a):.2f}-{max(a):.2f} | {min(b):.2f}-{max(b):.2f} |")
         if k[1] == "oop":
             worst = med if worst is None else min(worst, med)
