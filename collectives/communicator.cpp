@@ -284,9 +284,9 @@ Status Communicator::init(const InitSpec& spec) {
   LOG_INFO(kInit,
            "rank %d of %d ready: %zu local ranks over shm, %zu remote over tcp, chunk %zu KiB "
            "(host buffers %zu KiB), wait spin %lld us%s%s",
-           rank_, nranks_, local_ranks_.size(), remote_ranks_.size(), chunk_bytes_ >> 10, call_chunk(false, 0, Collective::kAllReduce) >> 10,
-           static_cast<long long>(policy_.spin_ns / 1000), spin_on.c_str(),
-           yields.c_str());
+           rank_, nranks_, local_ranks_.size(), remote_ranks_.size(), chunk_bytes_ >> 10,
+           call_chunk(false, 0, Collective::kAllReduce) >> 10,
+           static_cast<long long>(policy_.spin_ns / 1000), spin_on.c_str(), yields.c_str());
   return Status::success();
 }
 

@@ -435,11 +435,14 @@ TEST(AllReduce, HostAllReducesFromTheStreamingThresholdKeepTheSlot) {
       if (name.rfind(std::string("log-") + c.name + "-", 0) != 0) continue;
       ++logs;
       for (size_t count : {big, small}) {
-        const std::string plan = "tune all_reduce of " + std::to_string(count * 4) + " bytes (2 ranks): ";
+        const std::string plan =
+            "tune all_reduce of " + std::to_string(count * 4) + " bytes (2 ranks): ";
         const size_t at = text.find(plan);
-        ASSERT_NE(at, std::string::npos) << name << " has no plan line for " << count * 4 << " bytes";
+        ASSERT_NE(at, std::string::npos)
+            << name << " has no plan line for " << count * 4 << " bytes";
         const std::string line = text.substr(at, text.find('\n', at) - at);
-        EXPECT_NE(line.find(count == big ? c.want_big : "chunk 64 KiB"), std::string::npos) << name << ": " << line;
+        EXPECT_NE(line.find(count == big ? c.want_big : "chunk 64 KiB"), std::string::npos)
+            << name << ": " << line;
       }
     }
   }
