@@ -235,7 +235,7 @@ class Communicator {
   // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
   Status check_consistency(const CollArgs& a);
   Algo choose_algo(const CollArgs& a, size_t bytes, bool on_device, size_t* chunk);
-  size_t call_chunk(bool on_device) const;  // Note [Host chunk]
+  size_t call_chunk(bool on_device, size_t bytes, Collective coll) const;  // Note [Host chunk]
   const Schedule* schedule_for(const ScheduleRequest& req, bool mapped = false);
   // What run_on decides about a call before moving data (Note [Repeated calls]).
   struct CallPlan {
