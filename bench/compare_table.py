@@ -48,6 +48,10 @@ def read_runs(paths):
             if line.startswith("#") or not line.strip():
                 continue
             f = line.split()
+            # Another rank's "#  Rank  1 Pid ..." can land inside a long rounds line (both
+            # ranks write to one pipe), leaving its tail on a line of its own: not a row.
+            if not f[0].isdigit():
+                continue
             # out-of-place time (us), Open MPI's time (us), from the same run
             size, a, m = int(f[0]), float(f[5]), float(f[13])
             rows.setdefault(size, []).append((a, m, m / a))  # the paired ratio replaces m / a when known

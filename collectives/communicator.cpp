@@ -172,6 +172,9 @@ Status Communicator::configure() {
     return error(ACCORD_ERR_INVALID_ARGUMENT,
                  "ACCORD_DEVICE_PROTO='%s' is not a device protocol; use auto, direct, oneshot, twoshot or fifo",
                  settings_.device_proto.c_str());
+  if (!dev::parse_gpu_sync(settings_.shared_gpu_sync, nullptr))
+    return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_SHARED_GPU_SYNC='%s' is not a hand-off mode; use auto, spin or wait",
+                 settings_.shared_gpu_sync.c_str());
   FifoShape& shape = shape_;
   shape.slot_bytes = settings_.shm_slot_bytes > 0 ? static_cast<size_t>(settings_.shm_slot_bytes) : kDefaultSlotBytes;
   shape.slot_bytes = std::max<size_t>(64, shape.slot_bytes & ~size_t{63});
@@ -284,9 +287,9 @@ Status Communicator::init(const InitSpec& spec) {
   LOG_INFO(kInit,
            "rank %d of %d ready: %zu local ranks over shm, %zu remote over tcp, chunk %zu KiB "
            "(host buffers %zu KiB), wait spin %lld us%s%s",
-           rank_, nranks_, local_ranks_.size(), remote_ranks_.size(), chunk_bytes_ >> 10, call_chunk(false) >> 10,
-           static_cast<long long>(policy_.spin_ns / 1000), spin_on.c_str(),
-           yields.c_str());
+           rank_, nranks_, local_ranks_.size(), remote_ranks_.size(), chunk_bytes_ >> 10,
+           call_chunk(false, 0, Collective::kAllReduce) >> 10,
+           static_cast<long long>(policy_.spin_ns / 1000), spin_on.c_str(), yields.c_str());
   return Status::success();
 }
 
@@ -558,8 +561,10 @@ Status Communicator::connect_remote(StoreClient* store, Deadline deadline) {
     links_.recv[static_cast<size_t>(r)] = tcp_->receiver(r);
   }
   if (job_may_use_gpu_) {
-    // Note [Device data over TCP]: sockets of their own for GPU data.
+    // Note [Device data over TCP]: sockets of their own for GPU data; at destroy they write out
+    // what the kernels sent for up to ACCORD_TIMEOUT_MS (the peer's kernel may still need it).
     options.store_prefix = "tcpdev/";
+    options.linger_ms = std::max<int64_t>(options.linger_ms, settings_.timeout_ms);
     ACCORD_TRY(TcpTransport::setup(store, rank_, nranks_, remote_ranks_, options, deadline, &tcp_dev_)
                    .prefix("GPU data over TCP: "));
   }
@@ -774,15 +779,28 @@ Status Communicator::check_args(const CollArgs& a, size_t* in_bytes, size_t* out
 // ACCORD_CHUNK_BYTES and all-reduces chosen from a tune file keep chunk_bytes_. Every rank
 // computes the same value when all run with the same settings, as ACCORD_CHUNK_BYTES and
 // ACCORD_TUNE_FILE already require: the schedules of a call must agree.
-size_t Communicator::call_chunk(bool on_device) const {
+//
+// Except large all-reduces where the host's probe chose non-temporal stores (Note [Store mode
+// probe]): from the streaming threshold, an all-reduce keeps the slot, in place or not. On the
+// Intel Xeon model 207 VM (2 MiB L2 per core, 260 MiB L3; its probe chooses non-temporal
+// stores) 64 KiB chunks were what remained of the loss at 16-64 MiB since 6e24fe8 (bisected to
+// eb86b9a): 2 ranks, `-n 20 -w 5`, 8 alternated pairs under chrt -f 50, 256 KiB chunks against
+// 64 KiB, median pair ratios out of place / in place 4 MiB 1.11 / 1.03, 16 MiB 1.13 / 1.03, 64
+// MiB 1.25 / 1.11, 256 KiB and 1 MiB 0.98-1.09 (bench/NOTES-2026-11.md, "The 64 MiB loss found:
+// 64 KiB chunks"). The Intel Xeon @ 2.50 GHz VM above, whose calls found ordinary stores faster,
+// keeps 64 KiB chunks at every size. That the probe's choice and the better chunk go together
+// is what those two CPUs showed, not a rule derived from a model; a tune file decides for a
+// machine that measures otherwise. The threshold is the same on every rank of a host.
+size_t Communicator::call_chunk(bool on_device, size_t bytes, Collective coll) const {
   if (on_device || nhosts_ > 1 || settings_.chunk_bytes > 0) return chunk_bytes_;
+  if (coll == Collective::kAllReduce && bytes >= nt_threshold_) return chunk_bytes_;
   return std::min(chunk_bytes_, kHostChunkBytes);
 }
 
 // Note [Tuner model] (tuner.hpp): all-reduce asks the tuner for algorithm and chunk; the other
 // collectives have one algorithm each.
 Algo Communicator::choose_algo(const CollArgs& a, size_t bytes, bool on_device, size_t* chunk) {
-  *chunk = call_chunk(on_device);
+  *chunk = call_chunk(on_device, bytes, a.coll);
   Algo pick;
   std::string why;
   switch (a.coll) {

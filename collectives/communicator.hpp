@@ -199,6 +199,10 @@ class Communicator {
   void pump_failed(TcpPump* p, Status s, const char* what);
   Status upload_peers(const std::vector<dev::DevPeer>& peers);
   Status setup_direct(StoreClient* store, Deadline deadline);  // Note [Direct or FIFO] (device/direct_path.cpp)
+  // Note [Shared GPU sync] (device/gpu_sync.cpp): whether the direct protocol hands off through
+  // the stream (true) or in the kernel, the same on every rank (collective over the store).
+  Status choose_gpu_sync(StoreClient* store, Deadline deadline, bool* wait, std::string* why);
+  bool gpu_time_sliced() const;  // this rank's GPU is shared by processes without MPS
   bool prepare_direct(const CollArgs& a, size_t elem_bytes, dev::DevLaunch* launch);
   Status wrap_stream(void* user_stream, Stream* out);  // device_path.cpp
   Status check_device_call(void* user_stream, const char* name);
@@ -232,7 +236,7 @@ class Communicator {
   // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
   Status check_consistency(const CollArgs& a);
   Algo choose_algo(const CollArgs& a, size_t bytes, bool on_device, size_t* chunk);
-  size_t call_chunk(bool on_device) const;  // Note [Host chunk]
+  size_t call_chunk(bool on_device, size_t bytes, Collective coll) const;  // Note [Host chunk]
   const Schedule* schedule_for(const ScheduleRequest& req, bool mapped = false);
   // What run_on decides about a call before moving data (Note [Repeated calls]).
   struct CallPlan {

@@ -169,8 +169,11 @@ void Communicator::release_device() {
     Deadline deadline = Deadline::after_ms(settings_.timeout_ms);
     // accord_comm_abort: the watchdog (stopped above) may not have passed the abort on yet.
     bool aborted = abort_.load(std::memory_order_acquire);
+    // A call queued after the watchdog ended the waits (Note [Waiting protocol]) waits again.
+    if (direct_ != nullptr && __atomic_load_n(&ctl->abort, __ATOMIC_ACQUIRE) != 0) direct_->release_waits();
     if (aborted) {
       __atomic_store_n(&ctl->abort, 1u, __ATOMIC_RELEASE);
+      if (direct_ != nullptr) direct_->release_waits();
       deadline = Deadline::after_ms(1000);
     }
     while (!done()) {
@@ -187,6 +190,7 @@ void Communicator::release_device() {
         LOG_WARN(kGpu, "rank %d: destroying the communicator while its collective (seq %llu) still runs on "
                  "GPU %d; telling it to give up", rank_, static_cast<unsigned long long>(dev_seq_), device_);
         __atomic_store_n(&ctl->abort, 1u, __ATOMIC_RELEASE);
+        if (direct_ != nullptr) direct_->release_waits();
         aborted = true;
         deadline = Deadline::after_ms(1000);
       }
@@ -351,7 +355,7 @@ void Communicator::find_gpu_sharers() {
 //  - ranks of different processes on one GPU: without MPS the GPU runs one process's kernels
 //    at a time, in time slices, so every hop of a collective waits for a slice.
 // GPUs and processes are compared by identity (Note [GPU identity], Note [Process identity]).
-static bool mps_running() {
+bool mps_running() {
   const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
   const std::string control =
       std::string(dir != nullptr && *dir ? dir : "/tmp/nvidia-mps") + "/control";
@@ -374,7 +378,15 @@ void Communicator::warn_shared_gpu() const {
         "(until ACCORD_TIMEOUT_MS). Set CUDA_MODULE_LOADING=EAGER, allocate before the first "
         "collective, or run one process per rank",
         rank_, rank_list(here).c_str(), gpu_label(rank_).substr(4).c_str());
-  if (!others.empty() && std::min(here.front(), others.front()) == rank_ && !mps_running()) {
+  // Where the job's collectives hand off through the stream (Note [Shared GPU sync]) slices
+  // cost them nothing: no warning, a line at info for what still spins.
+  const bool waiting = direct_ != nullptr && direct_->waiting();
+  if (!others.empty() && std::min(here.front(), others.front()) == rank_ && waiting)
+    LOG_INFO(kGpu, "rank %d: GPU %s is shared with other processes: the collectives hand off through the stream "
+             "(ACCORD_SHARED_GPU_SYNC), which needs no time slice; sends, receives and pre-multiplied sums "
+             "still wait inside their kernels (a time slice a hand-off without MPS)",
+             rank_, gpu_label(rank_).substr(4).c_str());
+  if (!others.empty() && std::min(here.front(), others.front()) == rank_ && !mps_running() && !waiting) {
     std::vector<int> all = here;
     all.insert(all.end(), others.begin(), others.end());
     std::sort(all.begin(), all.end());
@@ -1145,8 +1157,24 @@ Status Communicator::launch_schedule(const char* name, const Schedule& sched, de
     recent_.push_back(inflight_.back());
     if (recent_.size() > 64) recent_.pop_front();
   }
-  Status s = rt_->launch_kernel(dev::collective_kernel(), launch, sizeof *launch, us, c.nblocks,
-                                c.nblocks > 1 && !direct ? sizeof(uint32_t) * 2 * static_cast<size_t>(nranks_) : 0);
+  // Note [Waiting protocol] (device/direct_call.hpp): a kernel per phase, the stream waits
+  // between them.
+  bool partial = false;
+  Status s = direct && direct_->waiting()
+                 ? direct_->launch_waiting(*launch, us, &partial)
+                 : rt_->launch_kernel(dev::collective_kernel(), launch, sizeof *launch, us, c.nblocks,
+                                      c.nblocks > 1 && !direct ? sizeof(uint32_t) * 2 * static_cast<size_t>(nranks_) : 0);
+  if (!s.ok() && partial) {
+    // Some of the call's kernels and waits are queued: its peers may be in the call already,
+    // and this rank's rounds no longer match theirs.
+    s = Status(s.code(), format("rank %d: %s (seq %llu) on GPU %d: queued in part, then: %s; the communicator "
+                                "cannot go on: destroy it and create a new one%s",
+                                rank_, name, static_cast<unsigned long long>(seq), device_, s.message().c_str(),
+                                dead_peer_note().c_str()));
+    set_sticky(s);
+    __atomic_store_n(&static_cast<dev::DevCtl*>(ctl_host_)->abort, 1u, __ATOMIC_RELEASE);
+    direct_->release_waits();
+  }
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(watch_mu_);
     inflight_.pop_back();
@@ -1301,6 +1329,7 @@ void Communicator::watchdog_loop() {
       // the error already there.
       set_sticky(failure);
       __atomic_store_n(&ctl->abort, 1u, __ATOMIC_RELEASE);
+      if (direct_ != nullptr) direct_->release_waits();  // Note [Waiting protocol]: no stream waits on
     }
     std::unique_lock<std::mutex> lock(watch_mu_);
     watch_cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return watch_stop_; });

@@ -101,6 +101,10 @@ const std::vector<Entry>& entries() {
       SIZE_ENTRY("ACCORD_DIRECT_SCRATCH_BYTES", direct_scratch_bytes, "0",
                  "GPU memory per rank for the direct protocol, mapped into every peer (0: 8 MiB; a call "
                  "larger than half of it runs in rounds)"),
+      STR_ENTRY("ACCORD_SHARED_GPU_SYNC", shared_gpu_sync, "auto",
+                "hand-offs of the direct protocol: wait (the stream waits between kernels, which needs no time "
+                "slice: processes sharing a GPU without MPS), spin (the kernel polls its peers' flags: fastest when "
+                "every rank's kernel runs at once), or auto (wait where processes share a GPU without MPS)"),
       BOOL_ENTRY("ACCORD_SIM_THROTTLE", sim_throttle, "0",
                  "simulated GPUs: copies take at least bytes / the topology's link bandwidth"),
       INT_ENTRY("ACCORD_SIM_STALL_MS", sim_stall_ms, "60000",
@@ -239,7 +243,8 @@ bool shared(const Entry& e) {
   static const char* const kShared[] = {"ACCORD_ALGO",           "ACCORD_CHUNK_BYTES", "ACCORD_TUNE_FILE",
                                         "ACCORD_NET_MBPS",       "ACCORD_SHM_SLOT_BYTES",
                                         "ACCORD_SHM_NSLOTS",     "ACCORD_CHECK",       "ACCORD_P2P_DISABLE",
-                                        "ACCORD_DEVICE_PROTO",   "ACCORD_DIRECT_SCRATCH_BYTES"};
+                                        "ACCORD_DEVICE_PROTO",   "ACCORD_DIRECT_SCRATCH_BYTES",
+                                        "ACCORD_SHARED_GPU_SYNC"};
   for (const char* name : kShared)
     if (std::strcmp(name, e.info.name) == 0) return true;
   return false;

@@ -4,6 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
+if [ -f "$build/.demo-no-cuda" ]; then
+  # scripts/demo.sh left the CUDA kernels out on a machine without a GPU; the full build has them.
+  echo "build.sh: $build was configured by scripts/demo.sh without CUDA; setting -Dcuda=auto"
+  meson configure "$build" -Dcuda=auto
+  rm -f "$build/.demo-no-cuda"
+fi
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" "$@"
 elif [ $# -gt 0 ]; then

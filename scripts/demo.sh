@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The first run, on a built-in default: installs what is missing and builds the programs it runs
-# (the output goes to a log, the terminal gets one line per step), then
+# (the output goes to a log, the terminal gets one line per step; without a GPU, without the CUDA
+# kernels, which scripts/build.sh adds later), then
 #   1. this machine's topology (accord-topo): its GPUs, and each pair's route and why;
 #   2. all-reduce across 2 ranks on host memory, Accord against Open MPI's MPI_Allreduce on the
 #      same buffers (the ratio column);
@@ -96,12 +97,20 @@ if [ $do_build = 1 ]; then
   : >"$build_log"
   echo "Building Accord (the output goes to $build_log)"
   # No ticker here: sudo may ask for a password on the terminal.
-  build_step --no-ticker "install missing packages (scripts/setup.sh)" ./scripts/setup.sh
+  build_step --no-ticker "install missing packages (scripts/setup.sh --demo)" ./scripts/setup.sh --demo
   if [ -f "$build/build.ninja" ]; then
     step_no=2
     echo "[2/3] configure: $build is configured already"
-  else
+  elif ./scripts/gpu-present.sh; then
     build_step "configure (meson setup $build)" meson setup "$build"
+  else
+    # No GPU driver: the CUDA kernels (the longest step of the build) could not run here, and
+    # simulated GPUs (ACCORD_SIM_TOPO) run the same protocol on host threads without them.
+    # scripts/build.sh (and so scripts/test.sh) puts them back: the note below tells it to.
+    build_step "configure without CUDA, as there is no GPU (meson setup $build -Dcuda=disabled)" \
+      meson setup "$build" -Dcuda=disabled
+    echo "scripts/demo.sh configured this build with -Dcuda=disabled (no GPU); scripts/build.sh" \
+      "sets -Dcuda=auto again and removes this file" >"$build/.demo-no-cuda"
   fi
   # Only what the demo runs (about 100 of the build's 240 steps); scripts/build.sh and
   # scripts/test.sh build the rest, tests and framework libraries.
@@ -264,6 +273,9 @@ else
     *) gpu_why=${first#none: } ;;
   esac
   [ "$ngpus" -gt 0 ] || gpu_kind=none
+  if [ $gpu_kind = none ] && [ -f "$build/.demo-no-cuda" ]; then
+    gpu_why="no NVIDIA GPU or driver on this machine (so the demo's build left CUDA out)"
+  fi
 fi
 
 # Processes sharing a GPU run their kernels at the same time only under MPS; the library looks

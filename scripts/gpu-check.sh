@@ -30,6 +30,10 @@
 #   tcp2      GPU buffers between 2 processes over TCP (ACCORD_SHM_DISABLE=1: staged through pinned
 #             host memory by pump threads, Note [Device data over TCP]), then the same job on
 #             host buffers, for issue 35's ">= 70 % of host buffers" (not in the default list)
+#   tcp2p2p   send/recv, all-to-all (2, 3 and 4 processes, every dtype, 0 to 19 FIFO slots), a
+#             mismatch and a killed peer between processes over TCP (ACCORD_SHM_DISABLE=1), real
+#             GPU memory on GPU 0 (MPS): tests/gpu_path/gpu_p2p_test's TCP cases, which run on
+#             simulated GPUs in CI (not in the default list; never run on a GPU yet)
 #   kill      kill -9 one of 2 ranks in the middle of 64 MiB all-reduces (MPS): the other ends
 #             (not in the default list)
 #   gpusuite3 the gpu suite 3 times over, 4 at once (not in the default list)
@@ -169,6 +173,9 @@ for s in $steps; do
       step tcp2 90 all_reduce_perf "${mpi[@]}" -x ACCORD_SHM_DISABLE=1 -np 2 "$perf" -g 1 -b 8 -e 64M -f 8 -n 5 -w 1 \
         --show-plan
       step tcp2host 90 all_reduce_perf "${mpi[@]}" -x ACCORD_SHM_DISABLE=1 -np 2 "$perf" -b 8 -e 64M -f 8 -n 5 -w 1 ;;
+    tcp2p2p) mps_on
+      step tcp2p2p 150 gpu_p2p_test env ACCORD_DEVICE=0 "$build/tests/gpu_path/gpu_p2p_test" \
+        --gtest_filter='GpuP2pProcesses.*Tcp*' ;;
     kill) mps_on  # without mpirun, which would kill the survivor itself
       step kill 60 all_reduce_perf bash -c "export ACCORD_DEVICE=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29533
         RANK=0 $perf -g 1 -b 64M -e 64M -n 100000 -w 1 & p0=\$!

@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Installs what Accord needs to build, test and run its demo on Debian 12, skipping what is
 # already there. Safe to run again. Needs root (or sudo) only when something is missing.
+#
+# usage: scripts/setup.sh [--demo]
+#   --demo  only what scripts/demo.sh needs: the packages, and the CUDA tools only where a GPU
+#           is (the demo leaves the CUDA kernels out of a build without one); not mpi4py's tests
 set -euo pipefail
+demo=0
+case ${1:-} in
+  --demo) demo=1 ;;
+  "") ;;
+  *) echo "setup.sh: unknown argument '$1' (usage: scripts/setup.sh [--demo])" >&2; exit 2 ;;
+esac
 
 packages=(
   meson ninja-build pkg-config g++ python3
@@ -83,5 +93,9 @@ else
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-cuda_tools
-mpi4py_tests
+if [ $demo = 0 ]; then
+  cuda_tools
+  mpi4py_tests
+elif "$root/scripts/gpu-present.sh"; then
+  cuda_tools
+fi

@@ -180,7 +180,15 @@ struct DevDirect {
   uint32_t nslices = 1;               // slices of every round (Note [Direct slices])
   uint32_t coll = kCollAllReduce;
   int32_t root = 0;                   // broadcast, reduce
-  uint32_t pad = 0;
+  // Note [Waiting protocol] (direct_call.hpp): 0: the whole call, waiting on the peers' flags
+  // inside (spinning); p > 0: phase p - 1 of round `phase_round` (0-based in the call) only,
+  // the waits being stream memory operations between kernels; `last` is the call's last
+  // kernel (the one that writes DevCtl::done); `then_next`: after the round's last phase, the
+  // kernel runs phase 0 of the next round too (one kernel fewer a round).
+  uint32_t phase = 0;
+  uint32_t phase_round = 0;
+  uint32_t last = 1;
+  uint32_t then_next = 0;
 };
 
 // What one launch carries, by value (a kernel parameter, under CUDA's 4 KiB).

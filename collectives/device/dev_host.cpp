@@ -18,6 +18,7 @@
 #include "collectives/device/direct_call.hpp"
 #include "collectives/kernels/reduce_kernels.hpp"
 #include "collectives/schedule.hpp"
+#include "transport/device/sim_timeslice.hpp"
 #include "transport/shm/fifo.hpp"
 
 namespace accord::dev {
@@ -67,7 +68,12 @@ struct HostLanes {
   void publish() { std::atomic_thread_fence(std::memory_order_release); }
   // A simulated kernel holds its stream's thread while it waits, as a real one holds its SMs;
   // on a machine with fewer cores than simulated streams it must still let the others run.
+  // Between two polls is also where a GPU shared without MPS switches a spinning kernel out at
+  // the end of its slice (Note [Simulated time slices]; a no-op when the model is off). A
+  // kernel that cannot get its slice back (ACCORD_SIM_STALL_MS) goes on polling without it,
+  // until the watchdog aborts it.
   void pause(uint32_t spins) {
+    (void)sim::timeslice_point();
     if (spins < 64) return;
     if (spins < 2048) {
       sched_yield();
@@ -109,7 +115,8 @@ struct HostLanes {
   DevStep step(const DevStep* p) { return *p; }
 };
 
-void run_block(const DevLaunch& p, uint32_t block) {
+void run_block(const DevLaunch& p, uint32_t block, sim::KernelSlice* slice) {
+  sim::AdoptKernelSlice adopt(slice);  // every block runs inside the kernel's time slice
   HostLanes lanes;
   lanes.reduce = kernels::get_reduce_fn(static_cast<accord_datatype_t>(p.call.dtype),
                                         static_cast<accord_red_op_t>(p.call.op));
@@ -132,8 +139,9 @@ void run_block(const DevLaunch& p, uint32_t block) {
 void run_collective_host(const void* params) {
   const DevLaunch& p = *static_cast<const DevLaunch*>(params);
   std::vector<std::thread> others;
-  for (uint32_t b = 1; b < p.call.nblocks; ++b) others.emplace_back(run_block, std::cref(p), b);
-  run_block(p, 0);
+  sim::KernelSlice* slice = sim::current_kernel_slice();
+  for (uint32_t b = 1; b < p.call.nblocks; ++b) others.emplace_back(run_block, std::cref(p), b, slice);
+  run_block(p, 0, slice);
   for (std::thread& t : others) t.join();
 }
 

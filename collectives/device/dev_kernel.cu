@@ -55,8 +55,14 @@ __device__ __forceinline__ T premul(T x, uint32_t scale, uint32_t bit, T s) {
   return x;
 }
 
+// Not inlined (nor move_bytes): each of the 41 moves (10 dtypes x 4 ops, and bytes) is compiled
+// once, instead of once at each of the protocols' four call sites (dev_call.hpp, direct_call.hpp).
+// Inlined, ptxas took 175 s for sm_90 alone, and the build compiles three architectures; so, 43 s
+// (2-core VM under load, 2026-11-28; no spills, no stack, 103 registers for the kernel). The cost
+// is a call per step's move, which is a loop over up to a slot's or a chunk's bytes: not yet
+// measured on a GPU (HARDWARE_RISKS.md).
 template <class T, class Op>
-__device__ void move_typed(const MoveArgs& m) {
+__device__ __noinline__ void move_typed(const MoveArgs m) {
   T sv;
   memcpy(&sv, &m.scalar, sizeof(T));
   const uint32_t scale = m.scale;
@@ -119,7 +125,7 @@ __device__ void move_op(const MoveArgs& m, int32_t op) {
   }
 }
 
-__device__ void move_bytes(const MoveArgs& m) {
+__device__ __noinline__ void move_bytes(const MoveArgs m) {
   // A copy of any bytes: 16 at a time when everything is aligned, then byte by byte.
   const auto* a = static_cast<const unsigned char*>(m.a);
   auto* d0 = static_cast<unsigned char*>(m.dst0);

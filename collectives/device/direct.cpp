@@ -87,6 +87,8 @@ Status DirectEngine::open(const DirectSetup& s) {
   rank_ = s.rank;
   nranks_ = s.nranks;
   mode_ = s.mode;
+  wait_ = s.wait;
+  sync_why_ = s.sync_why;
   half_bytes_ = std::max(kMinDirectScratchBytes, s.scratch_bytes) / 2 & ~size_t{255};
   flag_bytes_ = direct_flag_bytes(nranks_);
   const size_t bytes = flag_bytes_ + 2 * half_bytes_;
@@ -127,6 +129,8 @@ Status DirectEngine::open(const DirectSetup& s) {
     opened_.push_back(p);
     table[static_cast<size_t>(r)] = static_cast<uint8_t*>(p);
   }
+  scratch_ = table;
+  if (wait_) ACCORD_TRY(rt_->create_stream(s.device, &rescue_).prefix("release_waits' stream: "));
   // No rank frees its scratch (destroy, exit) before every peer has opened it.
   std::vector<std::string> unused;
   ACCORD_TRY(s.store->all_gather("dscratch_opened", rank_, nranks_, "1", &unused, s.deadline));
@@ -163,6 +167,8 @@ Status DirectEngine::open(const DirectSetup& s) {
 
 DirectEngine::~DirectEngine() {
   if (rt_ == nullptr) return;
+  if (rescue_.id != 0) (void)rt_->destroy_stream(rescue_);
+  rescue_ = Stream{};
   if (held_ == nullptr) {  // init failed before the peers could address it
     for (void* p : opened_) (void)rt_->ipc_close_handle(p);
     (void)rt_->free_device(table_);
@@ -175,6 +181,9 @@ DirectEngine::~DirectEngine() {
 bool DirectEngine::let_go(const std::vector<void*>& more) {
   if (let_go_ || held_ == nullptr) return false;
   let_go_ = true;
+  // release_waits' stream writes into the peers' scratch: done before the mappings close.
+  if (rescue_.id != 0) (void)rt_->destroy_stream(rescue_);
+  rescue_ = Stream{};
   for (void* p : opened_) (void)rt_->ipc_close_handle(p);
   opened_.clear();
   std::lock_guard<std::mutex> lock(g_held_mu);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <set>
@@ -25,6 +26,9 @@ enum class ProtoMode { kAuto, kFifo, kDirect, kOneShot, kTwoShot };
 bool parse_proto_mode(const std::string& text, ProtoMode* out);
 const char* proto_mode_name(ProtoMode m);
 const char* proto_name(uint32_t proto);  // kProtoFifo... : "fifo", "direct one-shot", "direct two-shot"
+// ACCORD_SHARED_GPU_SYNC (Note [Shared GPU sync], gpu_sync.cpp); out may be null.
+enum class GpuSync { kAuto, kSpin, kWait };
+bool parse_gpu_sync(const std::string& text, GpuSync* out);
 
 constexpr size_t kDefaultDirectScratchBytes = size_t{8} << 20;  // both data halves
 constexpr size_t kMinDirectScratchBytes = 4096;
@@ -40,6 +44,10 @@ struct DirectSetup {
   ProtoMode mode = ProtoMode::kAuto;
   StoreClient* store = nullptr;
   Deadline deadline;
+  // Note [Waiting protocol] (direct_call.hpp): the job's choice of ACCORD_SHARED_GPU_SYNC
+  // (Note [Shared GPU sync]): hand-offs between kernels by stream memory operations, and why.
+  bool wait = false;
+  std::string sync_why;
 };
 
 class DirectEngine {
@@ -57,6 +65,17 @@ class DirectEngine {
   // blocks (at most max_blocks).
   void prepare(Collective coll, int root, uint32_t proto, size_t count, size_t elem_bytes, unsigned max_blocks,
                DevDirect* d, uint32_t* nblocks) const;
+  // Note [Waiting protocol]: whether calls hand off through the stream, and the launch of one
+  // call that way: its kernels, one per phase of each round, with the stream's writes and
+  // waits of the round words between them, on `stream` (direct_wait.cpp). A failure after some
+  // kernels were queued leaves the stream unusable for this communicator: *partial says so.
+  bool waiting() const { return wait_; }
+  Status launch_waiting(const DevLaunch& launch, Stream stream, bool* partial);
+  // The watchdog, after it set DevCtl::abort (a dead peer, a timeout, an abort): writes every
+  // word this rank's stream may wait on past the last round waited for, so that no stream
+  // waits for a peer that will never write (the kernels after the waits see the abort and do
+  // nothing). Safe from any thread; a no-op in the spinning protocol.
+  void release_waits();
   // After a launch of `d` succeeded: its rounds are spent (Note [Direct rounds]).
   void commit(const DevDirect& d);
   // One line for the plan (--show-plan).
@@ -90,6 +109,11 @@ class DirectEngine {
   uint32_t round_ = 1;                   // the next call's first round
   std::shared_ptr<Held> held_;
   bool let_go_ = false;
+  std::vector<uint8_t*> scratch_;        // [nranks] every rank's scratch as this process addresses it
+  bool wait_ = false;                    // Note [Waiting protocol]
+  std::string sync_why_;
+  Stream rescue_;                        // release_waits' own stream (waiting protocol only)
+  std::atomic<uint32_t> waited_round_{0};  // the last round a wait was queued for
   std::set<std::pair<uint32_t, int>> logged_;
 };
 

@@ -47,6 +47,32 @@
 // the output, broadcast copies the root's, reduce's root folds all. The argument above holds
 // unchanged: a round writes only halves e % 2.
 //
+// Note [Waiting protocol]: processes that share a GPU without MPS never run kernels at the
+// same time (time slices of about 2 ms, issue 34), so a kernel that waits for a peer's flag
+// holds the GPU until its slice ends, and every synchronization costs a slice. The waiting
+// protocol (ACCORD_SHARED_GPU_SYNC=wait, Note [Shared GPU sync] in gpu_sync.cpp) runs the same
+// rounds, halves and data movement as the spinning one, cut at its synchronizations: every
+// phase of a round (A, B, and two-shot's C above; DirectRunner::phase) is a kernel of its own
+// (DevDirect::phase) that only reads and writes data, and each exchange between two phases is
+// done by the stream: after the kernel of phase p, one stream_write_value32 of round e into
+// every peer's word (phase p, from this rank) in the peer's scratch (direct_wait_word: the low
+// half of flag(p, slice 0, this rank), so the layout is unchanged), then one
+// stream_wait_value32 (>= e, wrapping) on every peer's word in this rank's scratch. A stream
+// blocked in such a wait holds no time slice, so the other process's kernels run at once.
+// The kernel of a round's last phase also runs phase 0 (A) of the next round
+// (DevDirect::then_next): A of round e + 1 writes only halves (e + 1) % 2, which the peers
+// last read in round e - 1, and this stream has waited for every peer's flag 0 of round e
+// (stored after their round e - 1) before it; so a call of R rounds is 1 + R (phases - 1)
+// kernels.
+// Why nothing is overwritten before it was read: the argument above, word for word, with "a
+// peer stores flag(0) of round e - 1 after it finished round e - 2" holding by stream order
+// (the peer's write of its word follows its kernels of round e - 2). Flags carry no call
+// signature in this form (one 32-bit word a write), so a mismatched call is not caught on the
+// device; ACCORD_CHECK=1 compares calls on the host. Only the call's last kernel writes
+// DevCtl::done, so the watchdog watches the call until its last wait has passed; a wait on a
+// peer that died is ended by the watchdog writing the word itself (DirectEngine::
+// release_waits), after DevCtl::abort, so the kernels after it do nothing.
+//
 // Note [Direct rounds]: every rank numbers rounds from 1 at init and adds the rounds of each
 // direct call (ceil(count / chunk_elems)); the ranks make the same calls, so they agree. The
 // 32-bit round wraps after 4 billion rounds; waits compare with a signed difference.
@@ -75,6 +101,18 @@ ACCORD_HD constexpr uint64_t direct_flag_bytes(int32_t nranks) {
   return ((2ull * kDirectMaxSlices * static_cast<uint64_t>(nranks) * 8 + 255) / 256) * 256;
 }
 
+// Note [Waiting protocol]: the kernels of a call, per round (phases, then an exchange
+// between two of them): 3 for a two-shot all-reduce, 2 for every other direct form.
+ACCORD_HD constexpr uint32_t direct_phases(uint32_t coll, uint32_t proto) {
+  return coll == kCollAllReduce && proto == kProtoTwoShot ? 3 : 2;
+}
+// The 32-bit word of flag(phase, slice 0, from) in a scratch: its low half (little-endian, as
+// x86, Arm and every NVIDIA GPU are), which the waiting protocol's streams write and wait on.
+ACCORD_HD inline uint32_t* direct_wait_word(uint8_t* scratch, int32_t nranks, uint32_t phase, int32_t from) {
+  return reinterpret_cast<uint32_t*>(reinterpret_cast<uint64_t*>(scratch) +
+                                     static_cast<uint64_t>(phase) * kDirectMaxSlices * nranks + from);
+}
+
 template <class Lanes>
 class DirectRunner {
  public:
@@ -84,6 +122,23 @@ class DirectRunner {
     bool ok = begin_call(L_, c_);
     if (!ok) fail(kDevAborted, -1, 0, 0);
     const uint64_t rounds = d_.chunk_elems == 0 ? 0 : (d_.count + d_.chunk_elems - 1) / d_.chunk_elems;
+    if (d_.phase != 0) {  // Note [Waiting protocol]: one phase of one round, no wait inside
+      for (uint32_t i = 0; ok && i < (d_.then_next != 0 ? 2u : 1u); ++i) {
+        const uint64_t k = d_.phase_round + i;
+        const uint64_t base = k * d_.chunk_elems;
+        const uint64_t n = k < rounds ? (d_.count - base < d_.chunk_elems ? d_.count - base : d_.chunk_elems) : 0;
+        round_index_ = static_cast<uint32_t>(k);
+        const uint32_t e = d_.round + static_cast<uint32_t>(k);
+        for (uint32_t s = L_.block(); n > 0 && s < d_.nslices; s += c_.nblocks) phase(i == 0 ? d_.phase - 1 : 0, e, base, n, s);
+      }
+      if (d_.last != 0) {
+        end_call(L_, c_, /*fold_deltas=*/false);
+      } else {  // the stream's write of the round's word follows this kernel
+        L_.publish();
+        L_.sync();
+      }
+      return ok;
+    }
     for (uint64_t k = 0; ok && k < rounds; ++k) {
       const uint64_t base = k * d_.chunk_elems;
       const uint64_t n = d_.count - base < d_.chunk_elems ? d_.count - base : d_.chunk_elems;
@@ -190,26 +245,74 @@ class DirectRunner {
     return L_.share(failed) == 0;
   }
 
-  // The other collectives, one synchronization a round (Note [Direct collectives]).
-  ACCORD_HD bool run_other(uint32_t e, uint64_t base, uint64_t n, uint32_t s) {
+  // The kernels of a call in the waiting protocol, per round: phase 0, then the exchange of
+  // flag 0, phase 1, and for a two-shot all-reduce the exchange of flag 1 and phase 2.
+  ACCORD_HD uint32_t phases() const { return direct_phases(d_.coll, d_.proto); }
+
+  // Phase `which` of slice s of round e (elements [base, base + n) of the call): the data
+  // movement between two synchronizations, the same in both protocols (Note [Direct
+  // protocol], Note [Direct collectives]; Note [Waiting protocol]).
+  ACCORD_HD void phase(uint32_t which, uint32_t e, uint64_t base, uint64_t n, uint32_t s) {
+    if (d_.coll != kCollAllReduce) return other_phase(which, e, base, n, s);
+    const bool one_shot = d_.proto == kProtoOneShot;
+    const uint32_t h_in = e & 1u;
+    if (which == 0) {  // A: this rank's input of the slice into its scratch.
+      if (one_shot) {
+        const Range r = owned(n, 0, s);
+        copy(half(c_.rank, h_in) + r.lo * c_.elem_bytes, in(base + r.lo), r.hi - r.lo);
+        return;
+      }
+      for (int32_t k = 0; k < c_.nranks; ++k) {
+        const Range r = owned(n, k, s);
+        copy(half(c_.rank, h_in) + r.lo * c_.elem_bytes, in(base + r.lo), r.hi - r.lo);
+      }
+      return;
+    }
+    if (which == 1 && one_shot) {  // B: every rank's slice, folded into the output
+      const Range r = owned(n, 0, s);
+      fold(out(base + r.lo), h_in, r.lo, r.hi - r.lo);
+      return;
+    }
+    if (which == 1) {  // B: this rank's part, folded into its results quarter, then stored into every peer's.
+      const Range mine = owned(n, c_.rank, s);
+      uint8_t* res = results(c_.rank, h_in) + mine.lo * c_.elem_bytes;
+      fold(res, h_in, mine.lo, mine.hi - mine.lo);
+      L_.sync();
+      for (int32_t p = 0; p < c_.nranks; ++p)
+        if (p != c_.rank) copy(results(p, h_in) + mine.lo * c_.elem_bytes, res, mine.hi - mine.lo);
+      return;
+    }
+    // C: every part of the slice, from the results quarter into the output.
+    for (int32_t k = 0; k < c_.nranks; ++k) {
+      const Range r = owned(n, k, s);
+      copy(out(base + r.lo), results(c_.rank, h_in) + r.lo * c_.elem_bytes, r.hi - r.lo);
+    }
+    L_.sync();
+  }
+
+  // The other collectives, one synchronization a round (Note [Direct collectives]): A is
+  // phase 0, B phase 1.
+  ACCORD_HD void other_phase(uint32_t which, uint32_t e, uint64_t base, uint64_t n, uint32_t s) {
     const uint32_t h = e & 1u;
     const uint64_t es = c_.elem_bytes;
     const Range r = split(n, d_.nslices, s);
     const uint64_t len = r.hi - r.lo;
     const int32_t R = c_.nranks;
-    switch (d_.coll) {  // A
-      case kCollReduceScatter:  // every rank's segment of the round, segment k at k * n
-        for (int32_t k = 0; k < R; ++k)
-          copy(half(c_.rank, h) + (static_cast<uint64_t>(k) * n + r.lo) * es, in(static_cast<uint64_t>(k) * d_.count + base + r.lo),
-               len);
-        break;
-      case kCollBroadcast:
-        if (c_.rank == d_.root) copy(half(c_.rank, h) + r.lo * es, in(base + r.lo), len);
-        break;
-      default:  // all-gather, reduce
-        copy(half(c_.rank, h) + r.lo * es, in(base + r.lo), len);
+    if (which == 0) {
+      switch (d_.coll) {  // A
+        case kCollReduceScatter:  // every rank's segment of the round, segment k at k * n
+          for (int32_t k = 0; k < R; ++k)
+            copy(half(c_.rank, h) + (static_cast<uint64_t>(k) * n + r.lo) * es,
+                 in(static_cast<uint64_t>(k) * d_.count + base + r.lo), len);
+          break;
+        case kCollBroadcast:
+          if (c_.rank == d_.root) copy(half(c_.rank, h) + r.lo * es, in(base + r.lo), len);
+          break;
+        default:  // all-gather, reduce
+          copy(half(c_.rank, h) + r.lo * es, in(base + r.lo), len);
+      }
+      return;
     }
-    if (!exchange(0, s, e)) return false;
     switch (d_.coll) {  // B
       case kCollReduceScatter:
         fold(out(base + r.lo), h, static_cast<uint64_t>(c_.rank) * n + r.lo, len);
@@ -224,43 +327,15 @@ class DirectRunner {
       default:  // reduce
         if (c_.rank == d_.root) fold(out(base + r.lo), h, r.lo, len);
     }
-    return true;
   }
 
+  // The spinning protocol: every phase of the slice, the flags exchanged between them.
   ACCORD_HD bool run_slice(uint32_t e, uint64_t base, uint64_t n, uint32_t s) {
-    if (d_.coll != kCollAllReduce) return run_other(e, base, n, s);
-    const bool one_shot = d_.proto == kProtoOneShot;
-    const uint32_t h_in = e & 1u;
-    // A: this rank's input of the slice into its scratch.
-    if (one_shot) {
-      const Range r = owned(n, 0, s);
-      copy(half(c_.rank, h_in) + r.lo * c_.elem_bytes, in(base + r.lo), r.hi - r.lo);
-    } else {
-      for (int32_t k = 0; k < c_.nranks; ++k) {
-        const Range r = owned(n, k, s);
-        copy(half(c_.rank, h_in) + r.lo * c_.elem_bytes, in(base + r.lo), r.hi - r.lo);
-      }
+    const uint32_t np = phases();
+    for (uint32_t p = 0; p < np; ++p) {
+      if (p > 0 && !exchange(p - 1, s, e)) return false;
+      phase(p, e, base, n, s);
     }
-    if (!exchange(0, s, e)) return false;
-    if (one_shot) {  // B: every rank's slice, folded into the output
-      const Range r = owned(n, 0, s);
-      fold(out(base + r.lo), h_in, r.lo, r.hi - r.lo);
-      return true;
-    }
-    // B: this rank's part, folded into its results quarter, then stored into every peer's.
-    const Range mine = owned(n, c_.rank, s);
-    uint8_t* res = results(c_.rank, h_in) + mine.lo * c_.elem_bytes;
-    fold(res, h_in, mine.lo, mine.hi - mine.lo);
-    L_.sync();
-    for (int32_t p = 0; p < c_.nranks; ++p)
-      if (p != c_.rank) copy(results(p, h_in) + mine.lo * c_.elem_bytes, res, mine.hi - mine.lo);
-    if (!exchange(1, s, e)) return false;
-    // C: every part of the slice, from the results quarter into the output.
-    for (int32_t k = 0; k < c_.nranks; ++k) {
-      const Range r = owned(n, k, s);
-      copy(out(base + r.lo), results(c_.rank, h_in) + r.lo * c_.elem_bytes, r.hi - r.lo);
-    }
-    L_.sync();
     return true;
   }
 

@@ -57,9 +57,16 @@ Status Communicator::setup_direct(StoreClient* store, Deadline deadline) {
   s.mode = mode;
   s.store = store;
   s.deadline = deadline;
+  ACCORD_TRY(choose_gpu_sync(store, deadline, &s.wait, &s.sync_why));  // Note [Shared GPU sync]
   ACCORD_TRY(dev::DirectEngine::create(s, &direct_));
   direct_plan_ = direct_->describe();
-  LOG_INFO(kGpu, "rank %d: %s", rank_, direct_plan_.substr(0, direct_plan_.size() - 1).c_str());
+  // (one line of the plan each, so the log below prints both)
+  direct_plan_ += format("GPU hand-offs: %s (%s)\n",
+                         s.wait ? "wait: kernels never wait on a peer, the stream waits between them"
+                                : "spin: the kernel polls its peers' flags",
+                         s.sync_why.c_str());
+  for (size_t at = 0, nl; (nl = direct_plan_.find('\n', at)) != std::string::npos; at = nl + 1)
+    LOG_INFO(kGpu, "rank %d: %s", rank_, direct_plan_.substr(at, nl - at).c_str());
   return Status::success();
 }
 

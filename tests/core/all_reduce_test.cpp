@@ -395,6 +395,61 @@ TEST(AllReduce, HostCallsCutAtSixtyFourKiBUnlessToldOtherwise) {
   EXPECT_EQ(logs, 8) << "one log per rank process and case";
 }
 
+// Note [Host chunk]: from the streaming threshold (here ACCORD_NT_THRESHOLD=4M, as the probe sets
+// it where non-temporal stores win), host all-reduces keep the slot (256 KiB), in place too;
+// below it, and at every size where ordinary stores were chosen (a threshold of 1 GiB), 64 KiB.
+// Read from the tuner's plan line; every call exact (4 MiB and a little more, 1 MiB and a
+// little more, out of place and in place).
+TEST(AllReduce, HostAllReducesFromTheStreamingThresholdKeepTheSlot) {
+  char dir[] = "/tmp/accord-chunk-nt-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const size_t big = (4u << 20) / 4 + 5, small = (1u << 20) / 4 + 5;
+  struct Case {
+    const char* name;
+    const char* threshold;  // ACCORD_NT_THRESHOLD
+    const char* want_big;   // in the plan line of the 4 MiB all-reduce
+  };
+  const Case cases[] = {{"streaming", "4M", "chunk 256 KiB"}, {"ordinary", "1G", "chunk 64 KiB"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string log = std::string(dir) + "/log-" + c.name + "-%p";
+    ScopedEnv level("ACCORD_LOG", "warn,tune:info");
+    ScopedEnv file("ACCORD_LOG_FILE", log.c_str());
+    ScopedEnv chunk("ACCORD_CHUNK_BYTES", "0");
+    ScopedEnv nt("ACCORD_NT_THRESHOLD", c.threshold);
+    auto failures = run_processes(2, [&](accord_comm_t comm, int rank, int nranks) {
+      log_reconfigure();  // this process's log, as set above
+      for (size_t count : {big, small})
+        for (bool in_place : {false, true}) {
+          std::string e = check(comm, rank, nranks, ACCORD_FLOAT32, ACCORD_SUM, count, in_place, 4);
+          if (!e.empty()) return e;
+        }
+      return std::string();
+    });
+    for (const auto& f : failures) ADD_FAILURE() << f;
+  }
+  int logs = 0;
+  for (const std::string& name : files_in(dir)) {
+    const std::string text = take_file(std::string(dir) + "/" + name);
+    for (const Case& c : cases) {
+      if (name.rfind(std::string("log-") + c.name + "-", 0) != 0) continue;
+      ++logs;
+      for (size_t count : {big, small}) {
+        const std::string plan =
+            "tune all_reduce of " + std::to_string(count * 4) + " bytes (2 ranks): ";
+        const size_t at = text.find(plan);
+        ASSERT_NE(at, std::string::npos)
+            << name << " has no plan line for " << count * 4 << " bytes";
+        const std::string line = text.substr(at, text.find('\n', at) - at);
+        EXPECT_NE(line.find(count == big ? c.want_big : "chunk 64 KiB"), std::string::npos)
+            << name << ": " << line;
+      }
+    }
+  }
+  rmdir(dir);
+  EXPECT_EQ(logs, 4) << "one log per rank process and case";
+}
+
 TEST(AllReduce, RepeatedCallsStayInStep) {
   auto failures = run_processes(4, [](accord_comm_t comm, int rank, int nranks) {
     for (int i = 0; i < 300; ++i) {

@@ -157,6 +157,7 @@ TEST(ApiErrors, SettingsThatShapeMessagesMustBeTheSameOnEveryRank) {
        {"ACCORD_ALGO is unset on rank 0 and 'ring' on rank 1 (ranks that differ from rank 0: 1, 2)",
         "these differ too: ACCORD_SHM_NSLOTS"}},
       {{{{"ACCORD_CHECK", "1"}}, {}, {}}, {"ACCORD_CHECK is '1' on rank 0 and '0' on rank 1"}},
+      {{{}, {}, {{"ACCORD_SHARED_GPU_SYNC", "wait"}}}, {"ACCORD_SHARED_GPU_SYNC is ", "'wait' on rank 2"}},
       {{{{"ACCORD_TUNE_FILE", tune_a}}, {{"ACCORD_TUNE_FILE", tune_a}}, {{"ACCORD_TUNE_FILE", tune_c}}},
        {"ACCORD_TUNE_FILE is 'a file of", "on rank 2 (ranks that differ from rank 0: 2)"}},
       // Same content at another path; and settings each rank may have its own of.

@@ -12,7 +12,11 @@
 // another count, a peer out of range, a send whose receive never comes (a timeout): errors
 // that name the rank, the peer and the call, never a hang.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
+
+#include <csignal>
+#include <new>
 
 #include <algorithm>
 #include <atomic>
@@ -199,6 +203,163 @@ std::string every_pattern(accord_comm_t comm, int rank, int n) {
   });
 }
 
+// ---- over TCP (Note [Device data over TCP]) ----
+
+// Whether this rank's plan shows every pair with `peer`s in `tcp_peers` as TCP with GPU
+// buffers staged, and every other pair with another route: "" or what differs.
+std::string plan_routes(accord_comm_t comm, int rank, int n, const std::function<bool(int, int)>& over_tcp) {
+  size_t len = 0;
+  accord_comm_plan(comm, nullptr, &len);
+  std::string plan(len, '\0');
+  accord_status_t s = accord_comm_plan(comm, plan.data(), &len);
+  if (s != ACCORD_SUCCESS) return api_error("accord_comm_plan", comm, s);
+  for (int a = 0; a < n; ++a)
+    for (int b = a + 1; b < n; ++b) {
+      const std::string key = "pair " + std::to_string(a) + "-" + std::to_string(b) + ": ";
+      const size_t at = plan.find(key);
+      if (at == std::string::npos) return "rank " + std::to_string(rank) + ": the plan has no " + key + "\n" + plan;
+      const std::string line = plan.substr(at + key.size(), plan.find('\n', at) - at - key.size());
+      const bool staged = line.rfind("tcp (", 0) == 0 &&
+                          line.find("GPU buffers staged through pinned host memory") != std::string::npos;
+      if (staged != over_tcp(a, b))
+        return key + "expected " + (over_tcp(a, b) ? "TCP with GPU buffers staged" : "a GPU route") +
+               ", the plan says: " + line;
+    }
+  return "";
+}
+
+// Before a forked rank's init: every pair TCP, rank r on GPU r; or, where the parent has
+// ACCORD_DEVICE set (a machine with one real GPU: scripts/gpu-check.sh's tcp2p2p step), every
+// rank on that GPU.
+void over_tcp_env(int r) {
+  setenv("ACCORD_SHM_DISABLE", "1", 1);
+  setenv("ACCORD_DEVICE", std::to_string(r).c_str(), 0);
+}
+
+// Byte i of what rank `from` sends to rank `to`: every byte value, shifted per pair.
+uint8_t tcp_byte(int from, int to, size_t i) {
+  return static_cast<uint8_t>(static_cast<size_t>(from) * 37u + static_cast<size_t>(to) * 11u + i + i / 251u);
+}
+
+// A ring in a group (send to r + 1, receive from r - 1) of `count` elements of `dt`, checked byte
+// for byte with a poisoned tail: the sizes that cut the TCP staging path's messages and pieces.
+std::string ring_bytes(accord_comm_t comm, accord_stream_t stream, int dev, int rank, int n,
+                       accord_datatype_t dt, size_t count) {
+  const size_t es = accord_dtype_size(dt), bytes = count * es, tail = 64;
+  const int to = (rank + 1) % n, from = (rank + n - 1) % n;
+  const std::string name = std::to_string(n) + " ranks, ring of " + std::to_string(count) + " x dtype " +
+                           std::to_string(dt) + " (" + std::to_string(bytes) + " bytes)";
+  void *din = nullptr, *dout = nullptr;
+  accord_status_t s = accord_device_alloc(&din, bytes + 1, dev);
+  if (s == ACCORD_SUCCESS) s = accord_device_alloc(&dout, bytes + tail, dev);
+  std::vector<uint8_t> in(bytes + 1), out(bytes + tail, 0xee);
+  for (size_t i = 0; i < bytes; ++i) in[i] = tcp_byte(rank, to, i);
+  if (s == ACCORD_SUCCESS) s = accord_device_memcpy(din, in.data(), in.size());
+  if (s == ACCORD_SUCCESS) s = accord_device_memcpy(dout, out.data(), out.size());
+  if (s == ACCORD_SUCCESS) s = accord_barrier(comm, nullptr);
+  std::string failure;
+  if (s != ACCORD_SUCCESS) failure = api_error(name + ": set up", comm, s);
+  if (failure.empty()) {
+    s = accord_group_start();
+    if (s == ACCORD_SUCCESS) s = accord_recv(dout, count, dt, from, comm, stream);
+    if (s == ACCORD_SUCCESS) s = accord_send(din, count, dt, to, comm, stream);
+    const accord_status_t end = accord_group_end();
+    if (s == ACCORD_SUCCESS) s = end;
+    if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+    accord_status_t async = ACCORD_SUCCESS;
+    if (s == ACCORD_SUCCESS) s = accord_comm_get_async_error(comm, &async);
+    if (s == ACCORD_SUCCESS) s = async;
+    if (s != ACCORD_SUCCESS) failure = api_error(name, comm, s);
+  }
+  if (failure.empty() && (s = accord_device_memcpy(out.data(), dout, out.size())) != ACCORD_SUCCESS)
+    failure = api_error(name + ": copying out", comm, s);
+  for (size_t i = 0; i < bytes + tail && failure.empty(); ++i) {
+    const uint8_t want = i < bytes ? tcp_byte(from, rank, i) : 0xee;
+    if (out[i] != want)
+      failure = name + ": byte " + std::to_string(i) + " is " + std::to_string(out[i]) + ", expected " +
+                std::to_string(want) + (i >= bytes ? " (written past the receive buffer)" : "");
+  }
+  const std::string end = final_barrier(comm, stream, name);
+  if (failure.empty()) failure = end;
+  (void)accord_device_free(din);
+  (void)accord_device_free(dout);
+  return failure;
+}
+
+// Every dtype at the sizes that cut the staging path: 0, 1, 7 (unaligned bytes), a prime,
+// exactly one FIFO slot (the staging path's chunk), one element more, and many slots.
+std::string every_dtype_and_size(accord_comm_t comm, int rank, int n) {
+  return on_own_stream(comm, [&](accord_stream_t stream, int dev) {
+    const size_t slot = 256 << 10;
+    for (accord_datatype_t dt : {ACCORD_INT8, ACCORD_UINT8, ACCORD_INT32, ACCORD_UINT32, ACCORD_INT64,
+                                 ACCORD_UINT64, ACCORD_FLOAT16, ACCORD_FLOAT32, ACCORD_FLOAT64, ACCORD_BFLOAT16}) {
+      const size_t es = accord_dtype_size(dt);
+      std::vector<size_t> counts = {0, 1, 7, 1031, slot / es, slot / es + 1};
+      // Many slots for a few dtypes (the bytes, not the dtype, decide the cutting).
+      if (dt == ACCORD_UINT8 || dt == ACCORD_FLOAT32 || dt == ACCORD_BFLOAT16)
+        counts.push_back((kThreadSanitizer ? 3 : 19) * slot / es + 3);
+      for (size_t count : counts) {
+        std::string failure = ring_bytes(comm, stream, dev, rank, n, dt, count);
+        if (!failure.empty()) return failure;
+      }
+    }
+    return std::string();
+  });
+}
+
+// Rank 0 sends 1000 int32s of `buf` to rank 1, which receives 999: the receiver's asynchronous
+// error is a mismatch naming it, the peer and the call; the sender's call succeeds. "" or what
+// differs.
+std::string short_receive(accord_comm_t comm, int rank, accord_stream_t stream, void* buf) {
+  accord_status_t s = ACCORD_SUCCESS;
+  if (rank == 0) s = accord_send(buf, 1000, ACCORD_INT32, 1, comm, stream);
+  if (rank == 1) s = accord_recv(buf, 999, ACCORD_INT32, 0, comm, stream);
+  if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+  accord_status_t async = ACCORD_SUCCESS;
+  (void)accord_comm_get_async_error(comm, &async);
+  const std::string text = accord_last_error(comm);
+  if (rank == 1 && (async != ACCORD_ERR_MISMATCH || text.find("rank 1") == std::string::npos ||
+                    text.find("peer rank 0") == std::string::npos || text.find("recv") == std::string::npos ||
+                    text.find("same count and dtype") == std::string::npos))
+    return std::string("a receive of 999 for a send of 1000: ") + accord_status_string(async) + ": " + text;
+  if (rank == 0 && async != ACCORD_SUCCESS) return "the sender of 1000 elements: " + text;
+  return "";
+}
+
+// A word shared by forked ranks (made before the fork).
+struct SharedWord {
+  SharedWord() {
+    void* p = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    word = p == MAP_FAILED ? nullptr : new (p) std::atomic<int>(0);
+  }
+  ~SharedWord() {
+    if (word != nullptr) munmap(word, sizeof(std::atomic<int>));
+  }
+  // Waits up to 60 s for the word to be set.
+  void wait() const {
+    for (int i = 0; i < 60000 && word->load() == 0; ++i) usleep(1000);
+  }
+  std::atomic<int>* word;
+};
+
+// A mismatch over TCP: a receive of fewer elements than the send; the receiver's asynchronous
+// error names it, the peer and the call. The sender stays until the receiver has looked (its
+// exit would otherwise race the kernel's check: a closed peer is an error of its own).
+std::string tcp_mismatches(accord_comm_t comm, int rank, const SharedWord& checked) {
+  return on_own_stream(comm, [&](accord_stream_t stream, int dev) -> std::string {
+    void* buf = nullptr;
+    accord_status_t s = accord_device_alloc(&buf, 4000, dev);
+    if (s == ACCORD_SUCCESS) s = accord_barrier(comm, nullptr);
+    if (s != ACCORD_SUCCESS) return api_error("set up", comm, s);
+    std::string failure = short_receive(comm, rank, stream, buf);
+    if (!failure.empty()) failure = "over TCP: " + failure;
+    if (rank == 1) checked.word->store(1);
+    if (rank == 0) checked.wait();
+    (void)accord_device_free(buf);
+    return failure;
+  });
+}
+
 // ---- pre-multiplied sums and averages of device buffers ----
 
 double input(int r, size_t i) { return static_cast<double>(1 + r + static_cast<int>(i % 7)); }
@@ -338,6 +499,96 @@ TEST_F(GpuP2pThreads, PreMulSumAndAvgExact) {
     for (const auto& f : run_threads(n, every_premul)) ADD_FAILURE() << n << " ranks: " << f;
 }
 
+// Sends, receives and all-to-all of device buffers between processes whose pairs are all TCP
+// (ACCORD_SHM_DISABLE=1, rank r on GPU r): GPU buffers staged through pinned host FIFOs and the
+// pump threads (Note [Device data over TCP]); every pattern of EveryPatternExact, then every
+// dtype at the sizes that cut the staging path, 2, 3 and 4 ranks.
+TEST_F(GpuP2pProcesses, EveryPatternOverTcp) {
+  for (int n : {2, 3, 4})
+    for (const auto& f : run_processes(
+             n,
+             [](accord_comm_t comm, int rank, int nr) -> std::string {
+               std::string failure = plan_routes(comm, rank, nr, [](int, int) { return true; });
+               if (failure.empty()) failure = every_pattern(comm, rank, nr);
+               if (failure.empty()) failure = every_dtype_and_size(comm, rank, nr);
+               return failure;
+             },
+             300, over_tcp_env))
+      ADD_FAILURE() << n << " ranks over TCP: " << f;
+}
+
+// Two hosts (ACCORD_HOST_ID; 3 ranks: 2 + 1, 4 ranks: 2 + 2): one group mixes peers on this
+// host (GPU routes: p2p, ipc or host-staged) with peers over TCP, as all-to-all does.
+TEST_F(GpuP2pProcesses, EveryPatternTwoHosts) {
+  for (int n : {3, 4})
+    for (const auto& f : run_processes(
+             n,
+             [](accord_comm_t comm, int rank, int nr) -> std::string {
+               std::string failure =
+                   plan_routes(comm, rank, nr, [](int a, int b) { return (a < 2) != (b < 2); });
+               if (failure.empty()) failure = every_pattern(comm, rank, nr);
+               if (failure.empty()) failure = every_dtype_and_size(comm, rank, nr);
+               return failure;
+             },
+             300,
+             [](int r) {
+               setenv("ACCORD_HOST_ID", r < 2 ? "host-a" : "host-b", 1);
+               setenv("ACCORD_DEVICE", std::to_string(r).c_str(), 1);
+             }))
+      ADD_FAILURE() << n << " ranks on two hosts: " << f;
+}
+
+TEST_F(GpuP2pProcesses, MismatchesOverTcpNameRankPeerAndCall) {
+  SharedWord checked;
+  ASSERT_NE(checked.word, nullptr);
+  for (const auto& f : run_processes(
+           2, [&](accord_comm_t comm, int rank, int) { return tcp_mismatches(comm, rank, checked); }, 120,
+           over_tcp_env))
+    ADD_FAILURE() << f;
+}
+
+// A peer over TCP killed while this rank receives from it, or sends it more than every FIFO
+// and ring on the way hold: the call ends with an error naming the peer and TCP (the send
+// through the send pump's check of its unsent messages), not a hang or a timeout.
+TEST_F(GpuP2pProcesses, KilledPeerOverTcpEndsTheCall) {
+  ScopedEnv timeout("ACCORD_TIMEOUT_MS", "60000");
+  for (bool send : {false, true}) {
+    SharedWord past_barrier;  // rank 0 is past the barrier: rank 1 may die
+    ASSERT_NE(past_barrier.word, nullptr);
+    for (const auto& f : run_processes(
+             2,
+             [&](accord_comm_t comm, int rank, int) -> std::string {
+               return on_own_stream(comm, [&](accord_stream_t stream, int dev) -> std::string {
+                 const size_t count = 40 * kSlotElems;
+                 void* buf = nullptr;
+                 accord_status_t s = accord_device_alloc(&buf, count * 4, dev);
+                 if (s == ACCORD_SUCCESS) s = accord_barrier(comm, nullptr);
+                 if (s != ACCORD_SUCCESS) return api_error("set up", comm, s);
+                 if (rank == 0) past_barrier.word->store(1);
+                 if (rank == 1) {
+                   past_barrier.wait();
+                   raise(SIGKILL);  // before it sends or receives anything
+                 }
+                 s = send ? accord_send(buf, count, ACCORD_INT32, 1, comm, stream)
+                          : accord_recv(buf, count, ACCORD_INT32, 1, comm, stream);
+                 if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+                 accord_status_t async = ACCORD_SUCCESS;
+                 (void)accord_comm_get_async_error(comm, &async);
+                 const std::string text = accord_last_error(comm);
+                 (void)accord_device_free(buf);
+                 if (async == ACCORD_SUCCESS || async == ACCORD_ERR_TIMEOUT ||
+                     text.find("rank 1") == std::string::npos || text.find("TCP") == std::string::npos)
+                   return std::string(send ? "a send" : "a receive") + " with a killed rank over TCP: " +
+                          accord_status_string(async) + ": " + text;
+                 return std::string();
+               });
+             },
+             120, over_tcp_env))
+      if (f.rfind("rank 1: ", 0) != 0 || f.find("killed by signal 9") == std::string::npos)
+        ADD_FAILURE() << (send ? "send: " : "recv: ") << f;
+  }
+}
+
 // The mismatches: errors naming the rank, the peer and the call, and no hang.
 TEST_F(GpuP2pThreads, MismatchesNameRankPeerAndCall) {
   ScopedEnv timeout("ACCORD_TIMEOUT_MS", "5000");  // the timeout case waits this long
@@ -366,20 +617,8 @@ TEST_F(GpuP2pThreads, MismatchesNameRankPeerAndCall) {
                 std::string("a send to rank ") + std::to_string(n) + ": " +
                     accord_status_string(s) + ": " + msg);
          // A receive of fewer elements than the send: the receiver's asynchronous error.
-         if (rank == 0) s = accord_send(buf, 1000, ACCORD_INT32, 1, comm, stream);
-         if (rank == 1) s = accord_recv(buf, 999, ACCORD_INT32, 0, comm, stream);
-         if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
-         accord_status_t async = ACCORD_SUCCESS;
-         (void)accord_comm_get_async_error(comm, &async);
-         const std::string text = accord_last_error(comm);
-         if (rank == 1)
-           expect(async == ACCORD_ERR_MISMATCH && text.find("rank 1") != std::string::npos &&
-                      text.find("peer rank 0") != std::string::npos &&
-                      text.find("recv") != std::string::npos,
-                  std::string("a receive of 999 for a send of 1000: ") +
-                      accord_status_string(async) + ": " + text);
-         else
-           expect(async == ACCORD_SUCCESS, "the sender of 1000 elements: " + text);
+         const std::string shorter = short_receive(comm, rank, stream, buf);
+         expect(shorter.empty(), shorter);
          (void)accord_device_free(buf);
          (void)accord_stream_destroy(stream);
          return failure;

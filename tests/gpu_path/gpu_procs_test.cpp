@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <iostream>
 
 #include <algorithm>
 #include <chrono>
@@ -41,6 +42,7 @@
 #include "topology/system.hpp"
 #include "transport/device/device_runtime.hpp"
 #include "transport/device/sim_memory.hpp"
+#include "transport/device/sim_timeslice.hpp"
 
 namespace accord::testing {
 namespace {
@@ -408,8 +410,13 @@ std::string check_proto(const std::string& plan, bool direct) {
   const std::string line =
       at == std::string::npos ? "" : plan.substr(at + head.size(), plan.find('\n', at) - at - head.size());
   const std::string want = direct ? "all_reduce direct" : "fifo for every collective";
-  if (line.rfind(want, 0) == 0) return "";
-  return "the plan's device protocol should start with '" + want + "'; plan:\n" + plan;
+  if (line.rfind(want, 0) != 0) return "the plan's device protocol should start with '" + want + "'; plan:\n" + plan;
+  // Note [Shared GPU sync]: a job told how to hand off says so in its plan.
+  const char* sync = std::getenv("ACCORD_SHARED_GPU_SYNC");
+  if (direct && sync != nullptr && *sync != 0 && std::string(sync) != "auto" &&
+      plan.find("GPU hand-offs: " + std::string(sync)) == std::string::npos)
+    return "the plan should say 'GPU hand-offs: " + std::string(sync) + "'; plan:\n" + plan;
+  return "";
 }
 
 std::string check_plan(const Machine& m, bool processes, accord_comm_t comm, int rank, int nranks) {
@@ -528,6 +535,11 @@ class GpuProcsProcesses : public GpuProcs {
     ASSERT_FALSE(g_runtime_started)
         << "a thread test started the device runtime in this process before these forked "
            "ranks; run the process tests first or alone (--gtest_filter=GpuProcsProcesses.*)";
+    // Note [Simulated time slices]: ranks forked after the table exists share its slices.
+    const char* slice = std::getenv("ACCORD_SIM_TIMESLICE_US");
+    if (slice != nullptr && std::atoi(slice) > 0) {
+      ASSERT_TRUE(sim::TimeSlices::process_table());
+    }
   }
   static constexpr int kTimeoutS = 100;
 };
@@ -1085,6 +1097,61 @@ TEST_F(GpuProcsProcesses, DestroyingRankHasDepartedWhileItWaits) {
          return std::string();
        }, kTimeoutS))
     ADD_FAILURE() << f;
+}
+
+// Note [Shared GPU sync], Note [Simulated time slices]: 2 and 4 processes on GPU 0 sliced as
+// without MPS (the table made here, before the ranks fork). A kernel that spins on its peer's flag gets
+// it only when its slice expires, so every all-reduce of the spinning protocol costs at least
+// one expiry (the first kernel to run waits for the other, which cannot run before the slice
+// changes). The waiting protocol's kernels never wait inside, and its streams wait without the
+// slice: not one expiry, however many calls. auto picks it, as the plan says. Counts, not
+// clocks.
+std::string sliced_job(accord_comm_t c, int r, int n, int gpus, int calls, const char* want_sync) {
+  const std::string plan = plan_of(c);
+  if (plan.find(std::string("GPU hand-offs: ") + want_sync) == std::string::npos)
+    return std::string("the plan should say 'GPU hand-offs: ") + want_sync + "'; plan:\n" + plan;
+  std::vector<Case> cases;
+  for (int i = 0; i < calls; ++i) cases.push_back(Case{Coll::kAllReduce, ACCORD_FLOAT32, ACCORD_SUM, kPrime, i % 2 == 0});
+  return every_collective(c, r, n, gpus, cases);
+}
+
+TEST_F(GpuProcsProcesses, SlicedSharedGpuHandOffsWithoutExpiries) {
+  if (!all_direct(m_, 4, true)) GTEST_SKIP() << "the job would not use the direct protocol";
+  std::string why;
+  std::shared_ptr<sim::TimeSlices> table = sim::TimeSlices::process_table(&why);
+  ASSERT_TRUE(table) << why;
+  SharedGpuEnv env;
+  ScopedEnv slice("ACCORD_SIM_TIMESLICE_US", "1000");
+  constexpr int kCalls = 6;
+  struct Run {
+    const char* setting;  // ACCORD_SHARED_GPU_SYNC
+    const char* want;     // what the plan must say
+  };
+  for (int n : {2, 4}) {
+    for (const Run& run : {Run{"spin", "spin"}, Run{"auto", "wait"}, Run{"wait", "wait"}}) {
+      ScopedEnv sync("ACCORD_SHARED_GPU_SYNC", run.setting);
+      LogFile log;
+      const sim::SliceCounts before = table->counts(0);
+      auto job = [&](accord_comm_t c, int r, int nr) { return sliced_job(c, r, nr, m_.gpus(), kCalls, run.want); };
+      for (const auto& f : run_processes(n, job, kTimeoutS))
+        ADD_FAILURE() << n << " processes, ACCORD_SHARED_GPU_SYNC=" << run.setting << ": " << f;
+      const sim::SliceCounts after = table->counts(0);
+      const uint64_t expiries = after.expiries - before.expiries, switches = after.switches - before.switches;
+      std::cout << n << " processes, ACCORD_SHARED_GPU_SYNC=" << run.setting << ": " << kCalls
+                << " all-reduces per rank, " << expiries << " slice expiries, " << switches << " switches, "
+                << after.yields - before.yields << " early yields\n";
+      EXPECT_GT(switches, 0u) << run.setting << ": the processes' kernels should have taken turns on GPU 0";
+      if (std::string(run.want) == "spin")
+        EXPECT_GE(expiries, static_cast<uint64_t>(kCalls))
+            << "the spinning protocol should pay a slice expiry per all-reduce (is the time-slice model on?)";
+      else
+        EXPECT_EQ(expiries, 0u) << run.setting << ": a kernel waited for a peer inside its time slice";
+      // Note [Shared GPU warnings]: the time-slice warning only where the job spins.
+      if (access("/tmp/nvidia-mps/control", F_OK) == 0) continue;  // MPS runs here: no warning
+      const size_t warned = occurrences(log.text(), "MPS does not run");
+      EXPECT_EQ(warned, std::string(run.want) == "spin" ? 1u : 0u) << run.setting << ": the log:\n" << log.text();
+    }
+  }
 }
 
 class GpuProcsThreads : public GpuProcs {

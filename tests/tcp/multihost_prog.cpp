@@ -9,7 +9,8 @@
 // Prints "rank R (HOST): N checks, F failures" and exits non-zero on any failure. "probe" only
 // says whether the mpi mode was built in. "gpu" (the env launch, with ACCORD_SIM_TOPO): all-reduce
 // of GPU buffers, the library's choice and hierarchical, GPUs inside a host and TCP between hosts
-// (Note [Device data over TCP]).
+// (Note [Device data over TCP]); then sends, receives and all-to-all of GPU buffers in groups
+// that mix the two.
 #include <accord/accord.h>
 #include <accord/accord_device.h>
 #include <unistd.h>
@@ -160,6 +161,11 @@ void check_gpu(accord_comm_t comm, int nranks, const char* algo) {
   if (plan.find("tcp (different hosts") != std::string::npos &&
       plan.find("GPU buffers staged through pinned host memory") == std::string::npos)
     fail("gpu plan", ("pairs between hosts do not stage GPU buffers:\n" + plan).c_str());
+  // Inside a host the GPU path (p2p, ipc or host-staged over this host's shared memory), not
+  // TCP: the launch puts ranks 2h and 2h + 1 on host h.
+  ++g_checks;
+  if (plan.find("pair 0-1: tcp") != std::string::npos)
+    fail("gpu plan", ("ranks 0 and 1 share a host but their pair is TCP:\n" + plan).c_str());
   accord_stream_t stream = nullptr;
   if (!call_ok(accord_stream_create(&stream, dev), comm, "accord_stream_create")) return;
   for (size_t n : {size_t{1}, size_t{4099}, size_t{1000003}})
@@ -182,6 +188,67 @@ void check_gpu(accord_comm_t comm, int nranks, const char* algo) {
         call_ok(accord_barrier(comm, nullptr), comm, what + ": barrier");
         accord_device_free(buf);
       }
+  accord_stream_destroy(stream);
+}
+
+// Sends and receives of GPU buffers in groups that mix this host's GPU route with TCP: a ring
+// (to r + 1, from r - 1) and an all-to-all (a send to and a receive from every rank, itself
+// included), checked exactly, at sizes of one element to several FIFO slots.
+void check_gpu_p2p(accord_comm_t comm, int nranks) {
+  int dev = -1;
+  if (!call_ok(accord_comm_device(comm, &dev), comm, "accord_comm_device") || dev < 0) return;
+  accord_stream_t stream = nullptr;
+  if (!call_ok(accord_stream_create(&stream, dev), comm, "accord_stream_create")) return;
+  const size_t nn = static_cast<size_t>(nranks);
+  const int to = (g_rank + 1) % nranks, from = (g_rank + nranks - 1) % nranks;
+  // What rank `src` sends to rank `dst`, element i: exact in int32.
+  auto word = [](int src, int dst, size_t i) { return static_cast<int32_t>(src * 1000003 + dst * 10007 + i); };
+  for (size_t count : {size_t{1}, size_t{4099}, size_t{300007}}) {
+    const std::string c = " count " + std::to_string(count);
+    const size_t bytes = count * nn * sizeof(int32_t);
+    std::vector<int32_t> in(count * nn), got(count * nn);
+    for (size_t q = 0; q < nn; ++q)
+      for (size_t i = 0; i < count; ++i) in[q * count + i] = word(g_rank, static_cast<int>(q), i);
+    void *din = nullptr, *dout = nullptr;
+    if (!call_ok(accord_device_alloc(&din, bytes, dev), comm, "gpu p2p alloc" + c)) break;
+    if (!call_ok(accord_device_alloc(&dout, bytes, dev), comm, "gpu p2p alloc" + c)) {
+      accord_device_free(din);
+      break;
+    }
+    auto* inp = static_cast<int32_t*>(din);
+    auto* outp = static_cast<int32_t*>(dout);
+    auto run = [&](const std::string& what, bool all_to_all) {
+      bool ok = call_ok(accord_device_memcpy(din, in.data(), bytes), comm, what + ": copy in") &&
+                call_ok(accord_barrier(comm, nullptr), comm, what + ": barrier before") &&
+                call_ok(accord_group_start(), comm, what + ": group start");
+      for (int q = 0; ok && q < nranks; ++q) {
+        if (!all_to_all && q != to && q != from) continue;
+        const size_t at = static_cast<size_t>(q) * count;
+        if (all_to_all || q == from)
+          ok = call_ok(accord_recv(outp + at, count, ACCORD_INT32, q, comm, stream), comm, what + ": recv");
+        if (ok && (all_to_all || q == to))
+          ok = call_ok(accord_send(inp + at, count, ACCORD_INT32, q, comm, stream), comm, what + ": send");
+      }
+      ok = call_ok(accord_group_end(), comm, what + ": group end") && ok;
+      accord_status_t async = ACCORD_SUCCESS;
+      ok = ok && call_ok(accord_stream_synchronize(stream), comm, what + ": synchronize") &&
+           call_ok(accord_comm_get_async_error(comm, &async), comm, what + ": async error") &&
+           call_ok(async, comm, what + " (asynchronous error)") &&
+           call_ok(accord_device_memcpy(got.data(), dout, bytes), comm, what + ": copy out");
+      for (int q = 0; ok && q < nranks; ++q) {
+        if (!all_to_all && q != from) continue;
+        size_t bad = 0;
+        for (size_t i = 0; i < count; ++i) bad += got[static_cast<size_t>(q) * count + i] != word(q, g_rank, i);
+        ++g_checks;
+        if (bad) fail(what, (std::to_string(bad) + " elements from rank " + std::to_string(q) + " wrong").c_str());
+      }
+      call_ok(accord_barrier(comm, nullptr), comm, what + ": barrier after");
+    };
+    run("gpu send/recv ring" + c, false);
+    run("gpu all-to-all" + c, true);
+    accord_device_free(din);
+    accord_device_free(dout);
+  }
   accord_stream_destroy(stream);
 }
 
@@ -230,6 +297,7 @@ int main(int argc, char** argv) {
     accord_comm_count(comm, &nranks);
     if (mode == "gpu") {
       check_gpu(comm, nranks, *algo ? algo : "default");
+      if (*algo == '\0') check_gpu_p2p(comm, nranks);
     } else {
       if (*algo == '\0') {
         check_plan(comm, nranks);

@@ -26,6 +26,7 @@ struct alignas(64) TimeSlices::Gpu {
   int64_t since_ns = 0;    // when `owner`'s slice began
   uint64_t switches = 0;
   uint64_t expiries = 0;
+  uint64_t yields = 0;
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "the slice lock is shared between processes");
 
@@ -101,6 +102,7 @@ SliceCounts TimeSlices::counts(int g) const {
   SliceLock lock(s);
   c.switches = s->switches;
   c.expiries = s->expiries;
+  c.yields = s->yields;
   return c;
 }
 
@@ -193,7 +195,10 @@ void KernelSlice::leave() {
   if (!held_) return;
   TimeSlices::Gpu* g = slices_->gpu(gpu_);
   SliceLock sl(g);
-  if (--g->running == 0) g->owner = 0;
+  if (--g->running == 0) {
+    g->owner = 0;
+    if (g->waiting > slices_->my_waiting(gpu_).load()) ++g->yields;  // another process gets it early
+  }
   held_ = false;
 }
 

@@ -16,8 +16,10 @@
 //    waits for it (round robin between two processes);
 //  - nothing else holds a slice: a stream waiting in stream_wait_value*, an event wait, a copy
 //    or a memset does not, so a hand-off through stream memory operations costs no expiry.
-// Each GPU counts switches (the slice went to a different process than the one before) and
-// expiries; tests assert those counts, never wall-clock times.
+// Each GPU counts switches (the slice went to a different process than the one before),
+// expiries, and early yields (the holder's last kernel ended while another process waited);
+// tests assert those counts, never wall-clock times. The collective kernel's host lanes
+// (collectives/device/dev_host.cpp) call timeslice_point() at every poll.
 //
 // The table lives in an anonymous shared mapping made before the processes fork (tests), so
 // every process forked afterwards sees the same slices: SimOptions::slices, or, for runtimes
@@ -39,6 +41,7 @@ namespace accord::sim {
 struct SliceCounts {
   uint64_t switches = 0;  // the slice went to a different process than the last holder
   uint64_t expiries = 0;  // a holder was switched out because another process waited
+  uint64_t yields = 0;    // a holder's last kernel ended while another process waited (no expiry)
 };
 
 class TimeSlices {

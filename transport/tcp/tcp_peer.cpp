@@ -119,6 +119,9 @@ TcpPeer::TcpPeer(int rank, int peer, std::vector<Fd> socks, PeerShape shape, con
   for (size_t i = 0; i < socks.size(); ++i) socks_[i].fd = std::move(socks[i]);
   tx_data_.reset(alloc_ring(shape.nslots * shape.slot_bytes));
   rx_data_.reset(alloc_ring(shape.nslots * shape.slot_bytes));
+  stride_.store(shape.slot_bytes, std::memory_order_relaxed);
+  tx_base_.store(tx_data_.get(), std::memory_order_release);
+  rx_base_.store(rx_data_.get(), std::memory_order_release);
   tx_meta_.resize(shape.nslots);
   tx_pieces_left_.assign(shape.nslots, 0);
   rx_slots_.reset(new RxSlot[shape.nslots]);
@@ -127,6 +130,42 @@ TcpPeer::TcpPeer(int rank, int peer, std::vector<Fd> socks, PeerShape shape, con
 }
 
 TcpPeer::~TcpPeer() = default;
+
+// Note [TCP rings in the caller's memory]. Before any message: the progress thread reads the
+// bases with acquire loads, and nothing refers to the rings of its own any more.
+void TcpPeer::use_rings(uint8_t* tx, uint8_t* rx, size_t stride) {
+  stride_.store(stride, std::memory_order_relaxed);
+  tx_base_.store(tx, std::memory_order_release);
+  rx_base_.store(rx, std::memory_order_release);
+  tx_data_.reset();
+  rx_data_.reset();
+}
+
+bool TcpPeer::arrived(uint32_t m, uint32_t* bytes, uint32_t* tag) const {
+  const RxSlot& s = rx_slots_[m % shape_.nslots];
+  if (s.ready.load(std::memory_order_acquire) != m + 1) return false;
+  *bytes = s.total;
+  *tag = s.tag;
+  return true;
+}
+
+// As TcpReceiver::wait: asleep on the futex word the progress thread bumps, and messages that
+// arrived complete before the peer went away are still delivered.
+Status TcpPeer::wait_arrived(uint32_t m, const WaitContext& ctx) {
+  const RxSlot& s = rx_slots_[m % shape_.nslots];
+  auto complete = [&] { return s.ready.load(std::memory_order_acquire) == m + 1; };
+  ACCORD_TRY(wait_for([&] { return complete() || failed(); }, &rx_word_, &rx_sleeping_, *policy_, ctx,
+                      "a TCP message"));
+  if (complete()) return Status::success();
+  return error(ACCORD_ERR_REMOTE, "rank %d: %s waited for message %u from rank %d over TCP: %s", ctx.self_rank,
+               ctx.operation, static_cast<unsigned>(m), peer_, cause_.c_str());
+}
+
+void TcpPeer::release_to(uint32_t n) {
+  if (rx_released_.load(std::memory_order_relaxed) == n) return;
+  rx_released_.store(n, std::memory_order_release);
+  bell_->ring();  // a socket may be blocked on a slot now free
+}
 
 void TcpPeer::notify_tx() {
   tx_word_.fetch_add(1, std::memory_order_release);

@@ -83,6 +83,23 @@ class TcpPeer {
   size_t nsocks() const { return socks_.size(); }
   int fd(size_t s) const { return socks_[s].fd.get(); }
 
+  // Note [TCP rings in the caller's memory]: a caller that drives one peer's traffic itself (the
+  // GPU data pumps, Note [Device data over TCP] in collectives/device_tcp.cpp) gives the peer
+  // its own memory for the rings before the first message either way: `tx` and `rx` hold nslots
+  // slots of slot_bytes each, `stride` bytes apart (the pinned FIFOs' data areas). The progress
+  // thread then writes messages straight from the slots the caller filled and reads them
+  // straight into the caller's slots, with no copy in between. The caller posts message m from
+  // tx slot m % nslots (sender()->acquire then post, as usual, without a copy) and may reuse
+  // that slot once sent() > m; it takes message m from rx slot m % nslots once arrived(m), and
+  // gives slots back with release_to(n) (messages below n are consumed) instead of receiver().
+  // The memory must outlive the transport (its destructor still writes out what was posted).
+  void use_rings(uint8_t* tx, uint8_t* rx, size_t stride);
+  uint32_t sent() const { return tx_done_.load(std::memory_order_acquire); }  // messages written out
+  bool arrived(uint32_t m, uint32_t* bytes, uint32_t* tag) const;              // message m is complete
+  Status wait_arrived(uint32_t m, const WaitContext& ctx);  // until arrived(m), or the peer failed
+  void release_to(uint32_t n);
+  const std::string& failure() const { return cause_; }  // only once failed()
+
   // --- progress thread only ---
   void enqueue_posted();                 // splits newly posted messages into frames
   void unblock_if_room();                // resumes sockets whose next frame now fits
@@ -136,8 +153,12 @@ class TcpPeer {
   void fail(std::string cause);
   void notify_tx();
   void notify_rx();
-  uint8_t* tx_slot(size_t i) const { return tx_data_.get() + i * shape_.slot_bytes; }
-  uint8_t* rx_slot(size_t i) const { return rx_data_.get() + i * shape_.slot_bytes; }
+  uint8_t* tx_slot(size_t i) const {
+    return tx_base_.load(std::memory_order_acquire) + i * stride_.load(std::memory_order_relaxed);
+  }
+  uint8_t* rx_slot(size_t i) const {
+    return rx_base_.load(std::memory_order_acquire) + i * stride_.load(std::memory_order_relaxed);
+  }
 
   const int rank_, peer_;
   const PeerShape shape_;
@@ -148,6 +169,9 @@ class TcpPeer {
     void operator()(uint8_t* p) const { std::free(p); }
   };
   std::unique_ptr<uint8_t[], FreeDeleter> tx_data_, rx_data_;
+  // The rings in use: tx_data_ and rx_data_, or the caller's (use_rings).
+  std::atomic<uint8_t*> tx_base_{nullptr}, rx_base_{nullptr};
+  std::atomic<size_t> stride_{0};
 
   // Send ring: the sender writes meta and bumps posted_; the progress thread bumps done_.
   struct TxMeta {

@@ -124,6 +124,8 @@ SendChannel* TcpTransport::sender(int peer) const {
   return p ? p->sender() : nullptr;
 }
 
+TcpPeer* TcpTransport::peer(int rank) const { return peers_[static_cast<size_t>(rank)].get(); }
+
 RecvChannel* TcpTransport::receiver(int peer) const {
   const TcpPeer* p = peers_[static_cast<size_t>(peer)].get();
   return p ? p->receiver() : nullptr;

@@ -63,6 +63,7 @@ class TcpTransport {
 
   SendChannel* sender(int peer) const;      // nullptr unless peer is remote
   RecvChannel* receiver(int peer) const;
+  TcpPeer* peer(int rank) const;  // nullptr unless remote; Note [TCP rings in the caller's memory]
   const std::string& interface_name() const { return ifname_; }
   const SockAddr& listen_address() const { return listen_addr_; }
   int nsocks() const { return nsocks_; }

@@ -89,7 +89,9 @@ for n in 3; do
 done
 
 # GPU buffers across hosts (Note [Device data over TCP]): simulated GPUs (ACCORD_GPU_TOPO, a
-# topology fixture, set by meson), 2 hosts of 2 ranks, the library's choice and hierarchical.
+# topology fixture, set by meson), 2 hosts of 2 ranks: all-reduce by the library's choice and
+# hierarchical (intra-host on the GPU path, inter-host over TCP), then send/recv rings and
+# all-to-all in groups that mix the host's GPU route with TCP.
 if [ -n "${ACCORD_GPU_TOPO:-}" ]; then
   n=2
   log=$(mktemp)
@@ -106,7 +108,7 @@ if [ -n "${ACCORD_GPU_TOPO:-}" ]; then
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   good=$(grep -c "checks, 0 failures$" "$log")
   if [ "$rc" = 0 ] && [ "$good" = $((2 * n)) ]; then
-    pass "GPU buffers (simulated), $((2 * n)) ranks on $n hosts, $(grep -m1 -o "[0-9]* checks" "$log") each, $(since "$start") s, all exact"
+    pass "GPU buffers (simulated: all-reduce, hierarchical, send/recv, all-to-all), $((2 * n)) ranks on $n hosts, $(grep -m1 -o "[0-9]* checks" "$log") each, $(since "$start") s, all exact"
   else
     fail "GPU buffers (simulated) (exit $rc, $good of $((2 * n)) ranks clean):"
     tail -40 "$log" | sed 's/^/       /'
