@@ -392,10 +392,17 @@ void Communicator::warn_shared_gpu() const {
     std::sort(all.begin(), all.end());
     std::vector<std::string> seen;  // one pid per process, in rank order
     std::string pids;
+    // Containers with pid namespaces of their own may all say pid 1: then each pid gets its
+    // namespace (Note [Process identity]).
+    const bool namespaces = std::any_of(all.begin(), all.end(), [&](int r) {
+      return pidns_of_[static_cast<size_t>(r)] != pidns_of_[static_cast<size_t>(all.front())];
+    });
     for (int r : all) {
-      if (std::find(seen.begin(), seen.end(), proc_of_[static_cast<size_t>(r)]) != seen.end()) continue;
-      seen.push_back(proc_of_[static_cast<size_t>(r)]);
-      pids += format("%s %ld", pids.empty() ? "" : ",", pid_of_[static_cast<size_t>(r)]);
+      const size_t i = static_cast<size_t>(r);
+      if (std::find(seen.begin(), seen.end(), proc_of_[i]) != seen.end()) continue;
+      seen.push_back(proc_of_[i]);
+      pids += format("%s %ld", pids.empty() ? "" : ",", pid_of_[i]);
+      if (namespaces) pids += format(" in pid namespace %s", pidns_of_[i].c_str());
     }
     LOG_WARN(kGpu,
              "rank %d: GPU %s is shared by ranks %s in different processes (pids%s) and MPS does "

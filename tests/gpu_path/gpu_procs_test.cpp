@@ -822,10 +822,17 @@ TEST_F(GpuProcsProcesses, SeparatePidNamespacesSharingOneGpu) {
   if (!can_unshare_pid()) GTEST_SKIP() << "unshare(CLONE_NEWPID) is not allowed here (needs root)";
   const int gpus = m_.gpus();
   SharedGpuEnv env;
+  LogFile log;
   for (const auto& f : run_processes(
            2, [&](accord_comm_t c, int r, int n) { return apart(m_, c, r, n, 0, gpus); }, kTimeoutS,
            into_own_pid_namespace))
     ADD_FAILURE() << f;
+  // The time-slice warning tells the two processes apart: both are pid 1, so each pid comes
+  // with its namespace (it said "pids 1, 1").
+  if (access("/tmp/nvidia-mps/control", F_OK) == 0) return;  // MPS runs here: no warning
+  const std::string text = log.text();
+  EXPECT_NE(text.find("MPS does not run"), std::string::npos) << "the log:\n" << text;
+  EXPECT_EQ(occurrences(text, "1 in pid namespace "), 2u) << "the log:\n" << text;
 }
 
 TEST_F(GpuProcsProcesses, SeparatePidNamespacesOwnGpus) {
