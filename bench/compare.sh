@@ -49,6 +49,12 @@ flags=(--oversubscribe)
 # tasks are stopped 50 ms of every second once they keep the cores busy (Note [No real-time
 # priority], bench/calibrate.sh). Busy runs: no priority, the point is the competition.
 rt=(); [ "$(id -u)" = 0 ] && [ "$busy" = 0 ] && rt=(nice -n -10)
+# The table's head says under which priority the job ran: started under chrt (bench/README.md,
+# "Current results"), the real-time class decides, not nice.
+priority="no priority change"
+[ ${#rt[@]} -eq 0 ] || priority="nice -n -10"
+case $(chrt -p $$ 2>/dev/null) in *SCHED_FIFO* | *SCHED_RR*) priority="real-time class (chrt), inherited" ;; esac
+export COMPARE_PRIORITY=$priority
 # Every size timed for at least 20 ms (100 ms busy): 20 calls of 256 B take 12 us, and one
 # interrupt in them made a quiet run lose at 256 B (1.01 us against its usual 0.58).
 long=(--min-ms 20); [ "$busy" = 1 ] && long=(--min-ms 100)

@@ -74,7 +74,10 @@ def main():
         # call (voluntary/involuntary) of the rank with the most, calls, steal time, when the
         # round started and how long it took.
         print(f"run {run} lost at {size} B ({which}): {rounds}", file=sys.stderr)
-    beside = "one busy process beside the ranks, no nice" if busy else "quiet, nice -n -10"
+    # compare.sh says under which priority the job ran (COMPARE_PRIORITY); read alone, a
+    # table of kept runs says what compare.sh did by default.
+    priority = os.environ.get("COMPARE_PRIORITY", "nice -n -10")
+    beside = "one busy process beside the ranks, no nice" if busy else f"quiet, {priority}"
     print(f"\n{np_} ranks, float32 sum, out of place, {len(runs)} runs ({beside})\n")
     print("| size | Accord median (us) | Accord worst (us) | Open MPI median (us) | Open MPI worst (us) "
           "| ratio of medians | worst run's ratio | worst run, paired rounds |")
