@@ -103,8 +103,9 @@ ACCORD_HD constexpr uint64_t direct_flag_bytes(int32_t nranks) {
 
 // Note [Waiting protocol]: the kernels of a call, per round (phases, then an exchange
 // between two of them): 3 for a two-shot all-reduce, 2 for every other direct form.
+constexpr uint32_t kDirectMaxPhases = 3;
 ACCORD_HD constexpr uint32_t direct_phases(uint32_t coll, uint32_t proto) {
-  return coll == kCollAllReduce && proto == kProtoTwoShot ? 3 : 2;
+  return coll == kCollAllReduce && proto == kProtoTwoShot ? kDirectMaxPhases : 2;
 }
 // The 32-bit word of flag(phase, slice 0, from) in a scratch: its low half (little-endian, as
 // x86, Arm and every NVIDIA GPU are), which the waiting protocol's streams write and wait on.

@@ -76,7 +76,7 @@ void DirectEngine::release_waits() {
   if (!wait_ || rescue_.id == 0) return;
   const uint32_t e = waited_round_.load(std::memory_order_acquire);
   if (e == 0) return;  // no wait was ever queued
-  for (uint32_t p = 0; p + 1 < 3; ++p)
+  for (uint32_t p = 0; p + 1 < kDirectMaxPhases; ++p)  // every exchange any form makes
     for (int r = 0; r < nranks_; ++r) {
       if (r == rank_) continue;
       Status s = rt_->stream_write_value32(
