@@ -383,8 +383,8 @@ void Communicator::warn_shared_gpu() const {
   const bool waiting = direct_ != nullptr && direct_->waiting();
   if (!others.empty() && std::min(here.front(), others.front()) == rank_ && waiting)
     LOG_INFO(kGpu, "rank %d: GPU %s is shared with other processes: the collectives hand off through the stream "
-             "(ACCORD_SHARED_GPU_SYNC), which needs no time slice; sends, receives and pre-multiplied sums "
-             "still wait inside their kernels (a time slice a hand-off without MPS)",
+             "(ACCORD_SHARED_GPU_SYNC), which needs no time slice; sends and receives (send/recv, "
+             "all-to-all) still wait inside their kernels (a time slice a hand-off without MPS)",
              rank_, gpu_label(rank_).substr(4).c_str());
   if (!others.empty() && std::min(here.front(), others.front()) == rank_ && !mps_running() && !waiting) {
     std::vector<int> all = here;
@@ -1100,8 +1100,8 @@ Status Communicator::enqueue_device(const CollArgs& call, void* user_stream) {
     c.scalar_ptr = pm.ptr;
   }
   // Note [Direct or FIFO] (device/direct_path.cpp): no steps then, and no FIFO. A pre-multiplied
-  // sum scales in the FIFO kernel's moves only, so it keeps the FIFOs.
-  const bool direct = !premul && prepare_direct(a, plan.elem_bytes, &launch);
+  // sum scales in phase A of the direct protocol (Note [Pre-multiplied sum]).
+  const bool direct = prepare_direct(a, plan.elem_bytes, &launch);
   return launch_schedule(name, sched, &launch, us, user_stream, direct);
 }
 

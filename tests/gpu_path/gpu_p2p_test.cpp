@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@
 #include "include/accord/accord_device.h"
 #include "tests/gpu_path/elements.hpp"
 #include "tests/support/harness.hpp"
+#include "transport/device/sim_timeslice.hpp"
 
 namespace accord::testing {
 namespace {
@@ -454,6 +456,49 @@ std::string every_premul(accord_comm_t comm, int rank, int n) {
   });
 }
 
+// ---- processes sharing a time-sliced GPU (Note [Shared GPU sync], Note [Simulated time slices]) ----
+
+std::string plan_of(accord_comm_t comm) {
+  size_t len = 0;
+  accord_comm_plan(comm, nullptr, &len);
+  std::string plan(len, '\0');
+  if (accord_comm_plan(comm, plan.data(), &len) != ACCORD_SUCCESS) return "";
+  return plan;
+}
+
+// `calls` pre-multiplied sums (all-reduce, reduce-scatter, reduce in turn; the scalar on the
+// host and in device memory), exact; the plan must show the waiting protocol.
+std::string sliced_premul(accord_comm_t comm, int rank, int n, int calls) {
+  const std::string plan = plan_of(comm);
+  if (plan.find("GPU hand-offs: wait") == std::string::npos)
+    return "the plan should say 'GPU hand-offs: wait'; plan:\n" + plan;
+  return on_own_stream(comm, [&](accord_stream_t stream, int dev) {
+    std::string failure;
+    const Red reds[] = {Red::kAllReduce, Red::kReduceScatter, Red::kReduce};
+    for (int k = 0; k < calls && failure.empty(); ++k)
+      failure = premul_case(comm, stream, dev, rank, n, reds[k % 3], ACCORD_FLOAT32, 1 + k % 2, 1031, k % 2 == 0);
+    return failure;
+  });
+}
+
+// `calls` exchanges between ranks 0 and 1, each a group of a send to and a receive from the
+// peer (one kernel a rank), checked exactly; the plan must say that sends and receives poll
+// inside the kernel.
+std::string sliced_exchanges(accord_comm_t comm, int rank, int, int calls) {
+  const std::string plan = plan_of(comm);
+  if (plan.find("sends and receives (send/recv, all-to-all) still poll their peers inside the kernel") ==
+      std::string::npos)
+    return "the plan should say that sends and receives still poll inside the kernel; plan:\n" + plan;
+  return on_own_stream(comm, [&](accord_stream_t stream, int dev) {
+    std::string failure;
+    const int peer = 1 - rank;
+    for (int k = 0; k < calls && failure.empty(); ++k)
+      failure = run_calls(comm, stream, dev, rank, Pattern{{true, peer, 1031}, {false, peer, 1031}}, false,
+                          "exchange " + std::to_string(k));
+    return failure;
+  });
+}
+
 // ---- tests ----
 
 // The device runtime is chosen once per process and its simulated streams are threads: forked
@@ -481,6 +526,40 @@ TEST_F(GpuP2pProcesses, EveryPatternOnOneGpu) {
 
 TEST_F(GpuP2pProcesses, PreMulSumAndAvgExact) {
   for (const auto& f : run_processes(3, every_premul, 300)) ADD_FAILURE() << f;
+}
+
+// 2 processes on GPU 0 sliced as without MPS (the table made here, before the ranks fork), with
+// the waiting protocol. A pre-multiplied sum hands off through the stream, as the other
+// collectives do: not one slice expiry (on the FIFO kernel, which it used before, every call
+// paid one: the first kernel to run waits inside for the other's data). Sends and receives
+// still poll inside their kernel, and the plan says so: a grouped exchange, whose first kernel
+// waits for the other process's, pays at least one expiry each. Counts, not clocks.
+TEST_F(GpuP2pProcesses, SlicedSharedGpuPreMulWaitsSendRecvSpins) {
+  std::string why;
+  const std::shared_ptr<sim::TimeSlices> table = sim::TimeSlices::process_table(&why);
+  ASSERT_TRUE(table) << why;
+  ScopedEnv one("ACCORD_DEVICE", "0");
+  ScopedEnv slice("ACCORD_SIM_TIMESLICE_US", "1000");
+  ScopedEnv sync("ACCORD_SHARED_GPU_SYNC", "wait");
+  constexpr int kCalls = 6;
+  sim::SliceCounts before = table->counts(0);
+  for (const auto& f : run_processes(2, [](accord_comm_t c, int r, int n) { return sliced_premul(c, r, n, kCalls); },
+                                     300))
+    ADD_FAILURE() << "pre-multiplied sums: " << f;
+  sim::SliceCounts after = table->counts(0);
+  std::cout << kCalls << " pre-multiplied sums: " << after.expiries - before.expiries << " slice expiries, "
+            << after.switches - before.switches << " switches\n";
+  EXPECT_GT(after.switches - before.switches, 0u) << "the processes' kernels should have taken turns on GPU 0";
+  EXPECT_EQ(after.expiries - before.expiries, 0u) << "a pre-multiplied sum's kernel waited for a peer inside";
+  before = after;
+  for (const auto& f : run_processes(
+           2, [](accord_comm_t c, int r, int n) { return sliced_exchanges(c, r, n, kCalls); }, 300))
+    ADD_FAILURE() << "exchanges: " << f;
+  after = table->counts(0);
+  std::cout << kCalls << " exchanges: " << after.expiries - before.expiries << " slice expiries, "
+            << after.switches - before.switches << " switches\n";
+  EXPECT_GE(after.expiries - before.expiries, static_cast<uint64_t>(kCalls))
+      << "a grouped send/recv exchange spins inside its kernel: an expiry each (is the time-slice model on?)";
 }
 
 TEST_F(GpuP2pThreads, EveryPatternExact) {
