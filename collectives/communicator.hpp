@@ -210,6 +210,10 @@ class Communicator {
   Status device_stream(void* user_stream, const char* name, Stream* out);
   Status launch_schedule(const char* name, const Schedule& sched, dev::DevLaunch* launch, Stream us,
                          void* user_stream, bool direct = false);
+  // Note [Waiting point-to-point] (point_to_point.cpp).
+  Status launch_p2p_waiting(const char* name, const Schedule& sched, const dev::DevLaunch& launch, Stream us,
+                            void* user_stream);
+  Status queued_in_part(const char* name, const Status& failed);
   void start_watchdog();
   void stop_watchdog();
   void watchdog_loop();
@@ -343,6 +347,11 @@ class Communicator {
   // GPU memory, the peers' it opened from IPC handles, the DevPeer table and the counts.
   std::vector<int> dev_route_of_;
   std::vector<void*> dev_fifo_mem_;
+  // Note [Waiting point-to-point]: per peer, the slot headers of its FIFO to this rank (this
+  // rank's GPU memory; null: not a p2p or ipc route), and the messages sent to it and received
+  // from it by the waiting point-to-point path (the FIFO counts, as the host queued them).
+  std::vector<uint8_t*> dev_recv_headers_;
+  std::vector<uint32_t> p2p_sent_, p2p_recvd_;
   std::vector<void*> ipc_opened_;
   std::unique_ptr<dev::DirectEngine> direct_;  // Note [Direct protocol]; null: FIFOs for every call
   std::string direct_plan_;                     // the plan's "device protocol" line

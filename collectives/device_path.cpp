@@ -378,13 +378,12 @@ void Communicator::warn_shared_gpu() const {
         "(until ACCORD_TIMEOUT_MS). Set CUDA_MODULE_LOADING=EAGER, allocate before the first "
         "collective, or run one process per rank",
         rank_, rank_list(here).c_str(), gpu_label(rank_).substr(4).c_str());
-  // Where the job's collectives hand off through the stream (Note [Shared GPU sync]) slices
-  // cost them nothing: no warning, a line at info for what still spins.
+  // Where the job's calls hand off through the stream (Note [Shared GPU sync]) slices cost them
+  // nothing: no warning, a line at info.
   const bool waiting = direct_ != nullptr && direct_->waiting();
   if (!others.empty() && std::min(here.front(), others.front()) == rank_ && waiting)
     LOG_INFO(kGpu, "rank %d: GPU %s is shared with other processes: the collectives hand off through the stream "
-             "(ACCORD_SHARED_GPU_SYNC), which needs no time slice; sends and receives (send/recv, "
-             "all-to-all) still wait inside their kernels (a time slice a hand-off without MPS)",
+             "(ACCORD_SHARED_GPU_SYNC), which needs no time slice, and so do sends and receives",
              rank_, gpu_label(rank_).substr(4).c_str());
   if (!others.empty() && std::min(here.front(), others.front()) == rank_ && !mps_running() && !waiting) {
     std::vector<int> all = here;
@@ -609,6 +608,9 @@ uint32_t Communicator::call_blocks(const Schedule& sched) const {
 Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline) {
   if (device_ < 0) return Status::success();
   dev_route_of_.assign(static_cast<size_t>(nranks_), -1);
+  dev_recv_headers_.assign(static_cast<size_t>(nranks_), nullptr);
+  p2p_sent_.assign(static_cast<size_t>(nranks_), 0);
+  p2p_recvd_.assign(static_cast<size_t>(nranks_), 0);
   std::vector<dev::DevPeer> peers(static_cast<size_t>(nranks_));
   // This rank's own counts (DevFifo::count): two per peer; then the blocks' arrival counters
   // (DevFifo::arrive), nslots per count; then DevCall::grid's two words. All zero.
@@ -665,6 +667,7 @@ Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline)
     ACCORD_TRY(rt_->memset_async(mem, 0, fifo_bytes, stream_));
     auto* base = static_cast<uint8_t*>(mem);
     p.recv = describe(base, base + shape_.header_bytes(), recv_count);
+    dev_recv_headers_[static_cast<size_t>(peer)] = p.recv.headers;  // Note [Waiting point-to-point]
     direct.emplace_back(peer, route);
   }
   // Every FIFO is zero (an empty FIFO) before a peer can learn where it is.

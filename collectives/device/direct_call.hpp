@@ -96,9 +96,11 @@ namespace accord::dev {
 constexpr uint32_t kDirectMaxSlices = 16;
 constexpr uint64_t kDirectSliceBytes = 32 << 10;  // the least a slice carries, when the round can
 
-// Bytes of a scratch's flags for `nranks` ranks, padded to 256 (the data halves follow).
+// Bytes of a scratch's flags for `nranks` ranks, padded to 256 (the data halves follow): the
+// flags of Note [Direct protocol], then one word per rank for the waiting point-to-point
+// hand-offs (direct_p2p_word).
 ACCORD_HD constexpr uint64_t direct_flag_bytes(int32_t nranks) {
-  return ((2ull * kDirectMaxSlices * static_cast<uint64_t>(nranks) * 8 + 255) / 256) * 256;
+  return (((2ull * kDirectMaxSlices + 1) * static_cast<uint64_t>(nranks) * 8 + 255) / 256) * 256;
 }
 
 // Note [Waiting protocol]: the kernels of a call, per round (phases, then an exchange
@@ -112,6 +114,13 @@ ACCORD_HD constexpr uint32_t direct_phases(uint32_t coll, uint32_t proto) {
 ACCORD_HD inline uint32_t* direct_wait_word(uint8_t* scratch, int32_t nranks, uint32_t phase, int32_t from) {
   return reinterpret_cast<uint32_t*>(reinterpret_cast<uint64_t*>(scratch) +
                                      static_cast<uint64_t>(phase) * kDirectMaxSlices * nranks + from);
+}
+
+// Note [Waiting point-to-point] (collectives/point_to_point.cpp): the word in a scratch where
+// rank `from` says how many of this rank's FIFO messages to it it has released.
+inline uint32_t* direct_p2p_word(uint8_t* scratch, int32_t nranks, int32_t from) {
+  return reinterpret_cast<uint32_t*>(reinterpret_cast<uint64_t*>(scratch) +
+                                     2ull * kDirectMaxSlices * static_cast<uint64_t>(nranks) + from);
 }
 
 template <class Lanes>

@@ -17,10 +17,11 @@
 // Each rank knows only its own GPU, so every rank all-gathers its view and takes one answer
 // (wait when any rank's GPU is time-sliced), so every rank launches the same kernels and
 // waits. The setting itself is one every rank shares (Note [Settings every rank shares]). The
-// choice applies to the direct protocol only, which runs every collective of a job that has it
-// (pre-multiplied sums too); sends and receives (send/recv, all-to-all) keep the FIFO kernel
-// and spin, which the plan line "GPU hand-offs: wait" says. Jobs on FIFOs (host-staged pairs,
-// ACCORD_DEVICE_PROTO=fifo) spin, and keep the init warning about time slices.
+// choice applies to jobs on the direct protocol, which runs every collective of such a job
+// (pre-multiplied sums too), and to their sends and receives, which keep the FIFOs but wait at
+// stream level between kernels (Note [Waiting point-to-point], point_to_point.cpp). Jobs on
+// FIFOs (host-staged pairs, ACCORD_DEVICE_PROTO=fifo) spin, and keep the init warning about
+// time slices.
 #include <strings.h>
 
 #include <algorithm>

@@ -482,19 +482,25 @@ std::string sliced_premul(accord_comm_t comm, int rank, int n, int calls) {
 }
 
 // `calls` exchanges between ranks 0 and 1, each a group of a send to and a receive from the
-// peer (one kernel a rank), checked exactly; the plan must say that sends and receives poll
-// inside the kernel.
+// peer (one kernel a rank when it spins), then as many ping-pongs (rank 0 sends, then
+// receives; rank 1 the other way round; calls alone), checked exactly; the plan must say that
+// sends and receives hand off through the stream.
 std::string sliced_exchanges(accord_comm_t comm, int rank, int, int calls) {
   const std::string plan = plan_of(comm);
-  if (plan.find("sends and receives (send/recv, all-to-all) still poll their peers inside the kernel") ==
-      std::string::npos)
-    return "the plan should say that sends and receives still poll inside the kernel; plan:\n" + plan;
+  if (plan.find("GPU hand-offs: wait: kernels never wait on a peer, the stream waits between them (collectives, "
+                "and sends and receives on the FIFOs)") == std::string::npos)
+    return "the plan should say that sends and receives wait at stream level; plan:\n" + plan;
   return on_own_stream(comm, [&](accord_stream_t stream, int dev) {
     std::string failure;
     const int peer = 1 - rank;
     for (int k = 0; k < calls && failure.empty(); ++k)
       failure = run_calls(comm, stream, dev, rank, Pattern{{true, peer, 1031}, {false, peer, 1031}}, false,
                           "exchange " + std::to_string(k));
+    for (int k = 0; k < calls && failure.empty(); ++k) {
+      Pattern p{{true, peer, 1031}, {false, peer, 1031}};
+      if (rank == 1) std::swap(p[0], p[1]);
+      failure = run_calls(comm, stream, dev, rank, p, true, "ping-pong " + std::to_string(k));
+    }
     return failure;
   });
 }
@@ -530,11 +536,11 @@ TEST_F(GpuP2pProcesses, PreMulSumAndAvgExact) {
 
 // 2 processes on GPU 0 sliced as without MPS (the table made here, before the ranks fork), with
 // the waiting protocol. A pre-multiplied sum hands off through the stream, as the other
-// collectives do: not one slice expiry (on the FIFO kernel, which it used before, every call
-// paid one: the first kernel to run waits inside for the other's data). Sends and receives
-// still poll inside their kernel, and the plan says so: a grouped exchange, whose first kernel
-// waits for the other process's, pays at least one expiry each. Counts, not clocks.
-TEST_F(GpuP2pProcesses, SlicedSharedGpuPreMulWaitsSendRecvSpins) {
+// collectives do, and so do sends and receives (Note [Waiting point-to-point]): not one slice
+// expiry. On the FIFO kernel, which both used before, a call whose first kernel waits inside
+// for the other process's pays an expiry: every all-reduce, every grouped exchange. Counts,
+// not clocks.
+TEST_F(GpuP2pProcesses, SlicedSharedGpuWithoutExpiries) {
   std::string why;
   const std::shared_ptr<sim::TimeSlices> table = sim::TimeSlices::process_table(&why);
   ASSERT_TRUE(table) << why;
@@ -556,10 +562,60 @@ TEST_F(GpuP2pProcesses, SlicedSharedGpuPreMulWaitsSendRecvSpins) {
            2, [](accord_comm_t c, int r, int n) { return sliced_exchanges(c, r, n, kCalls); }, 300))
     ADD_FAILURE() << "exchanges: " << f;
   after = table->counts(0);
-  std::cout << kCalls << " exchanges: " << after.expiries - before.expiries << " slice expiries, "
+  std::cout << kCalls << " exchanges and ping-pongs: " << after.expiries - before.expiries << " slice expiries, "
             << after.switches - before.switches << " switches\n";
-  EXPECT_GE(after.expiries - before.expiries, static_cast<uint64_t>(kCalls))
-      << "a grouped send/recv exchange spins inside its kernel: an expiry each (is the time-slice model on?)";
+  EXPECT_GT(after.switches - before.switches, 0u) << "the processes' kernels should have taken turns on GPU 0";
+  EXPECT_EQ(after.expiries - before.expiries, 0u) << "a send or receive kernel waited for a peer inside";
+}
+
+// Note [Waiting point-to-point]: a stream waiting for a peer that never sends (stopped) or has
+// died ends with an error naming it, at ACCORD_TIMEOUT_MS or at the death, not a hang: the
+// watchdog writes the words the stream waits on. A receive waits for the message; a send of
+// more than the FIFO's 8 slots waits for a free slot. (The simulation's stall limit is set
+// above the test's timeout, so only the watchdog can end the wait.)
+TEST_F(GpuP2pProcesses, SlicedWaitEndsWhenAPeerStopsOrDies) {
+  std::string why;
+  ASSERT_TRUE(sim::TimeSlices::process_table(&why)) << why;
+  ScopedEnv one("ACCORD_DEVICE", "0");
+  ScopedEnv slice("ACCORD_SIM_TIMESLICE_US", "1000");
+  ScopedEnv sync("ACCORD_SHARED_GPU_SYNC", "wait");
+  ScopedEnv stall("ACCORD_SIM_STALL_MS", "600000");
+  ScopedEnv timeout("ACCORD_TIMEOUT_MS", "3000");
+  for (bool killed : {false, true})
+    for (bool send : {false, true}) {
+      const std::string what = std::string(killed ? "killed" : "stopped") + " peer, " + (send ? "send" : "receive");
+      for (const auto& f : run_processes(
+               2,
+               [&](accord_comm_t comm, int rank, int) -> std::string {
+                 return on_own_stream(comm, [&](accord_stream_t stream, int dev) -> std::string {
+                   const size_t count = 9 * kSlotElems;  // more than the FIFO
+                   void* buf = nullptr;
+                   accord_status_t s = accord_device_alloc(&buf, count * 4, dev);
+                   if (s == ACCORD_SUCCESS) s = accord_barrier(comm, nullptr);
+                   if (s != ACCORD_SUCCESS) return api_error("set up", comm, s);
+                   if (rank == 1) {
+                     if (killed) raise(SIGKILL);
+                     sleep(6);
+                     (void)accord_device_free(buf);
+                     return std::string();
+                   }
+                   s = send ? accord_send(buf, count, ACCORD_INT32, 1, comm, stream)
+                            : accord_recv(buf, count, ACCORD_INT32, 1, comm, stream);
+                   if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+                   accord_status_t async = ACCORD_SUCCESS;
+                   (void)accord_comm_get_async_error(comm, &async);
+                   const std::string text = accord_last_error(comm);
+                   (void)accord_device_free(buf);
+                   if (async == ACCORD_SUCCESS || text.find("rank 1") == std::string::npos ||
+                       (!killed && async != ACCORD_ERR_TIMEOUT))
+                     return what + ": " + accord_status_string(async) + ": " + text;
+                   return std::string();
+                 });
+               },
+               120))
+        if (!killed || f.rfind("rank 1: ", 0) != 0 || f.find("killed by signal 9") == std::string::npos)
+          ADD_FAILURE() << what << ": " << f;
+    }
 }
 
 TEST_F(GpuP2pThreads, EveryPatternExact) {
