@@ -158,7 +158,6 @@ Status Communicator::launch_p2p_waiting(const char* name, const Schedule& sched,
     if (s.kind != StepKind::kCopy && dev_recv_headers_[static_cast<size_t>(peer)] == nullptr)
       return error(ACCORD_ERR_INTERNAL, "rank %d: %s: no device FIFO in GPU memory with rank %d", rank_, name, peer);
   }
-  bool queued = false;  // some wait or kernel of the batch is queued
   Status failed;
   for (size_t i = 0; i < steps.size() && failed.ok();) {
     Schedule part;
@@ -179,7 +178,6 @@ Status Communicator::launch_p2p_waiting(const char* name, const Schedule& sched,
     }
     // The kernel's call counts as begun once the stream reaches its waits: the watchdog's
     // deadline runs from there (Note [Device watchdog]), as for a kernel that polls.
-    queued = true;
     if (recv_kind >= 0) failed = rt_->stream_write_value64(us, &ctl->started, dev_seq_ + 1);
     for (size_t k = 0; k < part.steps.size() && failed.ok(); ++k) {
       const Step& s = part.steps[k];
