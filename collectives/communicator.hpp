@@ -64,6 +64,10 @@ inline bool is_point_to_point(Collective c) {
   return c == Collective::kSend || c == Collective::kRecv;
 }
 
+// Whether MPS runs for this process's CUDA clients: its control pipe exists (device_path.cpp,
+// Note [Shared GPU warnings]).
+bool mps_running();
+
 class Communicator {
  public:
   static Status create(const InitSpec& spec, std::unique_ptr<Communicator>* out);
@@ -203,6 +207,7 @@ class Communicator {
   // the stream (true) or in the kernel, the same on every rank (collective over the store).
   Status choose_gpu_sync(StoreClient* store, Deadline deadline, bool* wait, std::string* why);
   bool gpu_time_sliced() const;  // this rank's GPU is shared by processes without MPS
+  Status share_sim_slices(StoreClient* store, Deadline deadline);  // Note [Simulated time slices of a job]
   bool prepare_direct(const CollArgs& a, size_t elem_bytes, dev::DevLaunch* launch);
   Status wrap_stream(void* user_stream, Stream* out);  // device_path.cpp
   Status check_device_call(void* user_stream, const char* name);
