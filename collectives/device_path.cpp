@@ -353,7 +353,9 @@ void Communicator::find_gpu_sharers() {
 //    launch of any kernel under lazy loading, CUDA's default), both wait for ever (until
 //    ACCORD_TIMEOUT_MS);
 //  - ranks of different processes on one GPU: without MPS the GPU runs one process's kernels
-//    at a time, in time slices, so every hop of a collective waits for a slice.
+//    at a time, in time slices, so every hop of a collective waits for a slice (only where
+//    gpu_time_sliced() says so: a simulated GPU is sliced only under ACCORD_SIM_TIMESLICE_US,
+//    Note [Shared GPU sync]; and not where the job waits at stream level).
 // GPUs and processes are compared by identity (Note [GPU identity], Note [Process identity]).
 bool mps_running() {
   const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
@@ -385,7 +387,7 @@ void Communicator::warn_shared_gpu() const {
     LOG_INFO(kGpu, "rank %d: GPU %s is shared with other processes: the collectives hand off through the stream "
              "(ACCORD_SHARED_GPU_SYNC), which needs no time slice, and so do sends and receives",
              rank_, gpu_label(rank_).substr(4).c_str());
-  if (!others.empty() && std::min(here.front(), others.front()) == rank_ && !mps_running() && !waiting) {
+  if (!others.empty() && std::min(here.front(), others.front()) == rank_ && gpu_time_sliced() && !waiting) {
     std::vector<int> all = here;
     all.insert(all.end(), others.begin(), others.end());
     std::sort(all.begin(), all.end());
@@ -403,13 +405,19 @@ void Communicator::warn_shared_gpu() const {
       pids += format("%s %ld", pids.empty() ? "" : ",", pid_of_[i]);
       if (namespaces) pids += format(" in pid namespace %s", pidns_of_[i].c_str());
     }
+    // A simulated GPU is sliced only under ACCORD_SIM_TIMESLICE_US; else it runs every
+    // process's kernels at once, as under MPS, and there is nothing to warn about.
+    const std::string sliced = std::string(rt_->kind()) == "simulated"
+                                   ? format("is time-sliced as a GPU without MPS is (simulated: ACCORD_SIM_TIMESLICE_US=%lld)",
+                                            static_cast<long long>(settings_.sim_timeslice_us))
+                                   : std::string("MPS does not run");
     LOG_WARN(kGpu,
-             "rank %d: GPU %s is shared by ranks %s in different processes (pids%s) and MPS does "
-             "not run: the GPU runs one process's kernels at a time, in time slices, so each hop "
+             "rank %d: GPU %s is shared by ranks %s in different processes (pids%s) and %s: the GPU runs one "
+             "process's kernels at a time, in time slices, so each hop "
              "of a collective waits for a slice (expect low bandwidth; a long collective may reach "
              "ACCORD_TIMEOUT_MS). Start MPS before the job (nvidia-cuda-mps-control -d), or give "
              "each rank its own GPU",
-             rank_, gpu_label(rank_).substr(4).c_str(), rank_list(all).c_str(), pids.c_str());
+             rank_, gpu_label(rank_).substr(4).c_str(), rank_list(all).c_str(), pids.c_str(), sliced.c_str());
   }
 }
 
