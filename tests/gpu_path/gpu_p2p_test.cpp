@@ -362,6 +362,20 @@ std::string tcp_mismatches(accord_comm_t comm, int rank, const SharedWord& check
   });
 }
 
+// Rank 0's send to (or receive from) rank 1 of `count` int32s of `buf`, which it then frees:
+// the communicator's asynchronous error once the stream is through, and *text its last error.
+accord_status_t one_call_to_rank1(accord_comm_t comm, accord_stream_t stream, void* buf, size_t count, bool send,
+                                  std::string* text) {
+  accord_status_t s = send ? accord_send(buf, count, ACCORD_INT32, 1, comm, stream)
+                           : accord_recv(buf, count, ACCORD_INT32, 1, comm, stream);
+  if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+  accord_status_t async = ACCORD_SUCCESS;
+  (void)accord_comm_get_async_error(comm, &async);
+  *text = accord_last_error(comm);
+  (void)accord_device_free(buf);
+  return async;
+}
+
 // ---- pre-multiplied sums and averages of device buffers ----
 
 double input(int r, size_t i) { return static_cast<double>(1 + r + static_cast<int>(i % 7)); }
@@ -599,13 +613,8 @@ TEST_F(GpuP2pProcesses, SlicedWaitEndsWhenAPeerStopsOrDies) {
                      (void)accord_device_free(buf);
                      return std::string();
                    }
-                   s = send ? accord_send(buf, count, ACCORD_INT32, 1, comm, stream)
-                            : accord_recv(buf, count, ACCORD_INT32, 1, comm, stream);
-                   if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
-                   accord_status_t async = ACCORD_SUCCESS;
-                   (void)accord_comm_get_async_error(comm, &async);
-                   const std::string text = accord_last_error(comm);
-                   (void)accord_device_free(buf);
+                   std::string text;
+                   const accord_status_t async = one_call_to_rank1(comm, stream, buf, count, send, &text);
                    if (async == ACCORD_SUCCESS || text.find("rank 1") == std::string::npos ||
                        (!killed && async != ACCORD_ERR_TIMEOUT))
                      return what + ": " + accord_status_string(async) + ": " + text;
@@ -704,13 +713,8 @@ TEST_F(GpuP2pProcesses, KilledPeerOverTcpEndsTheCall) {
                    past_barrier.wait();
                    raise(SIGKILL);  // before it sends or receives anything
                  }
-                 s = send ? accord_send(buf, count, ACCORD_INT32, 1, comm, stream)
-                          : accord_recv(buf, count, ACCORD_INT32, 1, comm, stream);
-                 if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
-                 accord_status_t async = ACCORD_SUCCESS;
-                 (void)accord_comm_get_async_error(comm, &async);
-                 const std::string text = accord_last_error(comm);
-                 (void)accord_device_free(buf);
+                 std::string text;
+                 const accord_status_t async = one_call_to_rank1(comm, stream, buf, count, send, &text);
                  if (async == ACCORD_SUCCESS || async == ACCORD_ERR_TIMEOUT ||
                      text.find("rank 1") == std::string::npos || text.find("TCP") == std::string::npos)
                    return std::string(send ? "a send" : "a receive") + " with a killed rank over TCP: " +
