@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh's exit status (issue 38 item 4): 0 when every step passed, 1 when a step
 # failed, hung, was skipped for time (GPU_CHECK_SECONDS) or is unknown. The step "one" runs a fake
-# all_reduce_perf from a scratch build folder, so no GPU is needed. The hang (ONE_LIMIT=2 s) also
-# checks the clean-up: the step's processes die, an orphan of it included, and a process of
-# another session whose command line matches the step's pattern (all_reduce_perf, as another
-# test's benchmark would) lives; a stand-in cuda-gdb takes the "stacks".
+# all_reduce_perf from a scratch build folder, so no GPU is needed. The hang (ONE_LIMIT=10 s:
+# room for a loaded machine to start the fake) also checks the clean-up: the step's processes
+# die, an orphan of it included, and a process of another session whose command line matches the
+# step's pattern (all_reduce_perf, as another test's benchmark would) lives; a stand-in cuda-gdb
+# takes the "stacks".
 # Usage: gpu_check_status_test.sh PATH/TO/scripts/gpu-check.sh
 set -u
 script=$1
@@ -52,7 +53,7 @@ expect "an unknown step" 1 "nosuch: unknown step" FAKE_PERF=ok -- nosuch
 # The hang, beside another session's all_reduce_perf that must survive it.
 "$tmp/other/all_reduce_perf" &
 other=$!
-expect "a step that hangs" 1 "one: HANG after 2 s" FAKE_PERF=hang FAKE_PIDS="$tmp/pids" ONE_LIMIT=2 \
+expect "a step that hangs" 1 "one: HANG after 10 s" FAKE_PERF=hang FAKE_PIDS="$tmp/pids" ONE_LIMIT=10 \
   PATH="$tmp/bin:$PATH" -- one
 grep -qF "stand-in cuda-gdb -p" "$tmp/logs/one.log" ||
   { echo "FAIL - the hang's log has no stacks of the step's processes"; failures=$((failures + 1)); }
