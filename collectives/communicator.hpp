@@ -241,6 +241,7 @@ class Communicator {
   // rank completed, so that its exit is not taken for a death.
   void publish_departure();
   void let_go_of_peer_memory();  // Note [Freeing memory peers map] (device_path.cpp)
+  Status join_fifo_hold(StoreClient* store, Deadline deadline);
   Status check_args(const CollArgs& a, size_t* in_bytes, size_t* out_bytes) const;
   // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
   Status check_consistency(const CollArgs& a);
@@ -358,6 +359,9 @@ class Communicator {
   std::vector<uint8_t*> dev_recv_headers_;
   std::vector<uint32_t> p2p_sent_, p2p_recvd_;
   std::vector<void*> ipc_opened_;
+  // Note [Freeing memory peers map]: where dev_fifo_mem_ goes at destroy when no direct engine
+  // holds it: this process's ranks of the job free their FIFOs together, the last of them.
+  std::shared_ptr<dev::ProcessHold> fifo_hold_;
   std::unique_ptr<dev::DirectEngine> direct_;  // Note [Direct protocol]; null: FIFOs for every call
   std::string direct_plan_;                     // the plan's "device protocol" line
   void* peers_dev_ = nullptr;

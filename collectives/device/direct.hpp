@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "collectives/device/dev_call.hpp"
+#include "collectives/device/process_hold.hpp"
 #include "collectives/schedule.hpp"
 #include "core/status.hpp"
 #include "transport/bootstrap/store.hpp"
@@ -101,7 +102,6 @@ class DirectEngine {
   void free_held();
 
  private:
-  struct Held;  // the memory of this process's ranks of the job, freed by the last to let go
   DirectEngine() = default;
   Status open(const DirectSetup& s);
 
@@ -115,7 +115,7 @@ class DirectEngine {
   std::vector<void*> opened_;            // peers' scratch opened through IPC
   void* table_ = nullptr;                // DevDirect::scratch, in GPU memory
   uint32_t round_ = 1;                   // the next call's first round
-  std::shared_ptr<Held> held_;
+  std::shared_ptr<ProcessHold> held_;  // this process's ranks' memory, freed by the last to let go
   bool let_go_ = false;
   std::vector<uint8_t*> scratch_;        // [nranks] every rank's scratch as this process addresses it
   bool wait_ = false;                    // Note [Waiting protocol]
