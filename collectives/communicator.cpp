@@ -238,6 +238,7 @@ Status Communicator::init(const InitSpec& spec) {
   if (s.ok()) s = decide_stores(store.get(), deadline);
   if (s.ok()) s = setup_device(spec.device);
   if (s.ok()) s = gather_gpus(store.get(), deadline);
+  if (s.ok()) s = share_sim_slices(store.get(), deadline);
   if (s.ok()) {
     compute_ring();
     find_gpu_sharers();

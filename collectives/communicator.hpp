@@ -64,6 +64,10 @@ inline bool is_point_to_point(Collective c) {
   return c == Collective::kSend || c == Collective::kRecv;
 }
 
+// Whether MPS runs for this process's CUDA clients: its control pipe exists (device_path.cpp,
+// Note [Shared GPU warnings]).
+bool mps_running();
+
 class Communicator {
  public:
   static Status create(const InitSpec& spec, std::unique_ptr<Communicator>* out);
@@ -203,6 +207,7 @@ class Communicator {
   // the stream (true) or in the kernel, the same on every rank (collective over the store).
   Status choose_gpu_sync(StoreClient* store, Deadline deadline, bool* wait, std::string* why);
   bool gpu_time_sliced() const;  // this rank's GPU is shared by processes without MPS
+  Status share_sim_slices(StoreClient* store, Deadline deadline);  // Note [Simulated time slices of a job]
   bool prepare_direct(const CollArgs& a, size_t elem_bytes, dev::DevLaunch* launch);
   Status wrap_stream(void* user_stream, Stream* out);  // device_path.cpp
   Status check_device_call(void* user_stream, const char* name);
@@ -210,6 +215,10 @@ class Communicator {
   Status device_stream(void* user_stream, const char* name, Stream* out);
   Status launch_schedule(const char* name, const Schedule& sched, dev::DevLaunch* launch, Stream us,
                          void* user_stream, bool direct = false);
+  // Note [Waiting point-to-point] (point_to_point.cpp).
+  Status launch_p2p_waiting(const char* name, const Schedule& sched, const dev::DevLaunch& launch, Stream us,
+                            void* user_stream);
+  Status queued_in_part(const char* name, const Status& failed);
   void start_watchdog();
   void stop_watchdog();
   void watchdog_loop();
@@ -344,6 +353,11 @@ class Communicator {
   // GPU memory, the peers' it opened from IPC handles, the DevPeer table and the counts.
   std::vector<int> dev_route_of_;
   std::vector<void*> dev_fifo_mem_;
+  // Note [Waiting point-to-point]: per peer, the slot headers of its FIFO to this rank (this
+  // rank's GPU memory; null: not a p2p or ipc route), and the messages sent to it and received
+  // from it by the waiting point-to-point path (the FIFO counts, as the host queued them).
+  std::vector<uint8_t*> dev_recv_headers_;
+  std::vector<uint32_t> p2p_sent_, p2p_recvd_;
   std::vector<void*> ipc_opened_;
   // Note [Freeing memory peers map]: where dev_fifo_mem_ goes at destroy when no direct engine
   // holds it: this process's ranks of the job free their FIFOs together, the last of them.

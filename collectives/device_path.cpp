@@ -382,7 +382,9 @@ void Communicator::find_gpu_sharers() {
 //    launch of any kernel under lazy loading, CUDA's default), both wait for ever (until
 //    ACCORD_TIMEOUT_MS);
 //  - ranks of different processes on one GPU: without MPS the GPU runs one process's kernels
-//    at a time, in time slices, so every hop of a collective waits for a slice.
+//    at a time, in time slices, so every hop of a collective waits for a slice (only where
+//    gpu_time_sliced() says so: a simulated GPU is sliced only under ACCORD_SIM_TIMESLICE_US,
+//    Note [Shared GPU sync]; and not where the job waits at stream level).
 // GPUs and processes are compared by identity (Note [GPU identity], Note [Process identity]).
 bool mps_running() {
   const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
@@ -407,15 +409,14 @@ void Communicator::warn_shared_gpu() const {
         "(until ACCORD_TIMEOUT_MS). Set CUDA_MODULE_LOADING=EAGER, allocate before the first "
         "collective, or run one process per rank",
         rank_, rank_list(here).c_str(), gpu_label(rank_).substr(4).c_str());
-  // Where the job's collectives hand off through the stream (Note [Shared GPU sync]) slices
-  // cost them nothing: no warning, a line at info for what still spins.
+  // Where the job's calls hand off through the stream (Note [Shared GPU sync]) slices cost them
+  // nothing: no warning, a line at info.
   const bool waiting = direct_ != nullptr && direct_->waiting();
   if (!others.empty() && std::min(here.front(), others.front()) == rank_ && waiting)
     LOG_INFO(kGpu, "rank %d: GPU %s is shared with other processes: the collectives hand off through the stream "
-             "(ACCORD_SHARED_GPU_SYNC), which needs no time slice; sends, receives and pre-multiplied sums "
-             "still wait inside their kernels (a time slice a hand-off without MPS)",
+             "(ACCORD_SHARED_GPU_SYNC), which needs no time slice, and so do sends and receives",
              rank_, gpu_label(rank_).substr(4).c_str());
-  if (!others.empty() && std::min(here.front(), others.front()) == rank_ && !mps_running() && !waiting) {
+  if (!others.empty() && std::min(here.front(), others.front()) == rank_ && gpu_time_sliced() && !waiting) {
     std::vector<int> all = here;
     all.insert(all.end(), others.begin(), others.end());
     std::sort(all.begin(), all.end());
@@ -433,13 +434,19 @@ void Communicator::warn_shared_gpu() const {
       pids += format("%s %ld", pids.empty() ? "" : ",", pid_of_[i]);
       if (namespaces) pids += format(" in pid namespace %s", pidns_of_[i].c_str());
     }
+    // A simulated GPU is sliced only under ACCORD_SIM_TIMESLICE_US; else it runs every
+    // process's kernels at once, as under MPS, and there is nothing to warn about.
+    const std::string sliced = std::string(rt_->kind()) == "simulated"
+                                   ? format("is time-sliced as a GPU without MPS is (simulated: ACCORD_SIM_TIMESLICE_US=%lld)",
+                                            static_cast<long long>(settings_.sim_timeslice_us))
+                                   : std::string("MPS does not run");
     LOG_WARN(kGpu,
-             "rank %d: GPU %s is shared by ranks %s in different processes (pids%s) and MPS does "
-             "not run: the GPU runs one process's kernels at a time, in time slices, so each hop "
+             "rank %d: GPU %s is shared by ranks %s in different processes (pids%s) and %s: the GPU runs one "
+             "process's kernels at a time, in time slices, so each hop "
              "of a collective waits for a slice (expect low bandwidth; a long collective may reach "
              "ACCORD_TIMEOUT_MS). Start MPS before the job (nvidia-cuda-mps-control -d), or give "
              "each rank its own GPU",
-             rank_, gpu_label(rank_).substr(4).c_str(), rank_list(all).c_str(), pids.c_str());
+             rank_, gpu_label(rank_).substr(4).c_str(), rank_list(all).c_str(), pids.c_str(), sliced.c_str());
   }
 }
 
@@ -639,6 +646,9 @@ Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline)
   if (device_ < 0) return Status::success();
   ACCORD_TRY(join_fifo_hold(store, deadline));
   dev_route_of_.assign(static_cast<size_t>(nranks_), -1);
+  dev_recv_headers_.assign(static_cast<size_t>(nranks_), nullptr);
+  p2p_sent_.assign(static_cast<size_t>(nranks_), 0);
+  p2p_recvd_.assign(static_cast<size_t>(nranks_), 0);
   std::vector<dev::DevPeer> peers(static_cast<size_t>(nranks_));
   // This rank's own counts (DevFifo::count): two per peer; then the blocks' arrival counters
   // (DevFifo::arrive), nslots per count; then DevCall::grid's two words. All zero.
@@ -695,6 +705,7 @@ Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline)
     ACCORD_TRY(rt_->memset_async(mem, 0, fifo_bytes, stream_));
     auto* base = static_cast<uint8_t*>(mem);
     p.recv = describe(base, base + shape_.header_bytes(), recv_count);
+    dev_recv_headers_[static_cast<size_t>(peer)] = p.recv.headers;  // Note [Waiting point-to-point]
     direct.emplace_back(peer, route);
   }
   // Every FIFO is zero (an empty FIFO) before a peer can learn where it is.
@@ -1130,8 +1141,8 @@ Status Communicator::enqueue_device(const CollArgs& call, void* user_stream) {
     c.scalar_ptr = pm.ptr;
   }
   // Note [Direct or FIFO] (device/direct_path.cpp): no steps then, and no FIFO. A pre-multiplied
-  // sum scales in the FIFO kernel's moves only, so it keeps the FIFOs.
-  const bool direct = !premul && prepare_direct(a, plan.elem_bytes, &launch);
+  // sum scales in phase A of the direct protocol (Note [Pre-multiplied sum]).
+  const bool direct = prepare_direct(a, plan.elem_bytes, &launch);
   return launch_schedule(name, sched, &launch, us, user_stream, direct);
 }
 

@@ -29,10 +29,36 @@
 // watchdog, naming the rank it waited for. A group that mixes collectives with sends and
 // receives on device buffers launches its collectives at their call and its sends and
 // receives at the group's end (every rank does the same, so they still match).
+//
+// Note [Waiting point-to-point]: under the waiting protocol (ACCORD_SHARED_GPU_SYNC=wait, Note
+// [Waiting protocol] in device/direct_call.hpp; processes sharing a GPU without MPS) a batch
+// runs on the same FIFOs and the same FIFO kernel, cut into kernels that never wait inside.
+// Each kernel holds consecutive steps of the schedule that are all sends (and the copies to
+// itself) or all receives, at most one message per peer: one half of a round of Note
+// [Point-to-point progress]. Before a kernel, the stream waits for what its steps would poll:
+//  - a send of message m to peer p, for its slot to be free: p has released message
+//    m - nslots. After each kernel of receives, p's stream writes how many messages from this
+//    rank it has released into this rank's scratch (direct_p2p_word), so the wait is on this
+//    rank's memory, as the direct protocol's are;
+//  - a receive of message m from p, for the slot header's seq to reach m + 1 (the FIFO from p
+//    is in this rank's GPU memory).
+// So every poll in the kernel succeeds at once, and a stream blocked in a wait holds no time
+// slice. The host counts what it queued (p2p_sent_, p2p_recvd_): in a job on the direct
+// protocol only sends and receives use the FIFOs, so these are the kernels' counts. No
+// deadlock that the spinning kernel avoids: the kernels are the rounds' halves in the
+// schedule's order, and each wait is one the spinning kernel makes at the same point (a
+// kernel waits for all its steps' conditions before it starts rather than one after another;
+// its steps concern different peers). Tags and sizes are still checked in the kernel (a
+// mismatch is an error naming the peer). A peer that dies or never comes: the watchdog's
+// release_waits writes every word a stream waits on (DirectEngine::p2p_wait records them)
+// after the abort. Cost: 2 kernels a round of the batch (a slot of data per peer each), and a
+// stream write and wait per message.
 #include <algorithm>
 #include <cstring>
 
 #include "collectives/communicator.hpp"
+#include "collectives/device/dev_call.hpp"
+#include "collectives/device/direct.hpp"
 #include "collectives/kernels/reduce_kernels.hpp"
 #include "core/log.hpp"
 
@@ -118,7 +144,80 @@ Status Communicator::enqueue_device_p2p(const std::vector<CollArgs>& ops, void* 
   launch.call.op = ACCORD_SUM;
   launch.call.elem_bytes = 1;
   launch.call.tag = p2p_tag(CollArgs{Collective::kSend, nullptr, nullptr, 0, ACCORD_UINT8, ACCORD_SUM, 0});
+  if (direct_ != nullptr && direct_->waiting()) return launch_p2p_waiting(name, sched, launch, us, user_stream);
   return launch_schedule(name, sched, &launch, us, user_stream);
+}
+
+Status Communicator::launch_p2p_waiting(const char* name, const Schedule& sched, const dev::DevLaunch& launch,
+                                        Stream us, void* user_stream) {
+  const std::vector<Step>& steps = sched.steps;
+  auto* ctl = static_cast<dev::DevCtl*>(ctl_dev_);
+  const uint32_t nslots = static_cast<uint32_t>(shape_.nslots);
+  for (const Step& s : steps) {
+    const int peer = s.kind == StepKind::kRecv ? s.recv_peer : s.send_peer;
+    if (s.kind != StepKind::kCopy && dev_recv_headers_[static_cast<size_t>(peer)] == nullptr)
+      return error(ACCORD_ERR_INTERNAL, "rank %d: %s: no device FIFO in GPU memory with rank %d", rank_, name, peer);
+  }
+  Status failed;
+  for (size_t i = 0; i < steps.size() && failed.ok();) {
+    Schedule part;
+    std::vector<bool> used(static_cast<size_t>(nranks_), false);
+    int recv_kind = -1;  // of the kernel's messages: 0 sends, 1 receives; -1: none yet
+    for (; i < steps.size(); ++i) {
+      const Step& s = steps[i];
+      if (s.kind == StepKind::kCopy) {
+        part.steps.push_back(s);
+        continue;
+      }
+      const int r = s.kind == StepKind::kRecv ? 1 : 0;
+      const int peer = r != 0 ? s.recv_peer : s.send_peer;
+      if ((recv_kind >= 0 && r != recv_kind) || used[static_cast<size_t>(peer)]) break;
+      recv_kind = r;
+      used[static_cast<size_t>(peer)] = true;
+      part.steps.push_back(s);
+    }
+    // The kernel's call counts as begun once the stream reaches its waits: the watchdog's
+    // deadline runs from there (Note [Device watchdog]), as for a kernel that polls.
+    if (recv_kind >= 0) failed = rt_->stream_write_value64(us, &ctl->started, dev_seq_ + 1);
+    for (size_t k = 0; k < part.steps.size() && failed.ok(); ++k) {
+      const Step& s = part.steps[k];
+      if (s.kind == StepKind::kCopy) continue;
+      if (s.kind == StepKind::kRecv) {
+        const size_t p = static_cast<size_t>(s.recv_peer);
+        const uint32_t m = p2p_recvd_[p];
+        auto* seq = reinterpret_cast<uint32_t*>(dev_recv_headers_[p] + (m % nslots) * dev::kSlotHeaderBytes);
+        failed = direct_->p2p_wait(us, ctl, seq, m + 1, s.recv_peer);
+      } else {
+        const size_t p = static_cast<size_t>(s.send_peer);
+        failed = direct_->p2p_wait(us, ctl, direct_->p2p_word(s.send_peer), p2p_sent_[p] + 1 - nslots, s.send_peer);
+      }
+    }
+    if (failed.ok()) {
+      dev::DevLaunch l = launch;
+      Status st = launch_schedule(name, part, &l, us, user_stream);
+      if (!st.ok()) return queued_in_part(name, st);
+    }
+    for (size_t k = 0; k < part.steps.size() && failed.ok(); ++k) {
+      const Step& s = part.steps[k];
+      if (s.kind == StepKind::kSend) ++p2p_sent_[static_cast<size_t>(s.send_peer)];
+      if (s.kind == StepKind::kRecv)
+        failed = direct_->p2p_tell(us, s.recv_peer, ++p2p_recvd_[static_cast<size_t>(s.recv_peer)]);
+    }
+  }
+  if (failed.ok()) return failed;
+  return queued_in_part(name, failed.prefix(format("rank %d: %s: ", rank_, name)));
+}
+
+// Some of a waiting batch's kernels and waits are queued (Note [Waiting point-to-point]), then
+// `failed`: its peers may be in it already, and this rank's counts no longer match theirs.
+Status Communicator::queued_in_part(const char* name, const Status& failed) {
+  Status s(failed.code(), format("rank %d: %s on GPU %d: queued in part, then: %s; the communicator cannot go on: "
+                                 "destroy it and create a new one%s",
+                                 rank_, name, device_, failed.message().c_str(), dead_peer_note().c_str()));
+  set_sticky(s);
+  __atomic_store_n(&static_cast<dev::DevCtl*>(ctl_host_)->abort, 1u, __ATOMIC_RELEASE);
+  direct_->release_waits();
+  return s;
 }
 
 Status Communicator::run_point_to_point(const std::vector<CollArgs>& ops) {

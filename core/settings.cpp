@@ -111,8 +111,8 @@ const std::vector<Entry>& entries() {
                 "simulated GPUs: a call that waits for the device to go idle (cudaFree, lazy loading...) fails after this long"),
       INT_ENTRY("ACCORD_SIM_TIMESLICE_US", sim_timeslice_us, "0",
                 "simulated GPUs: model a GPU shared by processes without MPS, one process's kernels at a time in "
-                "slices of this many us (0: off; shared by processes forked after the first runtime or "
-                "sim::TimeSlices::process_table)"),
+                "slices of this many us (0: off; the ranks of a communicator on one host share the lowest rank's "
+                "table, however they were started; 0 also means no time-slice warning for simulated GPUs)"),
       STR_ENTRY("ACCORD_FAULT", fault, "",
                 "testing only: make a rank fail on purpose, POINT:RANK[:how=kill|abort|exit|stop][:seq=N][:step=K]"),
   };

@@ -50,7 +50,8 @@
 // whose src is the input: a send of its own data, a reduction with it, a copy of it), in the
 // dtype's arithmetic (halves in float32, integers wrapping), then goes on as a sum; the
 // scalar is read once when the kernel starts. No buffer of scaled data exists, so reduce and
-// reduce-scatter need none either.
+// reduce-scatter need none either. The direct protocol (direct_call.hpp) scales where its
+// phase A copies the input into the scratch, the only place it reads the input of a reduction.
 #pragma once
 
 #include <cstddef>
@@ -297,6 +298,16 @@ ACCORD_HD void end_call(Lanes& L, const DevCall& c, bool fold_deltas) {
   }
 }
 
+// Note [Pre-multiplied sum]: the scalar's bits, read when a kernel starts (every thread reads
+// it: written before the kernel, never during); 0 when the call is no pre-multiplied sum.
+ACCORD_HD inline uint64_t premul_scalar(const DevCall& c) {
+  if (c.premul != 2) return c.scalar;
+  const auto* p = static_cast<const uint8_t*>(c.scalar_ptr);
+  uint64_t v = 0;
+  for (uint32_t i = 0; i < c.elem_bytes && i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
 template <class Lanes>
 class CallRunner {
  public:
@@ -307,12 +318,7 @@ class CallRunner {
   ACCORD_HD bool run() {
     bool ok = begin_call(L_, c_);
     if (!ok) fail_leader(kDevAborted, -1, 0, 0);
-    scalar_ = c_.scalar;
-    if (c_.premul == 2) {  // every thread reads it: written before the kernel, never during
-      const auto* p = static_cast<const uint8_t*>(c_.scalar_ptr);
-      scalar_ = 0;
-      for (uint32_t i = 0; i < c_.elem_bytes && i < 8; ++i) scalar_ |= static_cast<uint64_t>(p[i]) << (8 * i);
-    }
+    scalar_ = premul_scalar(c_);
     for (uint32_t i = 0; ok && i < c_.nsteps; ++i) {
       index_ = i;
       const DevStep s = L_.step(steps_ + i);

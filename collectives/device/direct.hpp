@@ -8,7 +8,9 @@
 #include <cstddef>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -77,6 +79,12 @@ class DirectEngine {
   // waits for a peer that will never write (the kernels after the waits see the abort and do
   // nothing). Safe from any thread; a no-op in the spinning protocol.
   void release_waits();
+  // Note [Waiting point-to-point] (point_to_point.cpp), on `stream`: tells `peer` that this
+  // rank has released `count` of its messages (a write into the peer's scratch); and a wait
+  // until `*word` (this rank's memory) reaches `value`, which release_waits will end too.
+  Status p2p_tell(Stream stream, int peer, uint32_t count);
+  Status p2p_wait(Stream stream, DevCtl* ctl, uint32_t* word, uint32_t value, int peer);
+  uint32_t* p2p_word(int from) const;  // the word in this rank's scratch that `from` writes
   // After a launch of `d` succeeded: its rounds are spent (Note [Direct rounds]).
   void commit(const DevDirect& d);
   // One line for the plan (--show-plan).
@@ -114,6 +122,8 @@ class DirectEngine {
   std::string sync_why_;
   Stream rescue_;                        // release_waits' own stream (waiting protocol only)
   std::atomic<uint32_t> waited_round_{0};  // the last round a wait was queued for
+  std::mutex p2p_mu_;                      // guards p2p_waits_ (the watchdog reads it)
+  std::map<uint32_t*, uint32_t> p2p_waits_;  // every word a p2p wait was queued on: the last value
   std::set<std::pair<uint32_t, int>> logged_;
 };
 

@@ -96,9 +96,11 @@ namespace accord::dev {
 constexpr uint32_t kDirectMaxSlices = 16;
 constexpr uint64_t kDirectSliceBytes = 32 << 10;  // the least a slice carries, when the round can
 
-// Bytes of a scratch's flags for `nranks` ranks, padded to 256 (the data halves follow).
+// Bytes of a scratch's flags for `nranks` ranks, padded to 256 (the data halves follow): the
+// flags of Note [Direct protocol], then one word per rank for the waiting point-to-point
+// hand-offs (direct_p2p_word).
 ACCORD_HD constexpr uint64_t direct_flag_bytes(int32_t nranks) {
-  return ((2ull * kDirectMaxSlices * static_cast<uint64_t>(nranks) * 8 + 255) / 256) * 256;
+  return (((2ull * kDirectMaxSlices + 1) * static_cast<uint64_t>(nranks) * 8 + 255) / 256) * 256;
 }
 
 // Note [Waiting protocol]: the kernels of a call, per round (phases, then an exchange
@@ -114,6 +116,13 @@ ACCORD_HD inline uint32_t* direct_wait_word(uint8_t* scratch, int32_t nranks, ui
                                      static_cast<uint64_t>(phase) * kDirectMaxSlices * nranks + from);
 }
 
+// Note [Waiting point-to-point] (collectives/point_to_point.cpp): the word in a scratch where
+// rank `from` says how many of this rank's FIFO messages to it it has released.
+inline uint32_t* direct_p2p_word(uint8_t* scratch, int32_t nranks, int32_t from) {
+  return reinterpret_cast<uint32_t*>(reinterpret_cast<uint64_t*>(scratch) +
+                                     2ull * kDirectMaxSlices * static_cast<uint64_t>(nranks) + from);
+}
+
 template <class Lanes>
 class DirectRunner {
  public:
@@ -122,6 +131,7 @@ class DirectRunner {
   ACCORD_HD bool run() {
     bool ok = begin_call(L_, c_);
     if (!ok) fail(kDevAborted, -1, 0, 0);
+    scalar_ = premul_scalar(c_);
     const uint64_t rounds = d_.chunk_elems == 0 ? 0 : (d_.count + d_.chunk_elems - 1) / d_.chunk_elems;
     if (d_.phase != 0) {  // Note [Waiting protocol]: one phase of one round, no wait inside
       for (uint32_t i = 0; ok && i < (d_.then_next != 0 ? 2u : 1u); ++i) {
@@ -195,6 +205,19 @@ class DirectRunner {
     m.copy_bytes = true;
     L_.move(m);
   }
+  // Phase A's copy of this rank's input into its scratch: scaled by the scalar for a
+  // pre-multiplied sum (Note [Pre-multiplied sum], dev_call.hpp), which then folds as a sum.
+  ACCORD_HD void copy_in(void* dst, const void* src, uint64_t elems) {
+    if (c_.premul == 0) return copy(dst, src, elems);
+    if (elems == 0) return;
+    MoveArgs m;
+    m.dst0 = dst;
+    m.a = src;
+    m.count = elems;
+    m.scale = 1;
+    m.scalar = scalar_;
+    L_.move(m);
+  }
   // dst = r_0 op r_1 op ... in rank order, where r_p is rank p's `h` half at element `at`.
   ACCORD_HD void fold(void* dst, uint32_t h, uint64_t at, uint64_t elems) {
     if (elems == 0) return;
@@ -260,12 +283,12 @@ class DirectRunner {
     if (which == 0) {  // A: this rank's input of the slice into its scratch.
       if (one_shot) {
         const Range r = owned(n, 0, s);
-        copy(half(c_.rank, h_in) + r.lo * c_.elem_bytes, in(base + r.lo), r.hi - r.lo);
+        copy_in(half(c_.rank, h_in) + r.lo * c_.elem_bytes, in(base + r.lo), r.hi - r.lo);
         return;
       }
       for (int32_t k = 0; k < c_.nranks; ++k) {
         const Range r = owned(n, k, s);
-        copy(half(c_.rank, h_in) + r.lo * c_.elem_bytes, in(base + r.lo), r.hi - r.lo);
+        copy_in(half(c_.rank, h_in) + r.lo * c_.elem_bytes, in(base + r.lo), r.hi - r.lo);
       }
       return;
     }
@@ -303,14 +326,14 @@ class DirectRunner {
       switch (d_.coll) {  // A
         case kCollReduceScatter:  // every rank's segment of the round, segment k at k * n
           for (int32_t k = 0; k < R; ++k)
-            copy(half(c_.rank, h) + (static_cast<uint64_t>(k) * n + r.lo) * es,
-                 in(static_cast<uint64_t>(k) * d_.count + base + r.lo), len);
+            copy_in(half(c_.rank, h) + (static_cast<uint64_t>(k) * n + r.lo) * es,
+                    in(static_cast<uint64_t>(k) * d_.count + base + r.lo), len);
           break;
         case kCollBroadcast:
           if (c_.rank == d_.root) copy(half(c_.rank, h) + r.lo * es, in(base + r.lo), len);
           break;
         default:  // all-gather, reduce
-          copy(half(c_.rank, h) + r.lo * es, in(base + r.lo), len);
+          copy_in(half(c_.rank, h) + r.lo * es, in(base + r.lo), len);
       }
       return;
     }
@@ -349,6 +372,7 @@ class DirectRunner {
   const DevDirect& d_;
   Lanes& L_;
   uint32_t round_index_ = 0;
+  uint64_t scalar_ = 0;  // Note [Pre-multiplied sum]: the scalar's bits
 };
 
 }  // namespace accord::dev

@@ -62,7 +62,8 @@ Status Communicator::setup_direct(StoreClient* store, Deadline deadline) {
   direct_plan_ = direct_->describe();
   // (one line of the plan each, so the log below prints both)
   direct_plan_ += format("GPU hand-offs: %s (%s)\n",
-                         s.wait ? "wait: kernels never wait on a peer, the stream waits between them"
+                         s.wait ? "wait: kernels never wait on a peer, the stream waits between them "
+                                  "(collectives, and sends and receives on the FIFOs)"
                                 : "spin: the kernel polls its peers' flags",
                          s.sync_why.c_str());
   for (size_t at = 0, nl; (nl = direct_plan_.find('\n', at)) != std::string::npos; at = nl + 1)

@@ -17,8 +17,24 @@
 // Each rank knows only its own GPU, so every rank all-gathers its view and takes one answer
 // (wait when any rank's GPU is time-sliced), so every rank launches the same kernels and
 // waits. The setting itself is one every rank shares (Note [Settings every rank shares]). The
-// choice applies to the direct protocol only; jobs on FIFOs (host-staged pairs,
-// ACCORD_DEVICE_PROTO=fifo) spin, and keep the init warning about time slices.
+// choice applies to jobs on the direct protocol, which runs every collective of such a job
+// (pre-multiplied sums too), and to their sends and receives, which keep the FIFOs but wait at
+// stream level between kernels (Note [Waiting point-to-point], point_to_point.cpp). Jobs on
+// FIFOs (host-staged pairs, ACCORD_DEVICE_PROTO=fifo) spin, and keep the init warning about
+// time slices.
+//
+// Note [Simulated time slices of a job]: the simulation slices a GPU between the processes
+// that share one table (Note [Simulated time slices], transport/device/sim_timeslice.hpp).
+// Processes forked after their parent made it share it from the start; processes started
+// apart (mpirun, torchrun) each made their own. So at init, once the ranks know which of them
+// share a host (local_ranks_) and have GPUs, the lowest such rank publishes its table's handle
+// in the job's store and every other rank on the host with ACCORD_SIM_TIMESLICE_US > 0 opens
+// that table (through /proc/<pid>/fd, as simulated IPC does) and launches its kernels in it
+// from then on. The key is the job's store and the rank, so two jobs never share a table, and
+// ranks forked from one parent find the table they already share (a no-op); a table that
+// cannot be opened is a warning (the kernels are then not sliced against it). Not handled:
+// communicators whose processes already use two different tables (two jobs' worth of ranks
+// that a later communicator joins) keep them.
 #include <strings.h>
 
 #include <algorithm>
@@ -26,10 +42,9 @@
 #include "collectives/communicator.hpp"
 #include "collectives/device/direct.hpp"
 #include "core/log.hpp"
+#include "transport/device/sim_runtime.hpp"
 
 namespace accord {
-
-bool mps_running();  // device_path.cpp
 
 namespace dev {
 bool parse_gpu_sync(const std::string& text, GpuSync* out) {
@@ -56,6 +71,26 @@ bool Communicator::gpu_time_sliced() const {
   if (rt_ != nullptr && std::string(rt_->kind()) == "simulated")
     return settings_.sim_timeslice_us > 0;
   return !mps_running();
+}
+
+Status Communicator::share_sim_slices(StoreClient* store, Deadline deadline) {
+  auto* sim = dynamic_cast<SimulatedRuntime*>(rt_);
+  if (device_ < 0 || sim == nullptr) return Status::success();
+  int lowest = -1;
+  for (int r : local_ranks_)
+    if (device_of_[static_cast<size_t>(r)] >= 0 && (lowest < 0 || r < lowest)) lowest = r;
+  const std::string key = format("sim_slices/%d", lowest);
+  if (lowest == rank_) return store->set(key, sim->slices_handle());
+  if (lowest < 0 || settings_.sim_timeslice_us <= 0) return Status::success();
+  std::string handle;
+  ACCORD_TRY(store->get(key, &handle, deadline, format("rank %d", lowest)));
+  // A table that cannot be opened (rank `lowest` in another pid namespace, say) only leaves
+  // this process's kernels unsliced against it: a warning, not a failed init.
+  const Status s = sim->adopt_slices(handle);
+  if (!s.ok())
+    LOG_WARN(kGpu, "rank %d: simulated GPU time slices: rank %d's table is not shared, so this process's kernels "
+             "are not sliced against its: %s", rank_, lowest, s.message().c_str());
+  return Status::success();
 }
 
 Status Communicator::choose_gpu_sync(StoreClient* store, Deadline deadline, bool* wait,

@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@
 #include "include/accord/accord_device.h"
 #include "tests/gpu_path/elements.hpp"
 #include "tests/support/harness.hpp"
+#include "transport/device/sim_timeslice.hpp"
 
 namespace accord::testing {
 namespace {
@@ -360,6 +362,20 @@ std::string tcp_mismatches(accord_comm_t comm, int rank, const SharedWord& check
   });
 }
 
+// Rank 0's send to (or receive from) rank 1 of `count` int32s of `buf`, which it then frees:
+// the communicator's asynchronous error once the stream is through, and *text its last error.
+accord_status_t one_call_to_rank1(accord_comm_t comm, accord_stream_t stream, void* buf, size_t count, bool send,
+                                  std::string* text) {
+  accord_status_t s = send ? accord_send(buf, count, ACCORD_INT32, 1, comm, stream)
+                           : accord_recv(buf, count, ACCORD_INT32, 1, comm, stream);
+  if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+  accord_status_t async = ACCORD_SUCCESS;
+  (void)accord_comm_get_async_error(comm, &async);
+  *text = accord_last_error(comm);
+  (void)accord_device_free(buf);
+  return async;
+}
+
 // ---- pre-multiplied sums and averages of device buffers ----
 
 double input(int r, size_t i) { return static_cast<double>(1 + r + static_cast<int>(i % 7)); }
@@ -454,6 +470,55 @@ std::string every_premul(accord_comm_t comm, int rank, int n) {
   });
 }
 
+// ---- processes sharing a time-sliced GPU (Note [Shared GPU sync], Note [Simulated time slices]) ----
+
+std::string plan_of(accord_comm_t comm) {
+  size_t len = 0;
+  accord_comm_plan(comm, nullptr, &len);
+  std::string plan(len, '\0');
+  if (accord_comm_plan(comm, plan.data(), &len) != ACCORD_SUCCESS) return "";
+  return plan;
+}
+
+// `calls` pre-multiplied sums (all-reduce, reduce-scatter, reduce in turn; the scalar on the
+// host and in device memory), exact; the plan must show the waiting protocol.
+std::string sliced_premul(accord_comm_t comm, int rank, int n, int calls) {
+  const std::string plan = plan_of(comm);
+  if (plan.find("GPU hand-offs: wait") == std::string::npos)
+    return "the plan should say 'GPU hand-offs: wait'; plan:\n" + plan;
+  return on_own_stream(comm, [&](accord_stream_t stream, int dev) {
+    std::string failure;
+    const Red reds[] = {Red::kAllReduce, Red::kReduceScatter, Red::kReduce};
+    for (int k = 0; k < calls && failure.empty(); ++k)
+      failure = premul_case(comm, stream, dev, rank, n, reds[k % 3], ACCORD_FLOAT32, 1 + k % 2, 1031, k % 2 == 0);
+    return failure;
+  });
+}
+
+// `calls` exchanges between ranks 0 and 1, each a group of a send to and a receive from the
+// peer (one kernel a rank when it spins), then as many ping-pongs (rank 0 sends, then
+// receives; rank 1 the other way round; calls alone), checked exactly; the plan must say that
+// sends and receives hand off through the stream.
+std::string sliced_exchanges(accord_comm_t comm, int rank, int, int calls) {
+  const std::string plan = plan_of(comm);
+  if (plan.find("GPU hand-offs: wait: kernels never wait on a peer, the stream waits between them (collectives, "
+                "and sends and receives on the FIFOs)") == std::string::npos)
+    return "the plan should say that sends and receives wait at stream level; plan:\n" + plan;
+  return on_own_stream(comm, [&](accord_stream_t stream, int dev) {
+    std::string failure;
+    const int peer = 1 - rank;
+    for (int k = 0; k < calls && failure.empty(); ++k)
+      failure = run_calls(comm, stream, dev, rank, Pattern{{true, peer, 1031}, {false, peer, 1031}}, false,
+                          "exchange " + std::to_string(k));
+    for (int k = 0; k < calls && failure.empty(); ++k) {
+      Pattern p{{true, peer, 1031}, {false, peer, 1031}};
+      if (rank == 1) std::swap(p[0], p[1]);
+      failure = run_calls(comm, stream, dev, rank, p, true, "ping-pong " + std::to_string(k));
+    }
+    return failure;
+  });
+}
+
 // ---- tests ----
 
 // The device runtime is chosen once per process and its simulated streams are threads: forked
@@ -481,6 +546,85 @@ TEST_F(GpuP2pProcesses, EveryPatternOnOneGpu) {
 
 TEST_F(GpuP2pProcesses, PreMulSumAndAvgExact) {
   for (const auto& f : run_processes(3, every_premul, 300)) ADD_FAILURE() << f;
+}
+
+// 2 processes on GPU 0 sliced as without MPS (the table made here, before the ranks fork), with
+// the waiting protocol. A pre-multiplied sum hands off through the stream, as the other
+// collectives do, and so do sends and receives (Note [Waiting point-to-point]): not one slice
+// expiry. On the FIFO kernel, which both used before, a call whose first kernel waits inside
+// for the other process's pays an expiry: every all-reduce, every grouped exchange. Counts,
+// not clocks.
+TEST_F(GpuP2pProcesses, SlicedSharedGpuWithoutExpiries) {
+  std::string why;
+  const std::shared_ptr<sim::TimeSlices> table = sim::TimeSlices::process_table(&why);
+  ASSERT_TRUE(table) << why;
+  ScopedEnv one("ACCORD_DEVICE", "0");
+  ScopedEnv slice("ACCORD_SIM_TIMESLICE_US", "1000");
+  ScopedEnv sync("ACCORD_SHARED_GPU_SYNC", "wait");
+  constexpr int kCalls = 6;
+  sim::SliceCounts before = table->counts(0);
+  for (const auto& f : run_processes(2, [](accord_comm_t c, int r, int n) { return sliced_premul(c, r, n, kCalls); },
+                                     300))
+    ADD_FAILURE() << "pre-multiplied sums: " << f;
+  sim::SliceCounts after = table->counts(0);
+  std::cout << kCalls << " pre-multiplied sums: " << after.expiries - before.expiries << " slice expiries, "
+            << after.switches - before.switches << " switches\n";
+  EXPECT_GT(after.switches - before.switches, 0u) << "the processes' kernels should have taken turns on GPU 0";
+  EXPECT_EQ(after.expiries - before.expiries, 0u) << "a pre-multiplied sum's kernel waited for a peer inside";
+  before = after;
+  for (const auto& f : run_processes(
+           2, [](accord_comm_t c, int r, int n) { return sliced_exchanges(c, r, n, kCalls); }, 300))
+    ADD_FAILURE() << "exchanges: " << f;
+  after = table->counts(0);
+  std::cout << kCalls << " exchanges and ping-pongs: " << after.expiries - before.expiries << " slice expiries, "
+            << after.switches - before.switches << " switches\n";
+  EXPECT_GT(after.switches - before.switches, 0u) << "the processes' kernels should have taken turns on GPU 0";
+  EXPECT_EQ(after.expiries - before.expiries, 0u) << "a send or receive kernel waited for a peer inside";
+}
+
+// Note [Waiting point-to-point]: a stream waiting for a peer that never sends (stopped) or has
+// died ends with an error naming it, at ACCORD_TIMEOUT_MS or at the death, not a hang: the
+// watchdog writes the words the stream waits on. A receive waits for the message; a send of
+// more than the FIFO's 8 slots waits for a free slot. (The simulation's stall limit is set
+// above the test's timeout, so only the watchdog can end the wait.)
+TEST_F(GpuP2pProcesses, SlicedWaitEndsWhenAPeerStopsOrDies) {
+  std::string why;
+  ASSERT_TRUE(sim::TimeSlices::process_table(&why)) << why;
+  ScopedEnv one("ACCORD_DEVICE", "0");
+  ScopedEnv slice("ACCORD_SIM_TIMESLICE_US", "1000");
+  ScopedEnv sync("ACCORD_SHARED_GPU_SYNC", "wait");
+  ScopedEnv stall("ACCORD_SIM_STALL_MS", "600000");
+  ScopedEnv timeout("ACCORD_TIMEOUT_MS", "3000");
+  for (bool killed : {false, true})
+    for (bool send : {false, true}) {
+      const std::string what = std::string(killed ? "killed" : "stopped") + " peer, " + (send ? "send" : "receive");
+      for (const auto& f : run_processes(
+               2,
+               [&](accord_comm_t comm, int rank, int) -> std::string {
+                 return on_own_stream(comm, [&](accord_stream_t stream, int dev) -> std::string {
+                   const size_t count = 9 * kSlotElems;  // more than the FIFO
+                   void* buf = nullptr;
+                   accord_status_t s = accord_device_alloc(&buf, count * 4, dev);
+                   if (s == ACCORD_SUCCESS) s = accord_barrier(comm, nullptr);
+                   if (s != ACCORD_SUCCESS) return api_error("set up", comm, s);
+                   if (rank == 1) {
+                     if (killed) raise(SIGKILL);
+                     sleep(6);
+                     (void)accord_device_free(buf);
+                     return std::string();
+                   }
+                   std::string text;
+                   const accord_status_t async = one_call_to_rank1(comm, stream, buf, count, send, &text);
+                   if (async == ACCORD_SUCCESS || text.find("rank 1") == std::string::npos ||
+                       (!killed && async != ACCORD_ERR_TIMEOUT))
+                     return what + ": " + accord_status_string(async) + ": " + text;
+                   return std::string();
+                 });
+               },
+               120))
+        if (!killed || f.rfind("rank 1: ", 0) != 0 || f.find("killed by signal 9") == std::string::npos)
+          ADD_FAILURE() << what << ": " << f;
+    }
 }
 
 TEST_F(GpuP2pThreads, EveryPatternExact) {
@@ -569,13 +713,8 @@ TEST_F(GpuP2pProcesses, KilledPeerOverTcpEndsTheCall) {
                    past_barrier.wait();
                    raise(SIGKILL);  // before it sends or receives anything
                  }
-                 s = send ? accord_send(buf, count, ACCORD_INT32, 1, comm, stream)
-                          : accord_recv(buf, count, ACCORD_INT32, 1, comm, stream);
-                 if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
-                 accord_status_t async = ACCORD_SUCCESS;
-                 (void)accord_comm_get_async_error(comm, &async);
-                 const std::string text = accord_last_error(comm);
-                 (void)accord_device_free(buf);
+                 std::string text;
+                 const accord_status_t async = one_call_to_rank1(comm, stream, buf, count, send, &text);
                  if (async == ACCORD_SUCCESS || async == ACCORD_ERR_TIMEOUT ||
                      text.find("rank 1") == std::string::npos || text.find("TCP") == std::string::npos)
                    return std::string(send ? "a send" : "a receive") + " with a killed rank over TCP: " +

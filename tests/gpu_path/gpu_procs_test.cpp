@@ -659,23 +659,39 @@ std::string rank_list(int n) {  // "0 and 1", "0, 1, 2 and 3"
   return out;
 }
 
+// Note [Shared GPU warnings]: the time-slice warning, once, from rank 0, naming the ranks, the
+// GPU and MPS, where the simulated GPU is time-sliced (ACCORD_SIM_TIMESLICE_US, the table made
+// here before the ranks fork) and the job spins. Without ACCORD_SIM_TIMESLICE_US a simulated
+// GPU runs every process's kernels at once, as under MPS: no warning (it said "MPS does not
+// run" there too).
 TEST_F(GpuProcsProcesses, RanksSharingOneGpu) {
   if (p2p_disabled()) GTEST_SKIP() << "with ACCORD_P2P_DISABLE=1 the pairs are host-staged";
   const int gpus = m_.gpus();
   SharedGpuEnv env;
+  std::string why;
+  ASSERT_TRUE(sim::TimeSlices::process_table(&why)) << why;
+  ScopedEnv spin("ACCORD_SHARED_GPU_SYNC", "spin");
+  // Sliced, the spinning job pays a slice a hand-off: 2 and 3 ranks (the rank list's forms).
   for (int n : {2, 3, 4}) {
-    LogFile log;
-    for (const auto& f : run_processes(
-             n, [&](accord_comm_t c, int r, int nr) { return shared_gpu(c, r, nr, gpus, "ipc"); }, kTimeoutS))
-      ADD_FAILURE() << n << " ranks: " << f;
-    // Note [Shared GPU warnings]: once, from rank 0, naming the ranks, the GPU and MPS.
-    if (access("/tmp/nvidia-mps/control", F_OK) == 0) continue;  // MPS runs here: no warning
-    const std::string text = log.text();
-    const std::string want =
-        "rank 0: GPU 0 is shared by ranks " + rank_list(n) + " in different processes (pids ";
-    EXPECT_EQ(occurrences(text, want), 1u) << n << " ranks; log:\n" << text;
-    EXPECT_NE(text.find("nvidia-cuda-mps-control -d"), std::string::npos) << text;
-    EXPECT_EQ(occurrences(text, "are threads of one process"), 0u) << text;
+    for (bool sliced : {true, false}) {
+      if (sliced != (n < 4)) continue;
+      ScopedEnv slice("ACCORD_SIM_TIMESLICE_US", sliced ? "1000" : "0");
+      LogFile log;
+      for (const auto& f : run_processes(
+               n, [&](accord_comm_t c, int r, int nr) { return shared_gpu(c, r, nr, gpus, "ipc"); }, kTimeoutS))
+        ADD_FAILURE() << n << " ranks" << (sliced ? ", sliced" : "") << ": " << f;
+      const std::string text = log.text();
+      const std::string want =
+          "rank 0: GPU 0 is shared by ranks " + rank_list(n) + " in different processes (pids ";
+      EXPECT_EQ(occurrences(text, want), sliced ? 1u : 0u) << n << " ranks; log:\n" << text;
+      EXPECT_EQ(occurrences(text, "time-sliced as a GPU without MPS is (simulated: ACCORD_SIM_TIMESLICE_US=1000)"),
+                sliced ? 1u : 0u) << text;
+      EXPECT_EQ(occurrences(text, "MPS does not run"), 0u) << text;
+      if (sliced) {
+        EXPECT_NE(text.find("nvidia-cuda-mps-control -d"), std::string::npos) << text;
+      }
+      EXPECT_EQ(occurrences(text, "are threads of one process"), 0u) << text;
+    }
   }
 }
 
@@ -822,6 +838,9 @@ TEST_F(GpuProcsProcesses, SeparatePidNamespacesSharingOneGpu) {
   if (!can_unshare_pid()) GTEST_SKIP() << "unshare(CLONE_NEWPID) is not allowed here (needs root)";
   const int gpus = m_.gpus();
   SharedGpuEnv env;
+  // The simulated GPU sliced, so that init warns (the ranks, each pid 1 of its own namespace,
+  // cannot share a slice table: each keeps its own, with a warning).
+  ScopedEnv slice("ACCORD_SIM_TIMESLICE_US", "1000");
   LogFile log;
   for (const auto& f : run_processes(
            2, [&](accord_comm_t c, int r, int n) { return apart(m_, c, r, n, 0, gpus); }, kTimeoutS,
@@ -829,9 +848,8 @@ TEST_F(GpuProcsProcesses, SeparatePidNamespacesSharingOneGpu) {
     ADD_FAILURE() << f;
   // The time-slice warning tells the two processes apart: both are pid 1, so each pid comes
   // with its namespace (it said "pids 1, 1").
-  if (access("/tmp/nvidia-mps/control", F_OK) == 0) return;  // MPS runs here: no warning
   const std::string text = log.text();
-  EXPECT_NE(text.find("MPS does not run"), std::string::npos) << "the log:\n" << text;
+  EXPECT_NE(text.find("time-sliced as a GPU without MPS"), std::string::npos) << "the log:\n" << text;
   EXPECT_EQ(occurrences(text, "1 in pid namespace "), 2u) << "the log:\n" << text;
 }
 
@@ -1179,8 +1197,7 @@ TEST_F(GpuProcsProcesses, SlicedSharedGpuHandOffsWithoutExpiries) {
       else
         EXPECT_EQ(expiries, 0u) << run.setting << ": a kernel waited for a peer inside its time slice";
       // Note [Shared GPU warnings]: the time-slice warning only where the job spins.
-      if (access("/tmp/nvidia-mps/control", F_OK) == 0) continue;  // MPS runs here: no warning
-      const size_t warned = occurrences(log.text(), "MPS does not run");
+      const size_t warned = occurrences(log.text(), "time-sliced as a GPU without MPS");
       EXPECT_EQ(warned, std::string(run.want) == "spin" ? 1u : 0u) << run.setting << ": the log:\n" << log.text();
     }
   }

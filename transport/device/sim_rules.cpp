@@ -95,7 +95,7 @@ Status SimulatedRuntime::launch_kernel(const KernelDesc& kernel, const void* par
   auto copy = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(params),
                                                      static_cast<const uint8_t*>(params) + params_bytes);
   void (*body)(const void*) = kernel.host_func;
-  std::shared_ptr<sim::TimeSlices> slices = options_.timeslice_us > 0 ? options_.slices : nullptr;
+  std::shared_ptr<sim::TimeSlices> slices = options_.timeslice_us > 0 ? this->slices() : nullptr;
   if (!slices) {
     s->enqueue([body, copy] {
       body(copy->data());
@@ -147,8 +147,32 @@ Status SimulatedRuntime::device_address(void* host, void** out) {
 }
 
 sim::SliceCounts SimulatedRuntime::slice_counts(int device) const {
-  if (!options_.slices || !to_physical(&device, "slice_counts").ok()) return sim::SliceCounts{};
-  return options_.slices->counts(device);  // the table is the machine's: physical indices
+  const std::shared_ptr<sim::TimeSlices> table = slices();
+  if (!table || !to_physical(&device, "slice_counts").ok()) return sim::SliceCounts{};
+  return table->counts(device);  // the table is the machine's: physical indices
+}
+
+std::shared_ptr<sim::TimeSlices> SimulatedRuntime::slices() const {
+  std::lock_guard<std::mutex> lock(slices_mu_);
+  return options_.slices;
+}
+
+std::string SimulatedRuntime::slices_handle() const {
+  const std::shared_ptr<sim::TimeSlices> table = options_.timeslice_us > 0 ? slices() : nullptr;
+  return table ? table->handle() : std::string();
+}
+
+Status SimulatedRuntime::adopt_slices(const std::string& handle) {
+  const std::shared_ptr<sim::TimeSlices> table = slices();
+  if (options_.timeslice_us <= 0 || handle.empty() || (table && table->same(handle))) return Status();
+  std::string why;
+  std::shared_ptr<sim::TimeSlices> other = sim::TimeSlices::open(handle, &why);
+  if (!other || other->gpus() < system_.gpu_count())
+    return error(ACCORD_ERR_SYSTEM, "simulated time slices: the job's table (%s) cannot be used: %s", handle.c_str(),
+                 other ? "it has fewer GPUs than this machine" : why.c_str());
+  std::lock_guard<std::mutex> lock(slices_mu_);
+  options_.slices = std::move(other);
+  return Status();
 }
 
 // Runs a host function with the rule's flag set (launch_host_func's body).

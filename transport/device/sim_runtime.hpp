@@ -147,6 +147,11 @@ class SimulatedRuntime final : public DeviceRuntime {
   // Note [Simulated time slices]: GPU `device`'s counts (this process's ordinal; zero when
   // the model is off or the GPU is not visible).
   sim::SliceCounts slice_counts(int device) const;
+  // Note [Simulated time slices of a job] (collectives/device_path.cpp): the handle of this
+  // runtime's table (empty when the model is off), and a switch to another process's table
+  // (TimeSlices::open), for the kernels launched from now on.
+  std::string slices_handle() const;
+  Status adopt_slices(const std::string& handle);
 
  private:
   // stream_write_value* / stream_wait_value*: `bytes` is 4 or 8.
@@ -195,6 +200,8 @@ class SimulatedRuntime final : public DeviceRuntime {
 
   topo::System system_;
   SimOptions options_;
+  mutable std::mutex slices_mu_;  // guards options_.slices (adopt_slices replaces it)
+  std::shared_ptr<sim::TimeSlices> slices() const;
   sim::SimMemory memory_;
   std::vector<int> visible_;  // ordinal -> physical index (Note [Simulated visible devices])
   std::string visible_note_;  // why the visible set is what it is, for description()

@@ -1,12 +1,15 @@
 // Simulated GPU time slices between processes: Note [Simulated time slices] (sim_timeslice.hpp).
 #include "transport/device/sim_timeslice.hpp"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <thread>
@@ -66,19 +69,74 @@ std::shared_ptr<TimeSlices> TimeSlices::create(int gpus, std::string* why) {
     return nullptr;
   }
   const size_t bytes = sizeof(Gpu) * static_cast<size_t>(gpus);
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    if (why) *why = std::string("mmap of the time-slice table: ") + std::strerror(errno);
+  // A memfd (Note [Simulated time slices]: processes not forked from this one open it through
+  // /proc/<pid>/fd, as the simulated IPC handles do); close-on-exec, kept by forks.
+  const int fd = memfd_create(kMemfdName, MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    if (why) *why = std::string("memfd of the time-slice table: ") + std::strerror(errno);
+    if (fd >= 0) close(fd);
     return nullptr;
   }
+  std::shared_ptr<TimeSlices> t = map(fd, bytes, why);
+  if (t) {
+    for (int g = 0; g < gpus; ++g) new (t->table_ + g) Gpu();
+  }
+  return t;
+}
+
+std::shared_ptr<TimeSlices> TimeSlices::map(int fd, size_t bytes, std::string* why) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    if (why) *why = std::string("mmap of the time-slice table: ") + std::strerror(errno);
+    close(fd);
+    return nullptr;
+  }
+  const int gpus = static_cast<int>(bytes / sizeof(Gpu));
   std::shared_ptr<TimeSlices> t(new TimeSlices());
+  t->fd_ = fd;
   t->gpus_ = gpus;
   t->bytes_ = bytes;
   t->table_ = static_cast<Gpu*>(p);
-  for (int g = 0; g < gpus; ++g) new (t->table_ + g) Gpu();
   t->my_waiting_.reset(new std::atomic<uint32_t>[static_cast<size_t>(gpus)]);
   for (int g = 0; g < gpus; ++g) t->my_waiting_[g].store(0);
   return t;
+}
+
+std::string TimeSlices::handle() const {
+  struct stat st;
+  if (fd_ < 0 || fstat(fd_, &st) != 0) return "";
+  return std::to_string(getpid()) + ":" + std::to_string(fd_) + ":" + std::to_string(st.st_ino);
+}
+
+bool TimeSlices::same(const std::string& handle) const {
+  const std::string mine = this->handle();
+  const size_t a = mine.rfind(':'), b = handle.rfind(':');
+  return !mine.empty() && b != std::string::npos && mine.substr(a) == handle.substr(b);
+}
+
+std::shared_ptr<TimeSlices> TimeSlices::open(const std::string& handle, std::string* why) {
+  long pid = 0, fd = 0;
+  unsigned long long ino = 0;
+  if (std::sscanf(handle.c_str(), "%ld:%ld:%llu", &pid, &fd, &ino) != 3) {
+    if (why) *why = "malformed time-slice table handle '" + handle + "'";
+    return nullptr;
+  }
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  const int mine = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (mine < 0) {
+    if (why) *why = "opening " + path + " (the time-slice table of process " + std::to_string(pid) + "): " +
+                    std::strerror(errno);
+    return nullptr;
+  }
+  struct stat st;
+  // The fd number and the pid may have been reused since: the inode says whether it is the table.
+  if (fstat(mine, &st) != 0 || st.st_ino != ino || st.st_size <= 0 ||
+      static_cast<size_t>(st.st_size) % sizeof(Gpu) != 0) {
+    if (why) *why = path + " is no longer process " + std::to_string(pid) + "'s time-slice table";
+    close(mine);
+    return nullptr;
+  }
+  return map(mine, static_cast<size_t>(st.st_size), why);
 }
 
 std::shared_ptr<TimeSlices> TimeSlices::process_table(std::string* why) {
@@ -91,6 +149,7 @@ std::shared_ptr<TimeSlices> TimeSlices::process_table(std::string* why) {
 
 TimeSlices::~TimeSlices() {
   if (table_ != nullptr) munmap(table_, bytes_);
+  if (fd_ >= 0) close(fd_);
 }
 
 TimeSlices::Gpu* TimeSlices::gpu(int g) const { return g >= 0 && g < gpus_ ? table_ + g : nullptr; }

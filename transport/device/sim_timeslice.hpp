@@ -21,11 +21,13 @@
 // tests assert those counts, never wall-clock times. The collective kernel's host lanes
 // (collectives/device/dev_host.cpp) call timeslice_point() at every poll.
 //
-// The table lives in an anonymous shared mapping made before the processes fork (tests), so
-// every process forked afterwards sees the same slices: SimOptions::slices, or, for runtimes
-// made from the settings (ACCORD_SIM_TIMESLICE_US), TimeSlices::process_table(). Processes
-// that are not forked from a common parent (mpirun) have no table to share yet: see
-// transport/device/README.md, "Open points".
+// The table lives in a shared mapping of a memfd. Processes forked after it was made share it
+// (tests make it before they fork ranks: SimOptions::slices, or, for runtimes made from the
+// settings (ACCORD_SIM_TIMESLICE_US), TimeSlices::process_table()). Processes that are not
+// forked from a common parent (mpirun, torchrun) each start with a table of their own; a
+// communicator's init then makes every rank on the host use the table of its lowest rank with
+// a GPU (Note [Simulated time slices of a job], device_path.cpp), opened through
+// /proc/<pid>/fd/<fd> as the simulated IPC handles are.
 #pragma once
 
 #include <atomic>
@@ -54,6 +56,13 @@ class TimeSlices {
   // before forking, and reads the counts once they are done. Null when the mapping fails.
   static constexpr int kProcessGpus = 64;
   static std::shared_ptr<TimeSlices> process_table(std::string* why = nullptr);
+  // Processes that were not forked from a common parent after the table existed (mpirun,
+  // torchrun) share one through a rendezvous: one publishes handle() (its pid, the table's
+  // memfd and its inode), the others open() it through /proc/<pid>/fd. Null (with *why) when
+  // the process is gone or the fd is no longer the table. same(): the handle names this table.
+  std::string handle() const;
+  static std::shared_ptr<TimeSlices> open(const std::string& handle, std::string* why = nullptr);
+  bool same(const std::string& handle) const;
   ~TimeSlices();
   TimeSlices(const TimeSlices&) = delete;
   TimeSlices& operator=(const TimeSlices&) = delete;
@@ -68,6 +77,9 @@ class TimeSlices {
 
  private:
   TimeSlices() = default;
+  static std::shared_ptr<TimeSlices> map(int fd, size_t bytes, std::string* why);  // takes fd
+  static constexpr const char* kMemfdName = "accord-sim-timeslices";
+  int fd_ = -1;
   int gpus_ = 0;
   Gpu* table_ = nullptr;
   size_t bytes_ = 0;
