@@ -67,6 +67,9 @@ Status Communicator::setup_direct(StoreClient* store, Deadline deadline) {
                          s.sync_why.c_str());
   for (size_t at = 0, nl; (nl = direct_plan_.find('\n', at)) != std::string::npos; at = nl + 1)
     LOG_INFO(kGpu, "rank %d: %s", rank_, direct_plan_.substr(at, nl - at).c_str());
+  // Note [User buffers mapped into peers]: the plan's line, with nothing registered yet.
+  const std::string users = user_buffers()->describe();
+  LOG_INFO(kGpu, "rank %d: %s", rank_, users.substr(0, users.size() - 1).c_str());
   return Status::success();
 }
 
@@ -81,6 +84,80 @@ bool Communicator::prepare_direct(const CollArgs& a, size_t elem_bytes, dev::Dev
   launch->call.nsteps = 0;
   launch->call.steps = nullptr;
   return true;
+}
+
+}  // namespace accord
+
+namespace accord {
+
+// Note [User buffers mapped into peers] (device/user_buffers.cpp): the communicator's side.
+dev::UserBuffers* Communicator::user_buffers() {
+  if (users_ != nullptr) return users_.get();
+  std::vector<bool> ipc(static_cast<size_t>(nranks_), false);
+  std::vector<std::string> owner(static_cast<size_t>(nranks_));
+  for (int r = 0; r < nranks_; ++r) {
+    const auto i = static_cast<size_t>(r);
+    owner[i] = i < proc_of_.size() ? proc_of_[i] : i < pid_of_.size() ? std::to_string(pid_of_[i]) : "";
+    // Only the direct protocol's jobs map peers' memory (every pair addresses the other's GPU).
+    ipc[i] = direct_ != nullptr && r != rank_ && !same_process(rank_, r);
+  }
+  users_ = std::make_unique<dev::UserBuffers>(rt_, device_, rank_, std::move(ipc), std::move(owner));
+  return users_.get();
+}
+
+Status Communicator::exchange_user_records(const dev::UserBufferRecord& mine, const char* what,
+                                           std::vector<dev::UserBufferRecord>* all) {
+  all->assign(static_cast<size_t>(nranks_), dev::UserBufferRecord{});
+  CollArgs a{Collective::kAllGather, &mine, all->data(), sizeof mine, ACCORD_UINT8, ACCORD_SUM, 0};
+  // Behind the device calls already queued on the worker, as any host call (api/accord.cpp).
+  Status st = device_ >= 0 ? run_async({a}).get() : run(a);
+  ACCORD_TRY(st.prefix(format("rank %d: %s (collective on Accord: every rank registers and deregisters at the same "
+                              "point of its calls; Note [User buffers mapped into peers]): ",
+                              rank_, what)));
+  return users_->check(*all, mine, what);
+}
+
+Status Communicator::register_buffer(void* ptr, size_t bytes, uint64_t* handle) {
+  *handle = 0;
+  std::lock_guard<std::mutex> lock(users_mu_);
+  dev::UserBuffers* u = user_buffers();
+  const uint64_t seq = ++user_seq_;
+  dev::UserBufferRecord me;
+  Status mine = u->mine(ptr, bytes, seq, &me);
+  std::vector<dev::UserBufferRecord> all(static_cast<size_t>(nranks_));
+  if (u->exchanges()) {
+    if (!mine.ok()) {  // the peers must not wait for this rank: they learn it failed
+      me = u->closing(dev::UserBufferRecord::kFailed, seq, 0);
+      (void)exchange_user_records(me, "registering a buffer", &all);
+      return mine;
+    }
+    ACCORD_TRY(exchange_user_records(me, "registering a buffer", &all));
+  } else {
+    ACCORD_TRY(mine);
+    all[static_cast<size_t>(rank_)] = me;
+  }
+  ACCORD_TRY(u->open(all, handle));
+  const dev::UserBuffers::Counts c = u->counts();
+  LOG_DEBUG(kGpu, "rank %d: registered %p (%zu bytes) as %llu: %zu registered, %zu peer allocations opened, %zu "
+            "found open", rank_, ptr, bytes, static_cast<unsigned long long>(*handle), c.live, c.opened, c.reused);
+  return Status::success();
+}
+
+Status Communicator::deregister_buffer(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(users_mu_);
+  if (users_ == nullptr || !users_->known(handle))
+    return error(ACCORD_ERR_INVALID_ARGUMENT,
+                 "rank %d: deregistering %llu: not a registration of this communicator (deregistered already?)", rank_,
+                 static_cast<unsigned long long>(handle));
+  if (!users_->exchanges()) return users_->close(handle);
+  std::vector<dev::UserBufferRecord> all;
+  ACCORD_TRY(exchange_user_records(users_->closing(dev::UserBufferRecord::kDeregister, ++user_seq_, handle),
+                                   "deregistering a buffer", &all));
+  Status closed = users_->close(handle);
+  // Every rank has closed its mappings when this returns: the owner may free its buffer.
+  ACCORD_TRY(exchange_user_records(users_->closing(dev::UserBufferRecord::kClosed, ++user_seq_, handle),
+                                   "deregistering a buffer", &all));
+  return closed;
 }
 
 }  // namespace accord
