@@ -114,7 +114,10 @@ Status Communicator::exchange_user_records(const dev::UserBufferRecord& mine, co
   ACCORD_TRY(st.prefix(format("rank %d: %s (collective on Accord: every rank registers and deregisters at the same "
                               "point of its calls; Note [User buffers mapped into peers]): ",
                               rank_, what)));
-  return users_->check(*all, mine, what);
+  Status agreed = users_->check(*all, mine, what);
+  // Ranks at different calls: the channels are out of step (a failed collective's state).
+  if (agreed.code() == ACCORD_ERR_INVALID_USAGE) set_sticky(agreed);
+  return agreed;
 }
 
 Status Communicator::register_buffer(void* ptr, size_t bytes, uint64_t* handle) {
