@@ -251,6 +251,8 @@ class Communicator {
   dev::UserBuffers* user_buffers();
   Status exchange_user_records(const dev::UserBufferRecord& mine, const char* what,
                                std::vector<dev::UserBufferRecord>* all);
+  // Until every kernel this rank queued has ended (ACCORD_TIMEOUT_MS at most).
+  Status wait_for_kernels(const char* what);
   Status check_args(const CollArgs& a, size_t* in_bytes, size_t* out_bytes) const;
   // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
   Status check_consistency(const CollArgs& a);

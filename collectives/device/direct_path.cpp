@@ -1,7 +1,9 @@
 // The communicator's side of the direct protocol (Note [Direct protocol], direct_call.hpp):
 // whether the job uses it, and the direct part of a collective's launch.
 #include <algorithm>
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "collectives/communicator.hpp"
 #include "collectives/device/direct.hpp"
@@ -81,6 +83,15 @@ bool Communicator::prepare_direct(const CollArgs& a, size_t elem_bytes, dev::Dev
   direct_->log_choice(a.coll, bytes, proto, why);
   if (proto == dev::kProtoFifo) return false;
   direct_->prepare(a.coll, a.root, proto, a.count, elem_bytes, max_blocks_, &launch->direct, &launch->call.nblocks);
+  // Note [Registered inputs]: an out-of-place one-shot all-reduce whose input this rank
+  // registered is read by the peers where it lies.
+  int slot = -1;
+  uint64_t offset = 0;
+  if (launch->direct.user != nullptr && proto == dev::kProtoOneShot && a.coll == Collective::kAllReduce &&
+      a.send != a.recv && users_ != nullptr && users_->find_mine(a.send, bytes, &slot, &offset)) {
+    launch->direct.my_slot = slot;
+    launch->direct.my_offset = offset;
+  }
   launch->call.nsteps = 0;
   launch->call.steps = nullptr;
   return true;
@@ -102,6 +113,7 @@ dev::UserBuffers* Communicator::user_buffers() {
     ipc[i] = direct_ != nullptr && r != rank_ && !same_process(rank_, r);
   }
   users_ = std::make_unique<dev::UserBuffers>(rt_, device_, rank_, std::move(ipc), std::move(owner));
+  users_->set_direct_reads(direct_ != nullptr && !direct_->waiting());
   return users_.get();
 }
 
@@ -139,7 +151,20 @@ Status Communicator::register_buffer(void* ptr, size_t bytes, uint64_t* handle) 
     ACCORD_TRY(mine);
     all[static_cast<size_t>(rank_)] = me;
   }
-  ACCORD_TRY(u->open(all, handle));
+  Status opened = u->open(all, handle);
+  if (!opened.ok()) {  // the peers registered it: this rank's slots no longer match theirs
+    if (u->exchanges()) set_sticky(opened);
+    return opened;
+  }
+  std::vector<const uint8_t*> buffers;
+  const int slot = u->slot_of(*handle, &buffers);
+  if (direct_ != nullptr && slot >= 0) {  // Note [Registered inputs]: no kernel reads a free slot
+    Status st = direct_->set_user_slot(slot, buffers, stream_);
+    if (!st.ok()) {
+      set_sticky(st);  // the peers count on this rank's table
+      return st;
+    }
+  }
   const dev::UserBuffers::Counts c = u->counts();
   LOG_DEBUG(kGpu, "rank %d: registered %p (%zu bytes) as %llu: %zu registered, %zu peer allocations opened, %zu "
             "found open", rank_, ptr, bytes, static_cast<unsigned long long>(*handle), c.live, c.opened, c.reused);
@@ -153,6 +178,10 @@ Status Communicator::deregister_buffer(uint64_t handle) {
                  "rank %d: deregistering %llu: not a registration of this communicator (deregistered already?)", rank_,
                  static_cast<unsigned long long>(handle));
   if (!users_->exchanges()) return users_->close(handle);
+  // Note [Registered inputs]: this rank's kernels may read the peers' buffers (and the peers'
+  // its own): every rank waits for its own queued kernels before the first exchange, so after
+  // it no kernel of any rank reads the buffers, and the slot is free.
+  ACCORD_TRY(wait_for_kernels("deregistering a buffer"));
   std::vector<dev::UserBufferRecord> all;
   ACCORD_TRY(exchange_user_records(users_->closing(dev::UserBufferRecord::kDeregister, ++user_seq_, handle),
                                    "deregistering a buffer", &all));
@@ -161,6 +190,27 @@ Status Communicator::deregister_buffer(uint64_t handle) {
   ACCORD_TRY(exchange_user_records(users_->closing(dev::UserBufferRecord::kClosed, ++user_seq_, handle),
                                    "deregistering a buffer", &all));
   return closed;
+}
+
+}  // namespace accord
+
+namespace accord {
+
+Status Communicator::wait_for_kernels(const char* what) {
+  auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
+  if (ctl == nullptr || dev_seq_ == 0) return Status::success();
+  const uint64_t want = dev_seq_;
+  const Deadline deadline = Deadline::after_ms(settings_.timeout_ms);
+  while (__atomic_load_n(&ctl->done, __ATOMIC_ACQUIRE) < want) {
+    if (sticky_error() != ACCORD_SUCCESS) return sticky_status().prefix(format("rank %d: %s: ", rank_, what));
+    if (abort_.load(std::memory_order_acquire))
+      return error(ACCORD_ERR_ABORTED, "rank %d: %s: the communicator was aborted", rank_, what);
+    if (deadline.expired())
+      return error(ACCORD_ERR_TIMEOUT, "rank %d: %s: collective seq %llu has not ended after ACCORD_TIMEOUT_MS (%lld ms)",
+                   rank_, what, static_cast<unsigned long long>(want), static_cast<long long>(settings_.timeout_ms));
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return Status::success();
 }
 
 }  // namespace accord

@@ -4,58 +4,60 @@
 #include <tuple>
 #include <utility>
 
+#include "collectives/device/direct_call.hpp"
 #include "core/log.hpp"
 
 namespace accord::dev {
 
 // Note [User buffers mapped into peers]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Issue 33's design maps the user's own buffers into the peers, so that a direct kernel could
-// load a peer's input where it lies instead of the peer first copying it into its scratch
-// (Note [Direct protocol]). What is built is the mapping, not yet its use by the kernels:
+// Issue 33's design maps the user's own buffers into the peers, so that a direct kernel loads
+// a peer's input where it lies instead of the peer first copying it into its scratch (Note
+// [Direct protocol]; the kernels' side is Note [Registered inputs] in direct_call.hpp):
 //
-//  * Registration (accord_comm_register; ncclCommRegister and ncclMemAlloc'ed buffers through
-//    it) is COLLECTIVE on Accord when the job has the direct protocol and some rank is another
-//    process: every rank registers at the same point of its sequence of calls on the
-//    communicator, as NCCL's ncclCommWindowRegister (NCCL's ncclCommRegister is local). That
-//    point is what makes the mapping agreed: after a registration, every rank has every
-//    peer's buffer mapped, so a later call on every rank may use it. Each rank publishes one
-//    UserBufferRecord (the allocation holding the buffer: base, size, buffer id, the
-//    buffer's offset and length, and an IPC handle of the base) through the communicator's
-//    host all-gather, which runs on the communicator's worker behind the device calls already
-//    queued (the channels are never used twice at once), and no other exchange exists after
-//    init.
+//  * Registration (accord_comm_register; ncclCommRegister, of ncclMemAlloc'ed buffers or any
+//    other) is COLLECTIVE on Accord when the job has the direct protocol and some rank is
+//    another process: every rank registers at the same point of its sequence of calls on the
+//    communicator (its own buffer, any size, 0 included), as NCCL's ncclCommWindowRegister
+//    (NCCL's ncclCommRegister is local). That point is what makes the mapping agreed: after a
+//    registration every rank has every peer's buffer mapped, in the same slot, so any later
+//    call may use it. Each rank publishes one UserBufferRecord (the allocation holding the
+//    buffer: base, size, buffer id, the buffer's offset and length, and an IPC handle of the
+//    base) through the communicator's host all-gather, which runs on the communicator's
+//    worker behind the device calls already queued (the channels are never used twice at
+//    once); no other exchange exists after init.
 //  * A rank that does not register at that point is found, not waited for forever: the
 //    records carry a magic, the exchange's number and its kind, and check() names the first
-//    rank whose record differs (a rank in another collective, or at another registration);
-//    a rank that makes no call at all times out after ACCORD_TIMEOUT_MS with the
-//    registration's name in the error. Either breaks the communicator, as any failed
-//    collective does.
+//    rank whose record differs (a rank in another collective, or at another registration;
+//    the communicator is then broken, its ranks being at different calls); a rank that makes
+//    no call at all fails the registration at its departure or after ACCORD_TIMEOUT_MS, with
+//    the registration's name in the error. A rank whose own registration fails (a bad pointer)
+//    still takes part (a kFailed record), so every rank fails it and none waits.
 //  * Each peer allocation is opened once per process and mapping GPU: a process-wide cache
 //    keyed by (owner process, base, buffer id, GPU) with a count of the registrations, of any
 //    communicator, that hold it. CUDA refuses to open one allocation twice in a context, and a
 //    key by base alone would hand out a freed buffer's mapping for a new allocation at the
-//    same address (Note [Buffer ids]). Ranks that are threads of one process address each
-//    other's pointers: nothing to open, and a job of threads only exchanges nothing (so one
-//    thread may register every rank of accord_comm_init_all).
-//  * Deregistration is collective too, in two exchanges: the first checks that every rank
-//    deregisters the same registration; then each rank closes its mappings of the peers'
-//    buffers (a mapping another registration still holds stays); the second says every rank
-//    has closed, so that when deregister returns the owner may free its buffer (the simulation
-//    makes a free while another process has it open an error: Note [Simulated IPC importers]).
+//    same address (Note [Buffer ids]). Memory no peer could map (host memory, another GPU's)
+//    is a record only.
+//  * Ranks that are threads of one process exchange nothing (so one thread may register
+//    every rank of accord_comm_init_all): their registrations are records, and their inputs
+//    keep going through the scratch (mapping would need the same agreement).
+//  * Deregistration is collective too: each rank first waits until its own queued kernels have
+//    ended (after that no kernel of any rank reads the buffers), then the first exchange
+//    checks that every rank deregisters the same registration; each rank closes its mappings
+//    of the peers' buffers (a mapping another registration still holds stays) and frees the
+//    slot; the second exchange says every rank has closed, so that when deregister returns
+//    the owner may free its buffer (the simulation makes a free while another process has it
+//    open an error: Note [Simulated IPC importers]).
 //  * Destroy with registrations live closes their mappings with the scratch's
-//    (DirectEngine::let_go) before this rank says it let go, and a rank's destroy waits until
-//    its peers have let go (Note [Freeing memory peers map]): after destroy returns the user
-//    may free a buffer it registered. Freeing a buffer while it is still registered with a
-//    live communicator is a usage error (ncclMemFree says so).
+//    (Communicator::let_go_of_peer_memory) before this rank says it let go, and a rank's
+//    destroy waits until its peers have let go (Note [Freeing memory peers map]): after destroy
+//    returns the user may free a buffer it registered. Freeing a buffer while it is still
+//    registered with a live communicator is a usage error (ncclMemFree refuses it).
 //
 // The plan's "user buffers" line (and the init log) count the registrations, the peer
-// allocations this communicator opened and those it found open already.
-//
-// Not built: the kernels' use of the mappings (each rank's per-round descriptor beside its
-// flag, the peers' loads from its registered input, the end-of-round exchange where a user
-// buffer was read); every call still copies its input into the scratch (HARDWARE_RISKS.md,
-// item 9).
+// allocations this communicator opened, those it found open already, and the calls whose
+// input the peers read from its registered buffer (find_mine).
 
 namespace {
 struct Mapping {
@@ -209,7 +211,15 @@ Status UserBuffers::open(const std::vector<UserBufferRecord>& all, uint64_t* han
     return st;
   }
   const uint64_t h = all[static_cast<size_t>(rank_)].seq;
+  reg.length = all[static_cast<size_t>(rank_)].length;
   std::lock_guard<std::mutex> lock(mu_);
+  // Note [Registered inputs]: the lowest free slot, the same on every rank (registrations are
+  // collective there, in the same order).
+  for (int k = 0; exchanges_ && k < kDirectUserSlots && reg.slot < 0; ++k) {
+    bool taken = false;
+    for (const auto& [other, r] : regs_) taken = taken || r.slot == k;
+    if (!taken) reg.slot = k;
+  }
   regs_[h] = std::move(reg);
   counts_.live = regs_.size();
   *handle = h;
@@ -265,6 +275,28 @@ const uint8_t* UserBuffers::peer_buffer(uint64_t handle, int r) const {
   return it->second.buffer[static_cast<size_t>(r)];
 }
 
+int UserBuffers::slot_of(uint64_t handle, std::vector<const uint8_t*>* buffers) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = regs_.find(handle);
+  if (it == regs_.end()) return -1;
+  *buffers = it->second.buffer;
+  return it->second.slot;
+}
+
+bool UserBuffers::find_mine(const void* ptr, size_t bytes, int* slot, uint64_t* offset) {
+  const auto* p = static_cast<const uint8_t*>(ptr);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [h, reg] : regs_) {
+    const uint8_t* b = reg.buffer[static_cast<size_t>(rank_)];
+    if (reg.slot < 0 || b == nullptr || p < b || p + bytes > b + reg.length) continue;
+    *slot = reg.slot;
+    *offset = static_cast<uint64_t>(p - b);
+    ++counts_.direct_calls;
+    return true;
+  }
+  return false;
+}
+
 UserBuffers::Counts UserBuffers::counts() const {
   std::lock_guard<std::mutex> lock(mu_);
   return counts_;
@@ -272,11 +304,15 @@ UserBuffers::Counts UserBuffers::counts() const {
 
 std::string UserBuffers::describe() const {
   const Counts c = counts();
-  return format("user buffers: %zu registered, %zu peer allocations opened, %zu found open (%s; Note [User buffers "
-                "mapped into peers]); calls still copy inputs into the scratch\n",
-                c.live, c.opened, c.reused,
-                exchanges_ ? "registration is collective: every rank registers at the same point"
-                           : "ranks of one process: pointers, nothing exchanged");
+  return format("user buffers: %zu registered, %zu peer allocations opened, %zu found open, %zu calls read by the "
+                "peers from a registered input (%s; Note [User buffers mapped into peers])\n",
+                c.live, c.opened, c.reused, c.direct_calls,
+                !exchanges_ ? "ranks of one process: nothing exchanged; inputs go through the scratch"
+                : direct_reads_
+                    ? "registration is collective: every rank registers at the same point; out-of-place one-shot "
+                      "all-reduces read a registered input where it lies"
+                    : "registration is collective: every rank registers at the same point; the waiting protocol's "
+                      "inputs go through the scratch");
 }
 
 }  // namespace accord::dev

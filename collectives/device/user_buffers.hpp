@@ -46,6 +46,8 @@ class UserBuffers {
   // Whether registrations are exchanged at all: some rank is another process (then every rank
   // has one, and every rank exchanges). Ranks of one process address each other's pointers.
   bool exchanges() const { return exchanges_; }
+  // Whether calls may read registered inputs (the spinning protocol), for the plan's line.
+  void set_direct_reads(bool on) { direct_reads_ = on; }
   // This rank's record of a registration of [ptr, ptr + bytes), the seq-th exchange.
   Status mine(void* ptr, size_t bytes, uint64_t seq, UserBufferRecord* out) const;
   // The record of a deregistration (kDeregister) or of its second exchange (kClosed).
@@ -64,6 +66,13 @@ class UserBuffers {
   void close_all();
   // Rank r's buffer of registration `handle`, as this process addresses it (null: unknown).
   const uint8_t* peer_buffer(uint64_t handle, int r) const;
+  // Note [Registered inputs] (direct_call.hpp): the registration's slot (the same on every
+  // rank; -1: none, the job exchanges nothing or every slot is taken), and every rank's
+  // buffer in it.
+  int slot_of(uint64_t handle, std::vector<const uint8_t*>* buffers) const;
+  // The slot of this rank's registered buffer that holds [ptr, ptr + bytes), and ptr's offset
+  // in it; false when none does. Counts the calls it finds (Counts::direct_calls).
+  bool find_mine(const void* ptr, size_t bytes, int* slot, uint64_t* offset);
   // The plan's line: registrations live, peer allocations this communicator maps, and how
   // many it opened and found in the cache.
   std::string describe() const;
@@ -71,6 +80,7 @@ class UserBuffers {
     size_t live = 0;    // registrations of this communicator
     size_t opened = 0;  // IPC opens this communicator made
     size_t reused = 0;  // peer allocations found open already (cache hits)
+    size_t direct_calls = 0;  // calls whose input the peers read from its registered buffer
   };
   Counts counts() const;
 
@@ -85,6 +95,8 @@ class UserBuffers {
   struct Registration {
     std::vector<const uint8_t*> buffer;  // [nranks]
     std::vector<Key> held;               // the cache entries it holds (one reference each)
+    int slot = -1;                       // Note [Registered inputs]
+    uint64_t length = 0;                 // this rank's registered bytes
   };
   Status release(const Key& k);
 
@@ -94,6 +106,7 @@ class UserBuffers {
   std::vector<bool> ipc_;
   std::vector<std::string> owner_;
   bool exchanges_ = false;
+  bool direct_reads_ = false;
   mutable std::mutex mu_;
   std::map<uint64_t, Registration> regs_;
   Counts counts_;

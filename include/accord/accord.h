@@ -160,14 +160,16 @@ ACCORD_API accord_status_t accord_comm_destroy(accord_comm_t comm);
  *  communicator (its own buffer; sizes may differ), and deregisters in the same order; a rank
  *  that does something else is named in an error (ACCORD_ERR_INVALID_USAGE), one that makes no
  *  call at all after ACCORD_TIMEOUT_MS. Elsewhere (threads of one process, the FIFO path) a
- *  local record. Collectives are exact whether or not buffers are registered; they do not yet
- *  read the mapped buffers (the plan's "user buffers" line says what is mapped). Do not free a
- *  registered buffer before accord_comm_deregister returns (or accord_comm_destroy). *handle
- *  is never NULL on success. */
+ *  local record. An out-of-place all-reduce (one-shot) whose input lies in a registered buffer
+ *  is then read by the peers where it lies, without a copy; collectives are exact whether or
+ *  not buffers are registered (the plan's "user buffers" line counts registrations and calls).
+ *  Do not free a registered buffer before accord_comm_deregister returns (or
+ *  accord_comm_destroy). *handle is never NULL on success. */
 ACCORD_API accord_status_t accord_comm_register(accord_comm_t comm, void* buf, size_t bytes, void** handle);
 
-/** Takes back a registration (collective where registering was): when it returns, no peer
- *  maps the buffer any more, and the caller may free it. */
+/** Takes back a registration (collective where registering was): it first waits until this
+ *  rank's queued collectives have ended; when it returns, no peer maps the buffer any more,
+ *  and the caller may free it. */
 ACCORD_API accord_status_t accord_comm_deregister(accord_comm_t comm, void* handle);
 
 /** Aborts the communicator: every call waiting inside it on any thread returns

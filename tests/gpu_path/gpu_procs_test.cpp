@@ -1188,6 +1188,107 @@ std::string registered_job(accord_comm_t c, int r, int n, int gpus, bool process
   return "";
 }
 
+// The count of calls the plan says the peers read from a registered input.
+long direct_calls(accord_comm_t c) {
+  const std::string line = users_line(c);
+  const size_t at = line.find(" found open, ");
+  return at == std::string::npos ? -1 : std::atol(line.c_str() + at + 13);
+}
+
+// Note [Registered inputs]: all-reduces whose input lies in a registered buffer, every dtype
+// with sum and avg and three dtypes with max, min and prod, at sizes 1, 7, a prime and 40009
+// (more than a round of a 64 KiB scratch), in and out of place, one element into the buffer
+// (unaligned); first with every rank's input registered, then with the even ranks' only (the
+// others register nothing at that point). Exact every time, and the plan counts exactly the
+// out-of-place calls of this rank whose input was registered (so a silent fallback to the
+// scratch copy fails).
+std::string registered_inputs_job(accord_comm_t c, int r, int n) {
+  int dev = -1;
+  accord_status_t s = accord_comm_device(c, &dev);
+  if (s != ACCORD_SUCCESS) return api_error("accord_comm_device", c, s);
+  const size_t most = 40009, es_most = 8, bytes = (most + 1) * es_most + 64;
+  void *x = nullptr, *y = nullptr, *out = nullptr;
+  accord_stream_t stream = nullptr;
+  if ((s = accord_device_alloc(&x, bytes, dev)) != ACCORD_SUCCESS || (s = accord_device_alloc(&y, bytes, dev)) != ACCORD_SUCCESS ||
+      (s = accord_device_alloc(&out, bytes, dev)) != ACCORD_SUCCESS || (s = accord_stream_create(&stream, dev)) != ACCORD_SUCCESS ||
+      (s = accord_barrier(c, nullptr)) != ACCORD_SUCCESS)
+    return api_error("allocating", c, s);
+  const bool even = r % 2 == 0;
+  void *hx = nullptr, *hy = nullptr;
+  if ((s = accord_comm_register(c, x, bytes, &hx)) != ACCORD_SUCCESS ||
+      (s = accord_comm_register(c, even ? y : nullptr, even ? bytes : 0, &hy)) != ACCORD_SUCCESS)
+    return api_error("registering", c, s);
+  // The waiting protocol keeps the scratch (Note [Registered inputs]).
+  // So does a two-shot all-reduce (ACCORD_DEVICE_PROTO=twoshot).
+  const std::string plan = plan_of(c);
+  const bool waiting = plan.find("GPU hand-offs: wait") != std::string::npos ||
+                       plan.find("two-shot at every size") != std::string::npos;
+  const long before = direct_calls(c);
+  long want = before;
+  std::string f;
+  size_t seed = 0;
+  for (void* buf : {x, y})
+    for (size_t count : {size_t{1}, size_t{7}, kPrime, most})
+      for (bool in_place : {false, true}) {
+        std::vector<std::pair<accord_datatype_t, accord_red_op_t>> kinds;
+        for (accord_datatype_t d : {ACCORD_INT8, ACCORD_UINT8, ACCORD_INT32, ACCORD_UINT32, ACCORD_INT64, ACCORD_UINT64,
+                                    ACCORD_FLOAT16, ACCORD_BFLOAT16, ACCORD_FLOAT32, ACCORD_FLOAT64})
+          for (accord_red_op_t op : {ACCORD_SUM, ACCORD_AVG}) kinds.push_back({d, op});
+        for (accord_datatype_t d : {ACCORD_UINT8, ACCORD_INT32, ACCORD_FLOAT32})
+          for (accord_red_op_t op : {ACCORD_MAX, ACCORD_MIN, ACCORD_PROD}) kinds.push_back({d, op});
+        for (const auto& [dtype, op] : kinds) {
+          const size_t es = accord_dtype_size(dtype);
+          char* send = static_cast<char*>(buf) + es;  // one element in: unaligned
+          void* recv = in_place ? static_cast<void*>(send) : out;
+          std::vector<char> input(count * es), expect(count * es), got(count * es);
+          fill_input(input.data(), count, dtype, op, r, n, ++seed);
+          fill_expected(expect.data(), count, dtype, op, n, seed);
+          const std::string name = std::string(buf == x ? "every rank registered" : "even ranks registered") +
+                                   ", dtype " + std::to_string(dtype) + " op " + std::to_string(op) + " count " +
+                                   std::to_string(count) + (in_place ? " in place" : " out of place");
+          if ((s = accord_device_memcpy(send, input.data(), input.size())) != ACCORD_SUCCESS ||
+              (s = accord_all_reduce(send, recv, count, dtype, op, c, stream)) != ACCORD_SUCCESS ||
+              (s = accord_stream_synchronize(stream)) != ACCORD_SUCCESS ||
+              (s = accord_device_memcpy(got.data(), recv, got.size())) != ACCORD_SUCCESS)
+            return api_error(name, c, s);
+          accord_status_t async = ACCORD_SUCCESS;
+          (void)accord_comm_get_async_error(c, &async);
+          if (async != ACCORD_SUCCESS) return api_error(name + " (asynchronous error)", c, async);
+          const size_t bad = count_mismatches(got.data(), expect.data(), count, dtype);
+          if (bad != 0) return name + ": " + std::to_string(bad) + " of " + std::to_string(count) + " elements wrong";
+          if (!in_place && (buf == x || even) && !waiting) ++want;
+          // The next call overwrites this input: every rank is done with it (the end-of-round
+          // exchange), which the exact results of the next call check.
+        }
+      }
+  const long have = direct_calls(c);
+  if (have != want)
+    f = "the plan counts " + std::to_string(have) + " calls read from a registered input, expected " +
+        std::to_string(want) + ": " + users_line(c);
+  if (f.empty() && (s = accord_comm_deregister(c, hx)) != ACCORD_SUCCESS) f = api_error("deregistering x", c, s);
+  if (f.empty() && (s = accord_comm_deregister(c, hy)) != ACCORD_SUCCESS) f = api_error("deregistering y", c, s);
+  (void)accord_stream_destroy(stream);
+  if (f.empty()) {
+    (void)accord_device_free(x);
+    (void)accord_device_free(y);
+    (void)accord_device_free(out);
+  }
+  return f;
+}
+
+TEST_F(GpuProcsProcesses, DirectRegisteredInputsExact) {
+  SharedGpuEnv env;
+  for (const char* scratch : {"8388608", "65536"}) {
+    ScopedEnv bytes("ACCORD_DIRECT_SCRATCH_BYTES", scratch);
+    for (int n : {2, 3, 4})
+      for (const auto& f : run_processes(n, [&](accord_comm_t c, int r, int nr) {
+             const std::string wrong = check_proto(plan_of(c), true);
+             return wrong.empty() ? registered_inputs_job(c, r, nr) : wrong;
+           }, kTimeoutS))
+        ADD_FAILURE() << n << " ranks on GPU 0, ACCORD_DIRECT_SCRATCH_BYTES=" << scratch << ": " << f;
+  }
+}
+
 class RegisteredBuffers {  // frees each rank's b after destroy, then checks the rules
  public:
   RegisteredBuffers() {
