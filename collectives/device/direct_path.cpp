@@ -97,10 +97,6 @@ bool Communicator::prepare_direct(const CollArgs& a, size_t elem_bytes, dev::Dev
   return true;
 }
 
-}  // namespace accord
-
-namespace accord {
-
 // Note [User buffers mapped into peers] (device/user_buffers.cpp): the communicator's side.
 dev::UserBuffers* Communicator::user_buffers() {
   if (users_ != nullptr) return users_.get();
@@ -191,10 +187,6 @@ Status Communicator::deregister_buffer(uint64_t handle) {
                                    "deregistering a buffer", &all));
   return closed;
 }
-
-}  // namespace accord
-
-namespace accord {
 
 Status Communicator::wait_for_kernels(const char* what) {
   auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
