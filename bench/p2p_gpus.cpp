@@ -221,6 +221,25 @@ int run_gpus(const Options& o) {
       sys_note = format("none (the detected topology has %d GPUs, the runtime %d)", detected.gpu_count(), have);
     else sys = &detected, sys_note = "the detected topology (" + detected.source + ")";
   }
+  // The topology's index of each GPU this process sees, by PCI bus id (Note [GPU identity]):
+  // ordinals differ from it under CUDA_VISIBLE_DEVICES (every rank's "GPU 0") or CUDA's
+  // fastest-first order.
+  std::vector<int> topo_of(static_cast<size_t>(n), -1);
+  for (int g = 0; sys != nullptr && g < n; ++g) {
+    DeviceInfo info;
+    const std::string bus = rt->device_info(g, &info).ok() ? topo::normalize_bus_id(info.pci_bus_id) : "";
+    if (auto* sim = dynamic_cast<SimulatedRuntime*>(rt))  // it names GPUs without a bus id too
+      topo_of[static_cast<size_t>(g)] = sim->physical_of_bus(info.pci_bus_id);
+    else
+      for (int t = 0; t < sys->gpu_count() && !bus.empty(); ++t)
+        if (topo::normalize_bus_id(sys->gpu(t).pci_bus_id) == bus) topo_of[static_cast<size_t>(g)] = t;
+    if (topo_of[static_cast<size_t>(g)] < 0) {
+      sys_note = format("none (%s has no GPU of bus id %s, GPU %d of this process)",
+                        sys == &detected ? "the detected topology" : "the simulated machine's topology",
+                        info.pci_bus_id.c_str(), g);
+      sys = nullptr;
+    }
+  }
   ctx.notes.push_back("runtime: " + rt->description());
   if (simulated && !s.sim_throttle)
     ctx.notes.push_back(
@@ -260,7 +279,8 @@ int run_gpus(const Options& o) {
       PairResult r;
       r.src = a;
       r.dst = b;
-      r.path = sys ? topo::path_class_name(sys->path(a, b), sys->pair(a, b).nvlinks) : "?";
+      const int ta = topo_of[static_cast<size_t>(a)], tb = topo_of[static_cast<size_t>(b)];  // the topology's
+      r.path = sys ? topo::path_class_name(sys->path(ta, tb), sys->pair(ta, tb).nvlinks) : "?";
       bool ab = false, ba = false;
       Status c = rt->can_access_peer(a, b, &ab);
       if (c.ok()) c = rt->can_access_peer(b, a, &ba);
@@ -272,7 +292,7 @@ int run_gpus(const Options& o) {
       if (s.p2p_disable) r.why = "ACCORD_P2P_DISABLE=1";
       else if (!direct)
         r.why = format("no peer access (can_access_peer %d->%d: %s, %d->%d: %s)%s%s", a, b, ab ? "yes" : "no", b, a,
-                       ba ? "yes" : "no", sys ? ": " : "", sys ? sys->p2p_reason(a, b).c_str() : "");
+                       ba ? "yes" : "no", sys ? ": " : "", sys ? sys->p2p_reason(ta, tb).c_str() : "");
       else r.why = "peer access both ways";
       if (direct) {
         Status e = rt->enable_peer(a, b);
@@ -290,7 +310,7 @@ int run_gpus(const Options& o) {
         }
       }
       r.route = direct ? "p2p" : "host-staged";
-      if (sys) r.predicted_gbs = direct ? sys->bandwidth_gbs(a, b) : staged_estimate(*sys, a, b);
+      if (sys) r.predicted_gbs = direct ? sys->bandwidth_gbs(ta, tb) : staged_estimate(*sys, ta, tb);
       auto fail = [&](const Status& f, const char* what) {
         std::fprintf(stderr, "p2p_bandwidth: GPU %d -> GPU %d (%s): %s: %s\n", a, b, r.route.c_str(), what,
                      f.message().c_str());

@@ -253,6 +253,7 @@ class Communicator {
                                std::vector<dev::UserBufferRecord>* all);
   // Until every kernel this rank queued has ended (ACCORD_TIMEOUT_MS at most).
   Status wait_for_kernels(const char* what);
+  Status join_fifo_hold(StoreClient* store, Deadline deadline);
   Status check_args(const CollArgs& a, size_t* in_bytes, size_t* out_bytes) const;
   // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
   Status check_consistency(const CollArgs& a);
@@ -365,6 +366,9 @@ class Communicator {
   std::vector<int> dev_route_of_;
   std::vector<void*> dev_fifo_mem_;
   std::vector<void*> ipc_opened_;
+  // Note [Freeing memory peers map]: where dev_fifo_mem_ goes at destroy when no direct engine
+  // holds it: this process's ranks of the job free their FIFOs together, the last of them.
+  std::shared_ptr<dev::ProcessHold> fifo_hold_;
   std::unique_ptr<dev::DirectEngine> direct_;  // Note [Direct protocol]; null: FIFOs for every call
   std::string direct_plan_;                     // the plan's "device protocol" line
   std::unique_ptr<dev::UserBuffers> users_;     // Note [User buffers mapped into peers]

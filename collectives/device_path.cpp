@@ -220,15 +220,37 @@ void Communicator::release_device() {
 // maps its memory has said the same, has exited (its pidfd), or ACCORD_TIMEOUT_MS passed (1 s
 // after accord_comm_abort), and (4) frees. Ranks that are threads of this process address the
 // memory by plain pointers: the direct engine hands it to the last of them to let go
-// (DirectEngine::let_go), which waits for the other processes on behalf of all (waiting in
-// each would deadlock a process that destroys its communicators one after the other). A rank
-// that gives up waiting leaves its memory allocated, with a warning, rather than fault a
-// peer. Without the direct engine, device FIFOs mapped by other processes are waited for
-// the same way (then sequential destroys in a job of several processes with several ranks
-// each wait out the timeout once). The simulation makes a free while another process has the
+// (dev::ProcessHold, through DirectEngine::let_go, or fifo_hold_ for the device FIFOs of a
+// job without the direct engine), which waits for the other processes on behalf of all
+// (waiting in each would deadlock two processes that each destroy their communicators one
+// after the other: each would wait, in its first destroy, for a rank the other destroys
+// later). A rank that gives up waiting leaves its memory allocated, with a warning, rather
+// than fault a peer. The simulation makes a free while another process has the
 // memory open an error (Note [Simulated IPC importers], transport/device/sim_memory.hpp).
 // The rank publishes its departure before it waits, so that a peer stuck in a call this rank
 // never makes fails at once and can destroy its own communicator.
+// The hold of this process's ranks of the job that have a GPU (Note [Freeing memory peers
+// map]): its name is 128 random bits that the lowest of them puts in the job's store.
+Status Communicator::join_fifo_hold(StoreClient* store, Deadline deadline) {
+  int lowest = rank_, here = 0;
+  for (int r = 0; r < nranks_; ++r)
+    if (same_process(rank_, r) && device_of_[static_cast<size_t>(r)] >= 0) {
+      lowest = std::min(lowest, r);
+      ++here;
+    }
+  std::string key;
+  if (lowest == rank_) {
+    uint8_t bits[16];
+    ACCORD_TRY(random_bytes(bits, sizeof bits));
+    key = to_hex(bits, sizeof bits);
+    if (here > 1) ACCORD_TRY(store->set(format("dhold/%d", rank_), key));
+  } else {
+    ACCORD_TRY(store->get(format("dhold/%d", lowest), &key, deadline, format("rank %d", lowest)));
+  }
+  fifo_hold_ = dev::ProcessHold::join("fifo " + key, here, rt_);
+  return Status::success();
+}
+
 void Communicator::let_go_of_peer_memory() {
   auto maps_mine = [&](int peer) {  // a rank of another process that may map this rank's memory
     return peer != rank_ && static_cast<size_t>(peer) < device_of_.size() && !same_process(rank_, peer) &&
@@ -241,8 +263,14 @@ void Communicator::let_go_of_peer_memory() {
   std::vector<void*> mine = dev_fifo_mem_;
   dev_fifo_mem_.clear();
   bool last = !mine.empty();  // whether this rank frees memory that peers map
+  std::shared_ptr<dev::ProcessHold> fifo_hold = std::move(fifo_hold_);
   if (direct_ != nullptr && direct_->grouped()) {
     last = direct_->let_go(mine);
+    mine.clear();
+    if (fifo_hold != nullptr) (void)fifo_hold->let_go({});  // its memory went with the scratch
+    fifo_hold.reset();
+  } else if (fifo_hold != nullptr) {
+    last = fifo_hold->let_go(mine);
     mine.clear();
   }
   for (void* p : ipc_opened_) (void)rt_->ipc_close_handle(p);
@@ -278,6 +306,7 @@ void Communicator::let_go_of_peer_memory() {
     if (last && safe) direct_->free_held();
     direct_.reset();
   }
+  if (fifo_hold != nullptr && last && safe) fifo_hold->free_all();
   if (safe)
     for (void* p : mine) (void)rt_->free_device(p);
 }
@@ -611,6 +640,7 @@ uint32_t Communicator::call_blocks(const Schedule& sched) const {
 // result is the DevPeer table the kernels read (dev_call.hpp), copied to GPU memory once.
 Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline) {
   if (device_ < 0) return Status::success();
+  ACCORD_TRY(join_fifo_hold(store, deadline));
   dev_route_of_.assign(static_cast<size_t>(nranks_), -1);
   std::vector<dev::DevPeer> peers(static_cast<size_t>(nranks_));
   // This rank's own counts (DevFifo::count): two per peer; then the blocks' arrival counters

@@ -74,7 +74,13 @@ mps_off() {
   pgrep -f nvidia-cuda-mps-control >/dev/null && { echo quit | nvidia-cuda-mps-control; sleep 1; }
 }
 
-# step NAME LIMIT_S PATTERN CMD...: PATTERN (pgrep -f) finds the processes whose stacks to take.
+# step NAME LIMIT_S PATTERN CMD...: PATTERN (pgrep -f) finds, among the step's own processes,
+# those whose stacks to take. Each step is a session of its own (setsid; without job control the
+# background child is no group leader, so setsid does not fork and the step's pid is the session
+# id): a hang kills that session, orphans included, and nothing else on the machine. CMD runs
+# under bash -c, so it may be one of this script's functions (exported: ddp_check).
+step_sid=""  # the session of the step running now, killed if this script is interrupted
+trap '[ -n "$step_sid" ] && pkill -9 -s "$step_sid"; exit 130' INT TERM
 step() {
   local name=$1 limit=$2 pattern=$3
   shift 3
@@ -85,21 +91,22 @@ step() {
     return
   fi
   echo "=== $name: $*" | tee "$log"
-  "$@" >>"$log" 2>&1 &
+  setsid -w bash -c '"$@"' "$name" "$@" >>"$log" 2>&1 &
   local pid=$!
+  step_sid=$pid
   while kill -0 $pid 2>/dev/null && ((SECONDS - t0 < limit)); do sleep 0.2; done
   if kill -0 $pid 2>/dev/null; then
     echo "--- HANG after $limit s; stacks:" >>"$log"
-    local n=0
-    for p in $(pgrep -f "$pattern"); do
+    local n=0 p
+    for p in $(pgrep -s "$pid" -f "$pattern"); do
       ((n++ < 2)) || break
-      [ "$p" = "$$" ] && continue
       echo "--- pid $p: $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null)" >>"$log"
       timeout 30 "$gdb" -p "$p" -batch -ex "info threads" -ex "thread apply all bt 12" \
         -ex "info cuda kernels" >>"$log" 2>&1
     done
-    pkill -9 -f "$pattern"
+    pkill -9 -s "$pid"
     kill -9 $pid 2>/dev/null
+    wait $pid 2>/dev/null
     summary+=("$name: HANG after $limit s")
     bad=$((bad + 1))
   else
@@ -108,6 +115,7 @@ step() {
     summary+=("$name: $([ $rc = 0 ] && echo ok || echo "FAIL rc $rc") in $((SECONDS - t0)) s")
     [ $rc = 0 ] || bad=$((bad + 1))
   fi
+  step_sid=""
   echo "${summary[-1]}" | tee -a "$log"
   tail -n 40 "$log" | grep -v "^===" | sed 's/^/    /'
 }
@@ -134,6 +142,8 @@ ddp_check() {
   grep -H "ms a step" "$out"/*.rank*
   return $rc
 }
+export -f ddp_check  # for step's bash -c, with the variables it reads
+export build logs
 
 perf=$build/bench/all_reduce_perf
 gdb=$(command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)

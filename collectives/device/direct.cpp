@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "collectives/device/direct_call.hpp"
+#include "collectives/device/process_hold.hpp"
 #include "core/crypto.hpp"
 #include "core/log.hpp"
 
@@ -35,21 +36,6 @@ uint32_t one_or_two_shot(int nranks, size_t bytes) {
   const size_t limit = nranks <= 4 ? size_t{512} << 10 : size_t{256} << 10;
   return bytes <= limit ? kProtoOneShot : kProtoTwoShot;
 }
-}  // namespace
-
-// The memory that this process's ranks of one job address in each other (plain pointers: no
-// mapping to close), kept until the last of them lets go. Found by the job's token: the
-// address of the scratch of its lowest rank in this process, unique while that scratch lives,
-// which is until the last rank lets go.
-struct DirectEngine::Held {
-  DeviceRuntime* rt = nullptr;
-  int live = 0;  // ranks of this process that have not let go
-  std::vector<void*> memory;
-};
-
-namespace {
-std::mutex g_held_mu;
-std::map<uintptr_t, std::weak_ptr<void>> g_held;  // by token
 }  // namespace
 
 bool parse_proto_mode(const std::string& text, ProtoMode* out) {
@@ -141,17 +127,9 @@ Status DirectEngine::open(const DirectSetup& s) {
       lowest = std::min(lowest, r);
       ++here;
     }
-  {
-    const uintptr_t token = reinterpret_cast<uintptr_t>(table[static_cast<size_t>(lowest)]);
-    std::lock_guard<std::mutex> lock(g_held_mu);
-    held_ = std::static_pointer_cast<Held>(g_held[token].lock());
-    if (held_ == nullptr) {
-      held_ = std::make_shared<Held>();
-      held_->rt = rt_;
-      held_->live = here;
-      g_held[token] = held_;
-    }
-  }
+  // Named by the address of the scratch of the job's lowest rank in this process: unique
+  // while that scratch lives, which is until the last of them lets go.
+  held_ = ProcessHold::join(format("direct %p", static_cast<void*>(table[static_cast<size_t>(lowest)])), here, rt_);
   // The table into GPU memory through the communicator's own stream (a synchronous copy would
   // run on the legacy stream and wait for the users' streams).
   const size_t tbytes = sizeof(uint8_t*) * table.size();
@@ -205,22 +183,15 @@ bool DirectEngine::let_go(const std::vector<void*>& more) {
   rescue_ = Stream{};
   for (void* p : opened_) (void)rt_->ipc_close_handle(p);
   opened_.clear();
-  std::lock_guard<std::mutex> lock(g_held_mu);
-  held_->memory.push_back(table_);
-  if (user_table_ != nullptr) held_->memory.push_back(user_table_);
-  held_->memory.push_back(mine_);
-  held_->memory.insert(held_->memory.end(), more.begin(), more.end());
+  std::vector<void*> memory = {table_, mine_};
+  if (user_table_ != nullptr) memory.push_back(user_table_);
+  memory.insert(memory.end(), more.begin(), more.end());
   table_ = mine_ = user_table_ = nullptr;
-  if (--held_->live > 0) return false;
-  for (auto it = g_held.begin(); it != g_held.end();)
-    it = it->second.expired() || it->second.lock() == held_ ? g_held.erase(it) : std::next(it);
-  return true;
+  return held_->let_go(memory);
 }
 
 void DirectEngine::free_held() {
-  if (held_ == nullptr) return;
-  for (void* p : held_->memory) (void)held_->rt->free_device(p);
-  held_->memory.clear();
+  if (held_ != nullptr) held_->free_all();
 }
 
 uint32_t DirectEngine::choose(Collective coll, size_t bytes, std::string* why) const {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "collectives/device/dev_call.hpp"
+#include "collectives/device/process_hold.hpp"
 #include "collectives/schedule.hpp"
 #include "core/status.hpp"
 #include "transport/bootstrap/store.hpp"
@@ -96,7 +97,6 @@ class DirectEngine {
   void free_held();
 
  private:
-  struct Held;  // the memory of this process's ranks of the job, freed by the last to let go
   DirectEngine() = default;
   Status open(const DirectSetup& s);
 
@@ -111,7 +111,7 @@ class DirectEngine {
   void* table_ = nullptr;                // DevDirect::scratch, in GPU memory
   void* user_table_ = nullptr;           // DevDirect::user (Note [Registered inputs]); null: waiting protocol
   uint32_t round_ = 1;                   // the next call's first round
-  std::shared_ptr<Held> held_;
+  std::shared_ptr<ProcessHold> held_;  // this process's ranks' memory, freed by the last to let go
   bool let_go_ = false;
   std::vector<uint8_t*> scratch_;        // [nranks] every rank's scratch as this process addresses it
   bool wait_ = false;                    // Note [Waiting protocol]

@@ -2,6 +2,8 @@
 # Runs p2p_bandwidth (through any launcher) and checks its table: every ordered pair of NPAIRS
 # appears exactly once, with the expected route, a positive bandwidth and latency, and the summary
 # line. Unordered pairs listed as A-B=ROUTE take that route both ways; every other pair DEFAULT.
+# A-B=ROUTE:PATH also wants the topology's path class in the PATH column (the physical pair's,
+# whatever the ordinals: CUDA_VISIBLE_DEVICES).
 # With --flagged N, the summary must count N flagged pairs and the rows must carry N flags.
 # Usage: p2p_routes.sh [--flagged N] NPAIRS DEFAULT [A-B=ROUTE ...] -- COMMAND ARGS...
 set -u
@@ -22,7 +24,9 @@ echo "$out" | awk -v npairs="$npairs" -v flagged="$flagged" -v def="$default" -v
     n = split(expects, e, " ")
     for (i = 1; i <= n; i++) {
       split(e[i], kv, "="); split(kv[1], ab, "-")
-      want[ab[1] " " ab[2]] = kv[2]; want[ab[2] " " ab[1]] = kv[2]
+      split(kv[2], rp, ":")
+      want[ab[1] " " ab[2]] = rp[1]; want[ab[2] " " ab[1]] = rp[1]
+      if (rp[2] != "") { path[ab[1] " " ab[2]] = rp[2]; path[ab[2] " " ab[1]] = rp[2] }
     }
   }
   # Table rows: "SRC DST ROUTE PATH SIZE TIME GBS PREDICTED RATIO STAGED LAT FLAGS".
@@ -32,6 +36,7 @@ echo "$out" | awk -v npairs="$npairs" -v flagged="$flagged" -v def="$default" -v
     seen[key] = 1; rows++
     route = (key in want) ? want[key] : def
     if ($3 != route) { printf "FAIL: pair %s -> %s took route %s, expected %s\n", $1, $2, $3, route; bad = 1 }
+    if ((key in path) && $4 != path[key]) { printf "FAIL: pair %s -> %s: path %s, expected %s\n", $1, $2, $4, path[key]; bad = 1 }
     if ($12 != "-") flags++
     if (!($7 > 0) || !($11 > 0)) { printf "FAIL: pair %s -> %s: bandwidth %s GB/s, latency %s us\n", $1, $2, $7, $11; bad = 1 }
   }

@@ -1369,6 +1369,31 @@ TEST_F(GpuProcsProcesses, DirectRegistrationMismatchNamed) {
     ADD_FAILURE() << "a peer that never registers: " << f;
 }
 
+// Note [Freeing memory peers map]: two processes of two ranks each (threads) on the shared
+// GPU 0, each destroying its communicators one after the other from one thread. A rank that
+// waited in destroy for the other process's ranks to let go deadlocked them: process 0's
+// first destroy waited for rank 3, which process 1 destroys only after rank 2, whose destroy
+// waited for rank 1. The FIFO protocol waited out ACCORD_TIMEOUT_MS that way and then left the
+// memory allocated with a warning (the direct engine's scratch already went to the last rank
+// of each process). Now the last rank of each process waits for both, once: no warning, and
+// every free is one the simulation allows (no_rule_broken, after the destroys).
+TEST_F(GpuProcsProcesses, SequentialDestroysInEachProcess) {
+  const int gpus = m_.gpus();
+  SharedGpuEnv env;
+  ScopedEnv timeout("ACCORD_TIMEOUT_MS", "20000");  // the old deadlock's length: more than a slow call
+  for (const char* proto : {"fifo", "auto"}) {
+    ScopedEnv env_proto("ACCORD_DEVICE_PROTO", proto);
+    LogFile log;
+    for (const auto& f : run_process_groups(2, 2, [&](accord_comm_t c, int r, int n) {
+           const std::vector<Case> cases = {Case{Coll::kAllReduce, ACCORD_FLOAT32, ACCORD_SUM, kPrime, false}};
+           return every_collective(c, r, n, gpus, cases);
+         }, kTimeoutS))
+      ADD_FAILURE() << "ACCORD_DEVICE_PROTO=" << proto << ": " << f;
+    const std::string text = log.text();
+    EXPECT_EQ(text.find("has not let go"), std::string::npos) << "ACCORD_DEVICE_PROTO=" << proto << "; log:\n" << text;
+  }
+}
+
 // A rank that waits in destroy for a peer to let go has already said it left (Note
 // [Departures]): the peer, stuck in a call this rank never makes, fails at once instead of
 // waiting ACCORD_TIMEOUT_MS (60 s here) while this rank waits for it.

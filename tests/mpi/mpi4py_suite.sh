@@ -10,9 +10,9 @@
 # with Open MPI's default transports it hangs. test_dynproc, which issue 20 also left out, passes
 # with and without Accord here, so it runs.
 # Prints mpi4py's result per rank and how many calls went through Accord and through MPI
-# (ACCORD_MPI_STATS=1). Fails unless every rank passed, ran at least 1300 tests with at most 200
-# skipped, and printed counters in which Accord served at least 40% of its calls. Exits 77
-# (skip) without Debian's mpi4py or the fetched tests.
+# (ACCORD_MPI_STATS=1). Fails unless every rank passed, ran at least 1362 tests with at most 160
+# skipped, and printed its own counters in which Accord served at least 40% of its calls and at
+# least 20% of each collective's. Exits 77 (skip) without Debian's mpi4py or the fetched tests.
 set -u
 np=$1 lib=$2 dir=$3
 shift 3
@@ -44,11 +44,18 @@ for r in $(seq 0 $((np - 1))); do rank_log "$r" >"$out/rank.$r.log"; done
 # the lines of progress dots.
 grep -v '^[.sxEF]*$' "$out/mpirun.log" | tail -40
 echo "mpi4py np $np: mpirun exit status $status after $elapsed s"
-# Floors, so that a run in which Accord served nothing, or mpi4py ran little, cannot pass. At
-# np 2, 3 and 4 every rank ran 1362 tests (152 skipped by mpi4py itself), and Accord served 50%,
-# 54% and 59% of rank 0's calls (interpose/mpi/README.md); when Accord's init fails the library
-# quietly routes every call to MPI, so the share is what proves Accord served the suite.
-min_tests=1300 max_skipped=200 min_accord_pct=40
+# Floors, so that a run in which Accord served nothing or less, or mpi4py ran little, cannot
+# pass. With Debian 12's Open MPI 4.1.4, at np 2, 3 and 4 every rank ran 1362 tests (the
+# pinned sdist's count: fewer means a file was left out or not loaded), 152 of them skipped by
+# mpi4py itself, as without Accord (its skips follow the MPI library's features: 8 more are
+# allowed for another build of it). Accord served 49.7% of each rank's calls at np 2, 54.1-55.1%
+# at np 3 and 58.5% at np 4, and at least 34.5% of each collective's (all-reduce is the lowest,
+# at every np); the counts are the same from run to run (interpose/mpi/README.md). When Accord's
+# init fails the library quietly routes every call to MPI (0%), so the share is what proves
+# Accord served the suite; the floors sit about 10 and 15 points under the lowest measured
+# share, room for a change of routing that keeps a little more with MPI, not for a collective
+# or the whole library routed away.
+min_tests=1362 max_skipped=160 min_accord_pct=40 min_call_pct=20
 ranks_ran=0 ranks_ok=0 short=""
 for r in $(seq 0 $((np - 1))); do
   f="$out/rank.$r.log"
@@ -62,26 +69,26 @@ for r in $(seq 0 $((np - 1))); do
   [ -n "$n" ] && [ "$n" -lt "$min_tests" ] && short+=" rank $r ran $n tests (fewer than $min_tests);"
   [ -n "$skipped" ] && [ "$skipped" -gt "$max_skipped" ] && short+=" rank $r skipped $skipped (more than $max_skipped);"
 done
-# "libaccord_mpi: rank R: MPI_Allreduce A accord / M mpi, ..." at MPI_Finalize, one per rank of
-# MPI_COMM_WORLD: the sum over ranks, each rank's share, and rank 0's by call (ranks differ a
-# little: some tests give ranks sub-communicators of different sizes, and one of a single rank
-# stays with MPI). The last line is "counters R: ranks with counters, ranks under the floor".
-counters=$(cat "$out"/rank.*.log | grep -oE 'libaccord_mpi: rank [0-9]+: MPI_.*' | awk -v np="$np" -v floor="$min_accord_pct" '
-  { r = $3; sub(/:$/, "", r); sub(/^libaccord_mpi: rank [0-9]+: /, ""); n = split($0, items, ", ")
-    a = m = 0
-    for (i = 1; i <= n; ++i) { split(items[i], f, " "); names[f[1]] = 1; a += f[2]; m += f[5]
-                               if (r == 0) { acc[f[1]] = f[2]; mpi[f[1]] = f[5] } }
-    ta += a; tm += m; pct = a + m > 0 ? 100 * a / (a + m) : 0
-    printf "rank %d: %d calls through Accord, %d through MPI (%.1f%% Accord)\n", r, a, m, pct
-    if (pct < floor) low = low " " r
-    if (!(r in seen)) { seen[r] = 1; ranks++ } }
-  END { printf "libaccord_mpi counters of %d of %d ranks: %d calls through Accord, %d through MPI\n", ranks, np, ta, tm
-        if (ranks > 0) { print "rank 0 by call:"; for (c in names) printf "  %-26s %6d Accord %6d MPI\n", c, acc[c], mpi[c] }
-        printf "counters %d:%s\n", ranks, low }')
-echo "$counters" | grep -v '^counters '
-last=$(echo "$counters" | tail -1)
-ranks_counted=$(echo "$last" | sed -E 's/^counters ([0-9]+):.*/\1/')
-low_ranks=$(echo "$last" | sed -E 's/^counters [0-9]+://')
+# "libaccord_mpi: rank R: MPI_Allreduce A accord / M mpi, ..." at MPI_Finalize: each rank's own
+# log must hold its own line (ranks differ a little: some tests give ranks sub-communicators of
+# different sizes, and one of a single rank stays with MPI). Per rank: the share of all its
+# calls, and the lowest share of one collective (so that one collective no longer served cannot
+# hide in the total: without Accord's all-reduce, np 2's share would still be 45%).
+no_counters="" low_ranks="" low_calls="" ta=0 tm=0
+for r in $(seq 0 $((np - 1))); do
+  line=$(grep -oE "libaccord_mpi: rank $r: MPI_.*" "$out/rank.$r.log" | tail -1)
+  if [ -z "$line" ]; then no_counters+=" $r"; continue; fi
+  read -r a m pct call call_pct < <(echo "${line#*: rank $r: }" | awk -v RS=', ' '
+    { a += $2; m += $5; p = $2 + $5 > 0 ? 100 * $2 / ($2 + $5) : 100
+      if (low == "" || p < low) { low = p; call = $1 } }
+    END { t = a + m > 0 ? 100 * a / (a + m) : 0; printf "%d %d %.1f %s %.1f\n", a, m, t, call, low }')
+  echo "rank $r: $a calls through Accord, $m through MPI ($pct% Accord; lowest: $call $call_pct%)"
+  echo "rank $r by call: ${line#*: rank $r: }"
+  ta=$((ta + a)) tm=$((tm + m))
+  awk -v p="$pct" -v f="$min_accord_pct" 'BEGIN { exit !(p < f) }' && low_ranks+=" $r ($pct%)"
+  awk -v p="$call_pct" -v f="$min_call_pct" 'BEGIN { exit !(p < f) }' && low_calls+=" rank $r $call ($call_pct%)"
+done
+echo "libaccord_mpi counters, all ranks: $ta calls through Accord, $tm through MPI"
 if [ "$status" -ne 0 ] || [ "$ranks_ran" -ne "$np" ] || [ "$ranks_ok" -ne "$np" ]; then
   echo "FAIL: mpi4py's tests failed under libaccord_mpi.so at np $np ($ranks_ran of $np ranks" \
     "finished, $ranks_ok passed); rerun with -x ACCORD_MPI_DISABLE=1 to see whether MPI" \
@@ -94,8 +101,8 @@ if [ -n "$short" ]; then
   echo "FAIL: mpi4py ran too little at np $np:$short (was a test file left out or skipped whole?)"
   fail=1
 fi
-if [ "${ranks_counted:-0}" -ne "$np" ]; then
-  echo "FAIL: ${ranks_counted:-0} of $np ranks printed libaccord_mpi's counters (ACCORD_MPI_STATS=1);" \
+if [ -n "$no_counters" ]; then
+  echo "FAIL: rank(s)$no_counters printed no libaccord_mpi counters (ACCORD_MPI_STATS=1);" \
     "was libaccord_mpi.so preloaded on every rank?"
   fail=1
 fi
@@ -103,6 +110,11 @@ if [ -n "$low_ranks" ]; then
   echo "FAIL: Accord served less than $min_accord_pct% of the calls on rank(s)$low_ranks: did Accord's" \
     "init fail (then every call goes to MPI)? Look for 'cannot create an Accord communicator' above," \
     "or rerun with -x ACCORD_LOG=info"
+  fail=1
+fi
+if [ -n "$low_calls" ]; then
+  echo "FAIL: Accord served less than $min_call_pct% of one collective's calls on$low_calls: is that" \
+    "collective no longer routed to Accord (a threshold, a dtype or communicator check)?"
   fail=1
 fi
 [ "$fail" = 0 ] || exit 1

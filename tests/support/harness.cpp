@@ -144,8 +144,12 @@ std::vector<std::string> own_shm_segments() {
   return out;
 }
 
-std::vector<std::string> run_processes(int nranks, const RankBody& body, int timeout_s,
-                                       const std::function<void(int rank)>& before_init) {
+namespace {
+// Forks nprocs children, gives them a unique id made after the forks, runs child(id, index) in
+// each and reports its non-empty result as "<what> <index>: ...", with crashes and hangs.
+using Child = std::function<std::string(const accord_unique_id_t& id, int index)>;
+std::vector<std::string> fork_children(int nprocs, const Child& child, int timeout_s, const char* what) {
+  const int nranks = nprocs;
   // Fork every rank before the unique id exists: accord_get_unique_id starts the bootstrap
   // store's thread in this process, and a fork while that thread is inside malloc leaves the
   // child a locked allocator (glibc copes; GCC 12's AddressSanitizer does not, and the child
@@ -168,8 +172,7 @@ std::vector<std::string> run_processes(int nranks, const RankBody& body, int tim
         got += static_cast<size_t>(n);
       }
       close(idfds[0]);
-      if (before_init) before_init(r);
-      std::string msg = run_one(id, r, nranks, body);
+      std::string msg = child(id, r);
       if (!msg.empty()) (void)!write(fds[1], msg.data(), msg.size());
       close(fds[1]);
       _exit(msg.empty() ? 0 : 1);
@@ -214,9 +217,50 @@ std::vector<std::string> run_processes(int nranks, const RankBody& body, int tim
     waitpid(pids[static_cast<size_t>(r)], &status, 0);
     if (WIFSIGNALED(status)) msg += " [killed by signal " + std::to_string(WTERMSIG(status)) + "]";
     else if (WEXITSTATUS(status) != 0 && msg.empty()) msg = "exit code " + std::to_string(WEXITSTATUS(status));
-    if (!msg.empty()) failures.push_back("rank " + std::to_string(r) + ": " + msg);
+    if (!msg.empty()) failures.push_back(std::string(what) + " " + std::to_string(r) + ": " + msg);
   }
   return failures;
+}
+}  // namespace
+
+std::vector<std::string> run_processes(int nranks, const RankBody& body, int timeout_s,
+                                       const std::function<void(int rank)>& before_init) {
+  return fork_children(nranks, [&](const accord_unique_id_t& id, int r) {
+    if (before_init) before_init(r);
+    return run_one(id, r, nranks, body);
+  }, timeout_s, "rank");
+}
+
+std::vector<std::string> run_process_groups(int nprocs, int per_process, const RankBody& body, int timeout_s) {
+  const int nranks = nprocs * per_process;
+  return fork_children(nprocs, [&](const accord_unique_id_t& id, int p) {
+    std::vector<accord_comm_t> comms(static_cast<size_t>(per_process), nullptr);
+    std::vector<std::string> results(static_cast<size_t>(per_process));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < per_process; ++i)
+      threads.emplace_back([&, i] {
+        const int r = p * per_process + i;
+        std::string& msg = results[static_cast<size_t>(i)];
+        if (accord_comm_init_rank(&comms[static_cast<size_t>(i)], nranks, id, r) != ACCORD_SUCCESS)
+          msg = std::string("init failed: ") + accord_last_error(nullptr);
+        else
+          msg = body(comms[static_cast<size_t>(i)], r, nranks);
+      });
+    for (auto& t : threads) t.join();
+    // One thread destroys them all, in rank order (ncclCommDestroy in a loop).
+    for (int i = 0; i < per_process; ++i) {
+      std::string& msg = results[static_cast<size_t>(i)];
+      if (comms[static_cast<size_t>(i)] != nullptr && accord_comm_destroy(comms[static_cast<size_t>(i)]) != ACCORD_SUCCESS &&
+          msg.empty())
+        msg = "destroy failed";
+    }
+    std::string all;
+    for (int i = 0; i < per_process; ++i)
+      if (!results[static_cast<size_t>(i)].empty())
+        all += "rank " + std::to_string(p * per_process + i) + ": " + results[static_cast<size_t>(i)] + "; ";
+    if (all.empty() && g_after_destroy) all = g_after_destroy();
+    return all;
+  }, timeout_s, "process");
 }
 
 void fill_input(void* buf, size_t count, accord_datatype_t dtype, accord_red_op_t op, int rank, int nranks,

@@ -35,6 +35,12 @@ std::vector<std::string> run_threads(int nranks, const RankBody& body, const acc
 std::vector<std::string> run_processes(int nranks, const RankBody& body, int timeout_s = 120,
                                        const std::function<void(int rank)>& before_init = nullptr);
 
+// nprocs forked processes of per_process ranks each, as threads (process p has ranks
+// p * per_process ...): each rank runs body on its own thread, then the process's main thread
+// destroys its communicators one after another in rank order, as a process driving several
+// GPUs does (ncclCommDestroy in a loop). Failures read "process P: rank R: ...".
+std::vector<std::string> run_process_groups(int nprocs, int per_process, const RankBody& body, int timeout_s = 120);
+
 // A check that each rank runs after destroying its communicator (run_threads, run_processes);
 // a non-empty result is that rank's failure. Tests that link Accord's internals use it to ask
 // the simulated runtime for broken rules (sim::rule_violations). Empty: none.

@@ -7,7 +7,8 @@
 // fresh communicator with ACCORD_ALGO set) over every dtype and op, reduce-scatter,
 // all-gather, broadcast and reduce from the first and last rank, and a barrier.
 // Prints "rank R (HOST): N checks, F failures" and exits non-zero on any failure. "probe" only
-// says whether the mpi mode was built in. "gpu" (the env launch, with ACCORD_SIM_TOPO): all-reduce
+// says whether the mpi mode was built in; "hello" (under mpirun) is the trivial MPI job that
+// shows mpirun works across the hosts: MPI_Init, a barrier, "hello: rank R of N on HOST". "gpu" (the env launch, with ACCORD_SIM_TOPO): all-reduce
 // of GPU buffers, the library's choice and hierarchical, GPUs inside a host and TCP between hosts
 // (Note [Device data over TCP]); then sends, receives and all-to-all of GPU buffers in groups
 // that mix the two.
@@ -266,9 +267,20 @@ int main(int argc, char** argv) {
     return 0;
   }
 #ifdef MULTIHOST_WITH_MPI
+  if (mode == "hello") {
+    MPI_Init(&argc, &argv);
+    int rank = -1, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const int rc = MPI_Barrier(MPI_COMM_WORLD);
+    gethostname(g_host, sizeof g_host - 1);
+    std::printf("hello: rank %d of %d on %s%s\n", rank, size, g_host, rc == MPI_SUCCESS ? "" : " (barrier failed)");
+    MPI_Finalize();
+    return rc == MPI_SUCCESS ? 0 : 1;
+  }
   if (mode == "mpi") MPI_Init(&argc, &argv);
 #else
-  if (mode == "mpi") {
+  if (mode == "mpi" || mode == "hello") {
     std::fprintf(stderr, "%s: built without MPI; use the env mode\n", argv[0]);
     return 2;
   }

@@ -6,8 +6,9 @@
 #     plm_rsh_agent, in place of ssh) that enters that host's namespaces;
 #   - the torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) on 3 hosts,
 #     with no MPI at all.
+# Before the mpirun jobs, a trivial MPI job across 2 hosts (the probe) must pass.
 # Skips (exit 77) unless root with `ip netns`; the mpirun jobs are skipped alone when mpirun or
-# MPI support is missing. Usage: multihost_test.sh PATH/TO/multihost_prog
+# MPI support is missing, and for nothing else. Usage: multihost_test.sh PATH/TO/multihost_prog
 set -uo pipefail
 prog=$(readlink -f "${1:?usage: $0 PATH/TO/multihost_prog}")
 here=$(cd "$(dirname "$0")" && pwd)
@@ -42,8 +43,22 @@ check() {
   grep -q "tcp (different hosts" "$log" || fail "$name: the plan shows no TCP pair"
 }
 
-# Whether the mpirun jobs can run: mpirun on PATH, and the program built with MPI (its probe
-# answers in one line, with no MPI_Init). Anything but those two answers is a failure, not a skip.
+# mpirun_hosts N LIMIT_S ARGS...: mpirun on host 0, 2 ranks on each of hosts 0..N-1, the other
+# hosts' daemons started through the launch agent.
+mpirun_hosts() {
+  local n=$1 limit=$2 hosts="" i
+  shift 2
+  for ((i = 0; i < n; i++)); do hosts+="$(netns_addr $i):2,"; done
+  timeout "$limit" "$here/hosts.sh" run "$tag" 0 mpirun --allow-run-as-root --oversubscribe -np $((2 * n)) \
+    --host "${hosts%,}" --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
+    --mca btl self,vader,tcp --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 "$@"
+}
+
+# The mpirun jobs skip for two reasons only: no mpirun on PATH, or multihost_prog built without
+# MPI (its probe answers in one line, with no MPI_Init). Anything else is a failure: a probe
+# that answers otherwise, and the real probe failing, the trivial MPI job "hello" on 2 hosts
+# (MPI_Init, a barrier, each rank's host name), which shows that mpirun across the hosts works
+# before the collective jobs run (they are left out when it does not, as they would fail alike).
 mpirun_jobs=0
 probe=$("$prog" probe 2>&1)
 probe_rc=$?
@@ -52,19 +67,31 @@ if ! command -v mpirun >/dev/null 2>&1; then
 elif [ "$probe_rc" = 0 ] && [ "$probe" = "multihost_prog: built without MPI" ]; then
   echo "skip - mpirun jobs: multihost_prog built without MPI"
 elif [ "$probe_rc" = 0 ] && [ "$probe" = "multihost_prog: built with MPI" ]; then
-  mpirun_jobs=1
+  log=$(mktemp)
+  start=$(date +%s%N)
+  mpirun_hosts 2 60 "$prog" hello >"$log" 2>&1
+  rc=$?
+  # one line per rank, ranks 0..3, two on each host
+  answers=$(grep -cE "^hello: rank [0-3] of 4 on $tag-h[01]$" "$log")
+  ranks=$(grep -oE "^hello: rank [0-3] of 4" "$log" | sort -u | wc -l)
+  h0=$(grep -cE " on $tag-h0$" "$log") h1=$(grep -cE " on $tag-h1$" "$log")
+  if [ "$rc" = 0 ] && [ "$answers" = 4 ] && [ "$ranks" = 4 ] && [ "$h0" = 2 ] && [ "$h1" = 2 ]; then
+    pass "mpirun probe: MPI_Init and a barrier, 4 ranks on 2 hosts, $(since "$start") s"
+    mpirun_jobs=1
+  else
+    fail "mpirun probe: the trivial MPI job across 2 hosts (launch agent $agent) exit $rc, $answers of 4" \
+      "ranks answered ($h0 on $tag-h0, $h1 on $tag-h1); the mpirun collective jobs are not run:"
+    sed 's/^/       /' "$log" | tail -40
+  fi
+  rm -f "$log"
 else
   fail "multihost_prog probe (exit $probe_rc): '$probe'"
 fi
 if [ "$mpirun_jobs" = 1 ]; then
   for n in 2 3; do
-    hosts=$(for ((i = 0; i < n; i++)); do printf "%s:2," "$(netns_addr $i)"; done)
     log=$(mktemp)
     start=$(date +%s%N)
-    timeout 150 "$here/hosts.sh" run "$tag" 0 mpirun --allow-run-as-root --oversubscribe -np $((2 * n)) \
-      --host "${hosts%,}" --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
-      --mca btl self,vader,tcp --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
-      "$prog" mpi >"$log" 2>&1
+    mpirun_hosts "$n" 150 "$prog" mpi >"$log" 2>&1
     rc=$?
     check "mpirun (launch agent), $(since "$start") s" "$n" "$log" "$rc"
     [ $n = 2 ] && sed -n '/^plan:/,/^rank/p' "$log" | grep pair | sed 's/^/       /'
