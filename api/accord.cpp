@@ -419,6 +419,33 @@ accord_status_t accord_comm_plan(accord_comm_t comm, char* buf, size_t* len) {
   });
 }
 
+accord_status_t accord_comm_register(accord_comm_t comm, void* buf, size_t bytes, void** handle) {
+  CallGuard guard(comm);
+  return guarded(comm, [&]() -> accord_status_t {
+    accord_status_t code;
+    if (!live(comm, "accord_comm_register", &code)) return code;
+    if (handle == nullptr)
+      return report(comm, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_register: handle is NULL"));
+    *handle = nullptr;
+    if (buf == nullptr && bytes > 0)
+      return report(comm, error(ACCORD_ERR_INVALID_ARGUMENT, "accord_comm_register: buf is NULL with %zu bytes", bytes));
+    uint64_t h = 0;
+    Status s = comm->impl->register_buffer(buf, bytes, &h).prefix("accord_comm_register: ");
+    if (s.ok()) *handle = reinterpret_cast<void*>(static_cast<uintptr_t>(h));
+    return report(comm, s);
+  });
+}
+
+accord_status_t accord_comm_deregister(accord_comm_t comm, void* handle) {
+  CallGuard guard(comm);
+  return guarded(comm, [&]() -> accord_status_t {
+    accord_status_t code;
+    if (!live(comm, "accord_comm_deregister", &code)) return code;
+    return report(comm, comm->impl->deregister_buffer(reinterpret_cast<uintptr_t>(handle))
+                            .prefix("accord_comm_deregister: "));
+  });
+}
+
 accord_status_t accord_comm_rank(accord_comm_t comm, int* rank) {
   CallGuard guard(comm);
   accord_status_t code;

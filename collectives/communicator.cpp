@@ -631,7 +631,10 @@ std::string Communicator::plan() const {
                       short_host(hb).c_str(), tcp_nsocks(),
                       gpus && tcp_dev_ ? "; GPU buffers staged through pinned host memory" : "");
     }
-  return out + direct_plan_;
+  out += direct_plan_;
+  // Note [User buffers mapped into peers]: what registration has mapped so far.
+  if (direct_ != nullptr && users_ != nullptr) out += users_->describe();
+  return out;
 }
 
 Status Communicator::validate(const CollArgs& args) const {

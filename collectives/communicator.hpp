@@ -21,6 +21,7 @@
 
 #include "collectives/device/dev_call.hpp"
 #include "collectives/device/direct.hpp"
+#include "collectives/device/user_buffers.hpp"
 #include "collectives/executor.hpp"
 #include "collectives/schedule.hpp"
 #include "collectives/tuner.hpp"
@@ -98,6 +99,19 @@ class Communicator {
   // Sends and receives on device buffers (one call, or a group's for this communicator) as
   // one kernel on the caller's stream: Note [Point-to-point schedules] (point_to_point.cpp).
   Status enqueue_device_p2p(const std::vector<CollArgs>& ops, void* user_stream);
+  // Note [User buffers mapped into peers] (device/user_buffers.cpp): registers the caller's
+  // device buffer [ptr, ptr + bytes): every peer maps the allocation holding it. Collective
+  // where the job has the direct protocol and ranks in several processes (every rank
+  // registers, and deregisters, at the same point of its calls); a record otherwise. The
+  // handle is never 0.
+  Status register_buffer(void* ptr, size_t bytes, uint64_t* handle);
+  Status deregister_buffer(uint64_t handle);
+  // Rank r's buffer of a registration as this rank addresses it (its IPC mapping, or its
+  // pointer); null: none (not mapped, unknown). For tests.
+  const void* registered_buffer(uint64_t handle, int r) {
+    std::lock_guard<std::mutex> lock(users_mu_);
+    return users_ == nullptr ? nullptr : users_->peer_buffer(handle, r);
+  }
   // The device transport to `peer`: "p2p", "ipc", "host-staged", or null (none).
   const char* device_channel(int peer) const;
 
@@ -241,6 +255,13 @@ class Communicator {
   // rank completed, so that its exit is not taken for a death.
   void publish_departure();
   void let_go_of_peer_memory();  // Note [Freeing memory peers map] (device_path.cpp)
+  // Note [User buffers mapped into peers]: the registrations (created at the first), and one
+  // exchange of their records over the host all-gather.
+  dev::UserBuffers* user_buffers();
+  Status exchange_user_records(const dev::UserBufferRecord& mine, const char* what,
+                               std::vector<dev::UserBufferRecord>* all);
+  // Until every kernel this rank queued has ended (ACCORD_TIMEOUT_MS at most).
+  Status wait_for_kernels(const char* what);
   Status join_fifo_hold(StoreClient* store, Deadline deadline);
   Status check_args(const CollArgs& a, size_t* in_bytes, size_t* out_bytes) const;
   // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
@@ -364,6 +385,9 @@ class Communicator {
   std::shared_ptr<dev::ProcessHold> fifo_hold_;
   std::unique_ptr<dev::DirectEngine> direct_;  // Note [Direct protocol]; null: FIFOs for every call
   std::string direct_plan_;                     // the plan's "device protocol" line
+  std::unique_ptr<dev::UserBuffers> users_;     // Note [User buffers mapped into peers]
+  uint64_t user_seq_ = 0;                       // registration exchanges so far (the next handle - 1)
+  std::mutex users_mu_;                         // register/deregister from several threads
   void* peers_dev_ = nullptr;
   void* counts_dev_ = nullptr;
   // Note [Kernels on the caller's stream]: the kernels' control block (pinned; host and device

@@ -257,6 +257,9 @@ void Communicator::let_go_of_peer_memory() {
            device_of_[static_cast<size_t>(peer)] >= 0;
   };
   const bool exported = std::any_of(local_ranks_.begin(), local_ranks_.end(), maps_mine);
+  // Note [User buffers mapped into peers]: the peers' registered buffers close with their
+  // scratch, before this rank says it let go.
+  if (users_ != nullptr) users_->close_all();
   std::vector<void*> mine = dev_fifo_mem_;
   dev_fifo_mem_.clear();
   bool last = !mine.empty();  // whether this rank frees memory that peers map

@@ -18,7 +18,9 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -228,9 +230,21 @@ using namespace accord_nccl;
 
 namespace {
 
-// ncclMemAlloc's allocations (ncclMemFree checks against them).
+// ncclMemAlloc's allocations and their sizes (ncclMemFree checks against them), and the
+// buffers registered with live communicators (ncclMemFree refuses to free one).
 std::mutex g_mem_mutex;
-std::set<void*>& g_mem = *new std::set<void*>();
+std::map<void*, size_t>& g_mem = *new std::map<void*, size_t>();
+std::multimap<const void*, size_t>& g_registered = *new std::multimap<const void*, size_t>();
+
+void forget_registration(const void* buff, size_t size) {
+  std::lock_guard<std::mutex> lock(g_mem_mutex);
+  auto [from, to] = g_registered.equal_range(buff);
+  for (auto it = from; it != to; ++it)
+    if (it->second == size) {
+      g_registered.erase(it);
+      return;
+    }
+}
 
 // The caller's current CUDA device when the process has the CUDA runtime loaded (PyTorch
 // does: it calls cudaSetDevice before creating a communicator), else `otherwise`: this
@@ -353,7 +367,10 @@ NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
                 comm->rank);
   if (comm->acc != nullptr) r = result(accord_comm_destroy(comm->acc), nullptr);
   std::lock_guard<std::mutex> lock(comm->mutex);
-  for (auto& [handle, reg] : comm->registered) delete reg;
+  for (auto& [handle, reg] : comm->registered) {  // destroy let go of them (accord_comm_destroy)
+    forget_registration(reg->buff, reg->size);
+    delete reg;
+  }
   comm->registered.clear();
   return r;
 }
@@ -463,8 +480,11 @@ NCCL_EXPORT const char* ncclGetErrorString(ncclResult_t r) {
 // ignored, as NCCL does).
 NCCL_EXPORT const char* ncclGetLastError(ncclComm_t) { return last_error().c_str(); }
 
-// Registration is a hint for NCCL's zero-copy paths; Accord needs none, so it is a record:
-// a handle that ncclCommDeregister takes back.
+// Registration maps the buffer's allocation into every peer (accord_comm_register; Note [User
+// buffers mapped into peers]). Unlike NCCL's, it is collective in a job of several processes
+// on the direct protocol: every rank registers at the same point of its calls, and
+// deregisters in the same order (nccl-tests -R does; a caching allocator's hook that
+// registers on one rank only does not, and fails with an error that says so).
 NCCL_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
                                           void** handle) {
   accord_comm_t c = nullptr;
@@ -476,7 +496,14 @@ NCCL_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, siz
   if (buff == nullptr && size > 0)
     return fail(ncclInvalidArgument, "ncclCommRegister: rank %d: buff is NULL with size %zu",
                 comm->rank, size);
-  auto* reg = new ncclComm::Registration{buff, size};
+  void* acc = nullptr;
+  r = result(accord_comm_register(c, buff, size, &acc), c);
+  if (r != ncclSuccess) return r;
+  auto* reg = new ncclComm::Registration{buff, size, acc};
+  {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    g_registered.emplace(buff, size);
+  }
   std::lock_guard<std::mutex> lock(comm->mutex);
   comm->registered[reg] = reg;
   *handle = reg;
@@ -487,16 +514,22 @@ NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle)
   accord_comm_t c = nullptr;
   ncclResult_t r = ready(comm, "ncclCommDeregister", &c);
   if (r != ncclSuccess) return r;
-  std::lock_guard<std::mutex> lock(comm->mutex);
-  auto it = comm->registered.find(handle);
-  if (it == comm->registered.end())
-    return fail(ncclInvalidArgument,
-                "ncclCommDeregister: rank %d: handle %p is not one that ncclCommRegister gave "
-                "this communicator (or it was deregistered already)",
-                comm->rank, handle);
-  delete it->second;
-  comm->registered.erase(it);
-  return ncclSuccess;
+  ncclComm::Registration* reg = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(comm->mutex);
+    auto it = comm->registered.find(handle);
+    if (it == comm->registered.end())
+      return fail(ncclInvalidArgument,
+                  "ncclCommDeregister: rank %d: handle %p is not one that ncclCommRegister gave "
+                  "this communicator (or it was deregistered already)",
+                  comm->rank, handle);
+    reg = it->second;
+    comm->registered.erase(it);
+  }
+  r = result(accord_comm_deregister(c, reg->acc), c);
+  forget_registration(reg->buff, reg->size);
+  delete reg;
+  return r;
 }
 
 // Symmetric memory and device-initiated communication need every rank's GPU memory mapped
@@ -574,7 +607,7 @@ NCCL_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
     return fail(r, "ncclMemAlloc: allocating %zu bytes on GPU %d failed: %s", size, device,
                 last_error().c_str());
   std::lock_guard<std::mutex> lock(g_mem_mutex);
-  g_mem.insert(*ptr);
+  g_mem[*ptr] = size;
   return ncclSuccess;
 }
 
@@ -582,9 +615,21 @@ NCCL_EXPORT ncclResult_t ncclMemFree(void* ptr) {
   if (ptr == nullptr) return ncclSuccess;
   {
     std::lock_guard<std::mutex> lock(g_mem_mutex);
-    if (g_mem.erase(ptr) == 0)
+    auto it = g_mem.find(ptr);
+    if (it == g_mem.end())
       return fail(ncclInvalidArgument,
                   "ncclMemFree: %p did not come from ncclMemAlloc (or was freed already)", ptr);
+    const auto* lo = static_cast<const uint8_t*>(ptr);
+    for (const auto& [buff, size] : g_registered) {
+      const auto* b = static_cast<const uint8_t*>(buff);
+      if (b + size > lo && b < lo + it->second)
+        return fail(ncclInvalidUsage,
+                    "ncclMemFree: %p (%zu bytes) is still registered with a communicator (%p, %zu "
+                    "bytes), whose peers map it: call ncclCommDeregister (or ncclCommDestroy) "
+                    "first",
+                    ptr, it->second, buff, size);
+    }
+    g_mem.erase(it);
   }
   return result(accord_device_free(ptr), nullptr);
 }

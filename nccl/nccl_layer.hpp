@@ -41,10 +41,11 @@ struct ncclComm {
     accord_red_op_t op = ACCORD_SUM;  // accord_red_op_create_pre_mul_sum's, on the same rank
   };
   std::vector<PreMulSum> premul;
-  // ncclCommRegister's handles (a record: Accord needs no registration).
+  // ncclCommRegister's handles: accord_comm_register's (Note [User buffers mapped into peers]).
   struct Registration {
     void* buff;
     size_t size;
+    void* acc;  // accord_comm_register's handle
   };
   std::map<void*, Registration*> registered;
 };

@@ -190,6 +190,13 @@ struct DevDirect {
   uint32_t phase_round = 0;
   uint32_t last = 1;
   uint32_t then_next = 0;
+  // Note [Registered inputs] (direct_call.hpp): this rank's input lies in its registered
+  // buffer of slot my_slot (-1: it does not, or the call keeps the scratch), at byte my_offset
+  // of it; `user`: [kDirectUserSlots * nranks] every rank's registered buffer of each slot as
+  // this GPU addresses it.
+  const uint8_t* const* user = nullptr;
+  int32_t my_slot = -1;
+  uint64_t my_offset = 0;
 };
 
 // What one launch carries, by value (a kernel parameter, under CUDA's 4 KiB).

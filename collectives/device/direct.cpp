@@ -138,9 +138,27 @@ Status DirectEngine::open(const DirectSetup& s) {
   std::memcpy(staging, table.data(), tbytes);
   Status st = rt_->alloc_device(s.device, tbytes, &table_);
   if (st.ok()) st = rt_->copy_async(CopyKind::kHostToDevice, table_, staging, tbytes, s.stream);
+  // Note [Registered inputs]: the slots' table, empty (the waiting protocol has none).
+  const size_t ubytes = sizeof(uint8_t*) * static_cast<size_t>(kDirectUserSlots) * table.size();
+  if (st.ok() && !wait_) st = rt_->alloc_device(s.device, ubytes, &user_table_);
+  if (st.ok() && !wait_) st = rt_->memset_async(user_table_, 0, ubytes, s.stream);
   if (st.ok()) st = rt_->synchronize_stream(s.stream);
   (void)rt_->free_host_pinned(staging);
   return st.prefix("peer table: ");
+}
+
+Status DirectEngine::set_user_slot(int slot, const std::vector<const uint8_t*>& buffers, Stream stream) {
+  if (user_table_ == nullptr || slot < 0 || slot >= kDirectUserSlots || buffers.size() != static_cast<size_t>(nranks_))
+    return Status::success();
+  const size_t bytes = sizeof(uint8_t*) * buffers.size();
+  void* staging = nullptr;
+  ACCORD_TRY(rt_->alloc_host_pinned(bytes, &staging));
+  std::memcpy(staging, buffers.data(), bytes);
+  void* at = static_cast<uint8_t**>(user_table_) + static_cast<size_t>(slot) * buffers.size();
+  Status st = rt_->copy_async(CopyKind::kHostToDevice, at, staging, bytes, stream);
+  if (st.ok()) st = rt_->synchronize_stream(stream);
+  (void)rt_->free_host_pinned(staging);
+  return st.prefix(format("rank %d: the registered buffers' table (slot %d): ", rank_, slot));
 }
 
 DirectEngine::~DirectEngine() {
@@ -150,6 +168,7 @@ DirectEngine::~DirectEngine() {
   if (held_ == nullptr) {  // init failed before the peers could address it
     for (void* p : opened_) (void)rt_->ipc_close_handle(p);
     (void)rt_->free_device(table_);
+    (void)rt_->free_device(user_table_);
     (void)rt_->free_device(mine_);
     return;
   }
@@ -165,8 +184,9 @@ bool DirectEngine::let_go(const std::vector<void*>& more) {
   for (void* p : opened_) (void)rt_->ipc_close_handle(p);
   opened_.clear();
   std::vector<void*> memory = {table_, mine_};
+  if (user_table_ != nullptr) memory.push_back(user_table_);
   memory.insert(memory.end(), more.begin(), more.end());
-  table_ = mine_ = nullptr;
+  table_ = mine_ = user_table_ = nullptr;
   return held_->let_go(memory);
 }
 
@@ -228,6 +248,11 @@ void DirectEngine::prepare(Collective coll, int root, uint32_t proto, size_t cou
   d->round = round_;
   d->proto = proto;
   d->nslices = static_cast<uint32_t>(std::clamp<uint64_t>(slices, 1, kDirectMaxSlices));
+  // Note [Registered inputs]: every rank of a spinning job describes its one-shot all-reduce
+  // inputs (the caller says when this rank's lies in a registered buffer).
+  d->user = static_cast<const uint8_t* const*>(user_table_);
+  d->my_slot = -1;
+  d->my_offset = 0;
   *nblocks = std::max(1u, std::min<uint32_t>(d->nslices, max_blocks));
 }
 

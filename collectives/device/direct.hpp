@@ -87,6 +87,9 @@ class DirectEngine {
   uint32_t* p2p_word(int from) const;  // the word in this rank's scratch that `from` writes
   // After a launch of `d` succeeded: its rounds are spent (Note [Direct rounds]).
   void commit(const DevDirect& d);
+  // Note [Registered inputs] (direct_call.hpp): every rank's buffer of a registration's slot
+  // into DevDirect::user, through `stream` (synchronized). No kernel may be reading the slot.
+  Status set_user_slot(int slot, const std::vector<const uint8_t*>& buffers, Stream stream);
   // One line for the plan (--show-plan).
   std::string describe() const;
   // Logs a call's choice at info level, once per protocol and power of two of the size.
@@ -114,6 +117,7 @@ class DirectEngine {
   void* mine_ = nullptr;                 // this rank's scratch
   std::vector<void*> opened_;            // peers' scratch opened through IPC
   void* table_ = nullptr;                // DevDirect::scratch, in GPU memory
+  void* user_table_ = nullptr;           // DevDirect::user (Note [Registered inputs]); null: waiting protocol
   uint32_t round_ = 1;                   // the next call's first round
   std::shared_ptr<ProcessHold> held_;  // this process's ranks' memory, freed by the last to let go
   bool let_go_ = false;

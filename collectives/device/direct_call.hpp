@@ -84,6 +84,24 @@
 // kernel (Note [Blocks]). The safety argument above holds per slice within a kernel; between
 // kernels a rank's next kernel starts after its whole previous one, which waited for every
 // slice of the round before.
+//
+// Note [Registered inputs]: a one-shot all-reduce whose input lies in a buffer this rank
+// registered (Note [User buffers mapped into peers], user_buffers.cpp) skips A: the peers fold
+// straight from its buffer, which every peer has mapped since the (collective) registration.
+// Registrations have slots, the same on every rank (collective and in the same order), and
+// DevDirect::user holds every rank's buffer of every slot as this GPU addresses it. Which rank
+// took which way is agreed per round and slice on the device: with its flag 0, each rank's
+// leader stores a descriptor (slot + 1, or 0 for "in my scratch"; the input's offset in the
+// registered buffer) into every peer's scratch, at (round parity, slice, rank), before the
+// flag (store64 fences first, so a peer that sees the flag sees the descriptor). B reads them
+// after the wait. Since the owner may overwrite its input once its own kernel ends, a round in
+// which any rank's input was read from its own buffer ends with one more exchange (flag 1,
+// which one-shot does not otherwise use): a rank leaves the round only after every peer has
+// folded it. Every rank reads the same descriptors, so every rank takes that exchange or none.
+// A descriptor of parity e % 2 is rewritten in round e + 2 only after its reader's flag 0 of
+// round e + 1, stored after it left round e (per slice, as the flags). In place (the output
+// overwrites the input while the peers read it), two-shot and the waiting protocol keep the
+// scratch (DirectEngine::prepare).
 #pragma once
 
 #include <cstddef>
@@ -95,12 +113,17 @@ namespace accord::dev {
 
 constexpr uint32_t kDirectMaxSlices = 16;
 constexpr uint64_t kDirectSliceBytes = 32 << 10;  // the least a slice carries, when the round can
+// Note [Registered inputs]: registrations a call may read directly (slots of DevDirect::user).
+constexpr int32_t kDirectUserSlots = 32;
 
 // Bytes of a scratch's flags for `nranks` ranks, padded to 256 (the data halves follow): the
-// flags of Note [Direct protocol], then one word per rank for the waiting point-to-point
-// hand-offs (direct_p2p_word).
+// flags of Note [Direct protocol] (2 x kDirectMaxSlices words per rank), then the descriptors
+// of Note [Registered inputs] (two 64-bit words per round parity, slice and rank), then one
+// word per rank for the waiting point-to-point hand-offs (direct_p2p_word).
+constexpr uint64_t kDirectDescWordsPerRank = 2ull * 2ull * kDirectMaxSlices;
 ACCORD_HD constexpr uint64_t direct_flag_bytes(int32_t nranks) {
-  return (((2ull * kDirectMaxSlices + 1) * static_cast<uint64_t>(nranks) * 8 + 255) / 256) * 256;
+  return (((2ull * kDirectMaxSlices + kDirectDescWordsPerRank + 1) * static_cast<uint64_t>(nranks) * 8 + 255) / 256) *
+         256;
 }
 
 // Note [Waiting protocol]: the kernels of a call, per round (phases, then an exchange
@@ -120,7 +143,8 @@ ACCORD_HD inline uint32_t* direct_wait_word(uint8_t* scratch, int32_t nranks, ui
 // rank `from` says how many of this rank's FIFO messages to it it has released.
 inline uint32_t* direct_p2p_word(uint8_t* scratch, int32_t nranks, int32_t from) {
   return reinterpret_cast<uint32_t*>(reinterpret_cast<uint64_t*>(scratch) +
-                                     2ull * kDirectMaxSlices * static_cast<uint64_t>(nranks) + from);
+                                     (2ull * kDirectMaxSlices + kDirectDescWordsPerRank) * static_cast<uint64_t>(nranks) +
+                                     from);
 }
 
 template <class Lanes>
@@ -191,6 +215,17 @@ class DirectRunner {
   ACCORD_HD uint64_t* flag(int32_t at, uint32_t phase, uint32_t s, int32_t from) const {
     return reinterpret_cast<uint64_t*>(d_.scratch[at]) + (phase * kDirectMaxSlices + s) * c_.nranks + from;
   }
+  // Note [Registered inputs]: rank `from`'s descriptor of slice s, round parity h, in rank
+  // `at`'s scratch: {slot + 1 or 0, byte offset}.
+  ACCORD_HD uint64_t* desc(int32_t at, uint32_t h, uint32_t s, int32_t from) const {
+    return reinterpret_cast<uint64_t*>(d_.scratch[at]) + 2ull * kDirectMaxSlices * c_.nranks +
+           ((h * kDirectMaxSlices + s) * c_.nranks + from) * 2;
+  }
+  // Whether this round's ranks tell each other where their inputs are (the spinning one-shot
+  // all-reduce: the only form that may read a registered input).
+  ACCORD_HD bool described() const {
+    return d_.coll == kCollAllReduce && d_.proto == kProtoOneShot && d_.phase == 0 && d_.user != nullptr;
+  }
   ACCORD_HD const uint8_t* in(uint64_t elem) const {
     return static_cast<const uint8_t*>(c_.input) + elem * c_.elem_bytes;
   }
@@ -238,6 +273,51 @@ class DirectRunner {
     }
   }
 
+  // Note [Registered inputs]: where rank p's elements [at, at + elems) of round e's slice s
+  // (call elements base + at...) are: its registered buffer, as its descriptor says, or its
+  // scratch half. *user: whether it is a registered buffer.
+  ACCORD_HD const uint8_t* source(int32_t p, uint32_t h, uint32_t s, uint64_t base, uint64_t at, bool* user) {
+    const uint8_t* scratch = half(p, h) + at * c_.elem_bytes;
+    if (p == c_.rank) {
+      *user = d_.my_slot >= 0;
+      return *user ? in(base + at) : scratch;
+    }
+    const uint64_t slot = L_.share(L_.leader() ? L_.load64(desc(c_.rank, h, s, p)) : 0);
+    const uint64_t offset = L_.share(L_.leader() ? L_.load64(desc(c_.rank, h, s, p) + 1) : 0);
+    *user = slot != 0 && slot <= static_cast<uint64_t>(kDirectUserSlots);
+    if (!*user) return scratch;
+    return d_.user[(slot - 1) * static_cast<uint64_t>(c_.nranks) + static_cast<uint64_t>(p)] + offset +
+           (base + at) * c_.elem_bytes;
+  }
+  // fold, from each rank's source(); true when some rank's registered buffer was read.
+  ACCORD_HD bool fold_described(void* dst, uint32_t h, uint32_t s, uint64_t base, uint64_t at, uint64_t elems) {
+    bool any = false, user = false;
+    const uint8_t* a = source(0, h, s, base, at, &user);
+    any = any || user;
+    const uint8_t* b = source(1, h, s, base, at, &user);
+    any = any || user;
+    for (int32_t p = 2; p < c_.nranks; ++p) {  // every descriptor is read, whatever elems is
+      source(p, h, s, base, at, &user);
+      any = any || user;
+    }
+    if (elems == 0) return any;
+    MoveArgs m;
+    m.dst0 = dst;
+    m.a = a;
+    m.b = b;
+    m.count = elems;
+    m.divisor = c_.nranks == 2 ? c_.divisor : 0;
+    L_.move(m);
+    for (int32_t p = 2; p < c_.nranks; ++p) {
+      L_.sync();
+      m.a = dst;
+      m.b = source(p, h, s, base, at, &user);
+      m.divisor = p == c_.nranks - 1 ? c_.divisor : 0;
+      L_.move(m);
+    }
+    return any;
+  }
+
   // Once every thread of the block has written its part (the barrier), the leader tells every
   // peer (flag = round e; store64 fences first: one fence a peer, by one thread, after the
   // barrier, as NCCL's Simple protocol does), then waits for every peer's flag of round e in
@@ -247,6 +327,12 @@ class DirectRunner {
     int32_t failed = 0;
     if (L_.leader()) {
       const uint64_t mine = (static_cast<uint64_t>(c_.tag) << 32) | e;
+      if (phase == 0 && described())  // Note [Registered inputs]: before the flag
+        for (int32_t p = 0; p < c_.nranks; ++p)
+          if (p != c_.rank) {
+            L_.store64(desc(p, e & 1u, s, c_.rank), static_cast<uint64_t>(d_.my_slot + 1));
+            L_.store64(desc(p, e & 1u, s, c_.rank) + 1, d_.my_offset);
+          }
       for (int32_t p = 0; p < c_.nranks; ++p)
         if (p != c_.rank) L_.store64(flag(p, phase, s, c_.rank), mine);
       for (int32_t p = 0; p < c_.nranks && failed == 0; ++p) {
@@ -282,6 +368,7 @@ class DirectRunner {
     const uint32_t h_in = e & 1u;
     if (which == 0) {  // A: this rank's input of the slice into its scratch.
       if (one_shot) {
+        if (described() && d_.my_slot >= 0) return;  // Note [Registered inputs]: the peers read it where it is
         const Range r = owned(n, 0, s);
         copy_in(half(c_.rank, h_in) + r.lo * c_.elem_bytes, in(base + r.lo), r.hi - r.lo);
         return;
@@ -355,6 +442,13 @@ class DirectRunner {
 
   // The spinning protocol: every phase of the slice, the flags exchanged between them.
   ACCORD_HD bool run_slice(uint32_t e, uint64_t base, uint64_t n, uint32_t s) {
+    if (described()) {  // Note [Registered inputs]: A, flag 0, B from the described sources
+      phase(0, e, base, n, s);
+      if (!exchange(0, s, e)) return false;
+      const Range r = owned(n, 0, s);
+      if (!fold_described(out(base + r.lo), e & 1u, s, base, r.lo, r.hi - r.lo)) return true;
+      return exchange(1, s, e);  // a rank's own buffer was read: every peer is done with it
+    }
     const uint32_t np = phases();
     for (uint32_t p = 0; p < np; ++p) {
       if (p > 0 && !exchange(p - 1, s, e)) return false;

@@ -1,7 +1,9 @@
 // The communicator's side of the direct protocol (Note [Direct protocol], direct_call.hpp):
 // whether the job uses it, and the direct part of a collective's launch.
 #include <algorithm>
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "collectives/communicator.hpp"
 #include "collectives/device/direct.hpp"
@@ -68,6 +70,9 @@ Status Communicator::setup_direct(StoreClient* store, Deadline deadline) {
                          s.sync_why.c_str());
   for (size_t at = 0, nl; (nl = direct_plan_.find('\n', at)) != std::string::npos; at = nl + 1)
     LOG_INFO(kGpu, "rank %d: %s", rank_, direct_plan_.substr(at, nl - at).c_str());
+  // Note [User buffers mapped into peers]: the plan's line, with nothing registered yet.
+  const std::string users = user_buffers()->describe();
+  LOG_INFO(kGpu, "rank %d: %s", rank_, users.substr(0, users.size() - 1).c_str());
   return Status::success();
 }
 
@@ -79,9 +84,128 @@ bool Communicator::prepare_direct(const CollArgs& a, size_t elem_bytes, dev::Dev
   direct_->log_choice(a.coll, bytes, proto, why);
   if (proto == dev::kProtoFifo) return false;
   direct_->prepare(a.coll, a.root, proto, a.count, elem_bytes, max_blocks_, &launch->direct, &launch->call.nblocks);
+  // Note [Registered inputs]: an out-of-place one-shot all-reduce whose input this rank
+  // registered is read by the peers where it lies. Not a pre-multiplied sum: its scaling is
+  // done as A copies the input into the scratch (Note [Pre-multiplied sum]).
+  int slot = -1;
+  uint64_t offset = 0;
+  if (launch->direct.user != nullptr && proto == dev::kProtoOneShot && a.coll == Collective::kAllReduce &&
+      a.op < ACCORD_NUM_OPS && a.send != a.recv && users_ != nullptr &&
+      users_->find_mine(a.send, bytes, &slot, &offset)) {
+    launch->direct.my_slot = slot;
+    launch->direct.my_offset = offset;
+  }
   launch->call.nsteps = 0;
   launch->call.steps = nullptr;
   return true;
+}
+
+// Note [User buffers mapped into peers] (device/user_buffers.cpp): the communicator's side.
+dev::UserBuffers* Communicator::user_buffers() {
+  if (users_ != nullptr) return users_.get();
+  std::vector<bool> ipc(static_cast<size_t>(nranks_), false);
+  std::vector<std::string> owner(static_cast<size_t>(nranks_));
+  for (int r = 0; r < nranks_; ++r) {
+    const auto i = static_cast<size_t>(r);
+    owner[i] = i < proc_of_.size() ? proc_of_[i] : i < pid_of_.size() ? std::to_string(pid_of_[i]) : "";
+    // Only the direct protocol's jobs map peers' memory (every pair addresses the other's GPU).
+    ipc[i] = direct_ != nullptr && r != rank_ && !same_process(rank_, r);
+  }
+  users_ = std::make_unique<dev::UserBuffers>(rt_, device_, rank_, std::move(ipc), std::move(owner));
+  users_->set_direct_reads(direct_ != nullptr && !direct_->waiting());
+  return users_.get();
+}
+
+Status Communicator::exchange_user_records(const dev::UserBufferRecord& mine, const char* what,
+                                           std::vector<dev::UserBufferRecord>* all) {
+  all->assign(static_cast<size_t>(nranks_), dev::UserBufferRecord{});
+  CollArgs a{Collective::kAllGather, &mine, all->data(), sizeof mine, ACCORD_UINT8, ACCORD_SUM, 0};
+  // Behind the device calls already queued on the worker, as any host call (api/accord.cpp).
+  Status st = device_ >= 0 ? run_async({a}).get() : run(a);
+  ACCORD_TRY(st.prefix(format("rank %d: %s (collective on Accord: every rank registers and deregisters at the same "
+                              "point of its calls; Note [User buffers mapped into peers]): ",
+                              rank_, what)));
+  Status agreed = users_->check(*all, mine, what);
+  // Ranks at different calls: the channels are out of step (a failed collective's state).
+  if (agreed.code() == ACCORD_ERR_INVALID_USAGE) set_sticky(agreed);
+  return agreed;
+}
+
+Status Communicator::register_buffer(void* ptr, size_t bytes, uint64_t* handle) {
+  *handle = 0;
+  std::lock_guard<std::mutex> lock(users_mu_);
+  dev::UserBuffers* u = user_buffers();
+  const uint64_t seq = ++user_seq_;
+  dev::UserBufferRecord me;
+  Status mine = u->mine(ptr, bytes, seq, &me);
+  std::vector<dev::UserBufferRecord> all(static_cast<size_t>(nranks_));
+  if (u->exchanges()) {
+    if (!mine.ok()) {  // the peers must not wait for this rank: they learn it failed
+      me = u->closing(dev::UserBufferRecord::kFailed, seq, 0);
+      (void)exchange_user_records(me, "registering a buffer", &all);
+      return mine;
+    }
+    ACCORD_TRY(exchange_user_records(me, "registering a buffer", &all));
+  } else {
+    ACCORD_TRY(mine);
+    all[static_cast<size_t>(rank_)] = me;
+  }
+  Status opened = u->open(all, handle);
+  if (!opened.ok()) {  // the peers registered it: this rank's slots no longer match theirs
+    if (u->exchanges()) set_sticky(opened);
+    return opened;
+  }
+  std::vector<const uint8_t*> buffers;
+  const int slot = u->slot_of(*handle, &buffers);
+  if (direct_ != nullptr && slot >= 0) {  // Note [Registered inputs]: no kernel reads a free slot
+    Status st = direct_->set_user_slot(slot, buffers, stream_);
+    if (!st.ok()) {
+      set_sticky(st);  // the peers count on this rank's table
+      return st;
+    }
+  }
+  const dev::UserBuffers::Counts c = u->counts();
+  LOG_DEBUG(kGpu, "rank %d: registered %p (%zu bytes) as %llu: %zu registered, %zu peer allocations opened, %zu "
+            "found open", rank_, ptr, bytes, static_cast<unsigned long long>(*handle), c.live, c.opened, c.reused);
+  return Status::success();
+}
+
+Status Communicator::deregister_buffer(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(users_mu_);
+  if (users_ == nullptr || !users_->known(handle))
+    return error(ACCORD_ERR_INVALID_ARGUMENT,
+                 "rank %d: deregistering %llu: not a registration of this communicator (deregistered already?)", rank_,
+                 static_cast<unsigned long long>(handle));
+  if (!users_->exchanges()) return users_->close(handle);
+  // Note [Registered inputs]: this rank's kernels may read the peers' buffers (and the peers'
+  // its own): every rank waits for its own queued kernels before the first exchange, so after
+  // it no kernel of any rank reads the buffers, and the slot is free.
+  ACCORD_TRY(wait_for_kernels("deregistering a buffer"));
+  std::vector<dev::UserBufferRecord> all;
+  ACCORD_TRY(exchange_user_records(users_->closing(dev::UserBufferRecord::kDeregister, ++user_seq_, handle),
+                                   "deregistering a buffer", &all));
+  Status closed = users_->close(handle);
+  // Every rank has closed its mappings when this returns: the owner may free its buffer.
+  ACCORD_TRY(exchange_user_records(users_->closing(dev::UserBufferRecord::kClosed, ++user_seq_, handle),
+                                   "deregistering a buffer", &all));
+  return closed;
+}
+
+Status Communicator::wait_for_kernels(const char* what) {
+  auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
+  if (ctl == nullptr || dev_seq_ == 0) return Status::success();
+  const uint64_t want = dev_seq_;
+  const Deadline deadline = Deadline::after_ms(settings_.timeout_ms);
+  while (__atomic_load_n(&ctl->done, __ATOMIC_ACQUIRE) < want) {
+    if (sticky_error() != ACCORD_SUCCESS) return sticky_status().prefix(format("rank %d: %s: ", rank_, what));
+    if (abort_.load(std::memory_order_acquire))
+      return error(ACCORD_ERR_ABORTED, "rank %d: %s: the communicator was aborted", rank_, what);
+    if (deadline.expired())
+      return error(ACCORD_ERR_TIMEOUT, "rank %d: %s: collective seq %llu has not ended after ACCORD_TIMEOUT_MS (%lld ms)",
+                   rank_, what, static_cast<unsigned long long>(want), static_cast<long long>(settings_.timeout_ms));
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return Status::success();
 }
 
 }  // namespace accord

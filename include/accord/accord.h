@@ -152,6 +152,26 @@ ACCORD_API accord_status_t accord_comm_init_all(accord_comm_t* comms, int ndev, 
  *  kernel reads freed memory. Using the handle afterwards returns ACCORD_ERR_INVALID_USAGE. */
 ACCORD_API accord_status_t accord_comm_destroy(accord_comm_t comm);
 
+/** Registers the caller's device buffer [buf, buf + bytes) with the communicator: where the job
+ *  uses the direct protocol (every pair of ranks addresses the other's GPU memory) and its
+ *  ranks are in several processes, every peer maps the allocation holding the buffer through
+ *  CUDA IPC, once per process (a cache keyed by the allocation's base and buffer id).
+ *  COLLECTIVE in such a job: every rank registers at the same point of its calls on the
+ *  communicator (its own buffer; sizes may differ), and deregisters in the same order; a rank
+ *  that does something else is named in an error (ACCORD_ERR_INVALID_USAGE), one that makes no
+ *  call at all after ACCORD_TIMEOUT_MS. Elsewhere (threads of one process, the FIFO path) a
+ *  local record. An out-of-place all-reduce (one-shot) whose input lies in a registered buffer
+ *  is then read by the peers where it lies, without a copy; collectives are exact whether or
+ *  not buffers are registered (the plan's "user buffers" line counts registrations and calls).
+ *  Do not free a registered buffer before accord_comm_deregister returns (or
+ *  accord_comm_destroy). *handle is never NULL on success. */
+ACCORD_API accord_status_t accord_comm_register(accord_comm_t comm, void* buf, size_t bytes, void** handle);
+
+/** Takes back a registration (collective where registering was): it first waits until this
+ *  rank's queued collectives have ended; when it returns, no peer maps the buffer any more,
+ *  and the caller may free it. */
+ACCORD_API accord_status_t accord_comm_deregister(accord_comm_t comm, void* handle);
+
 /** Aborts the communicator: every call waiting inside it on any thread returns
  *  ACCORD_ERR_ABORTED within about 20 ms, then its resources are freed and the handle is dead
  *  (later calls return ACCORD_ERR_INVALID_USAGE). Safe to call from another thread while a

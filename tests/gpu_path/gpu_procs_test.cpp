@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "api/handles.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
 #include "include/accord/accord.h"
@@ -1100,6 +1101,292 @@ TEST_F(GpuProcsProcesses, DestroyWaitsUntilPeersLetGo) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Note [User buffers mapped into peers]: registration maps each rank's buffer into its peers.
+// ---------------------------------------------------------------------------------------------
+
+// The plan's "user buffers" line, or "" when it has none.
+std::string users_line(accord_comm_t c) {
+  const std::string plan = plan_of(c);
+  const size_t at = plan.find("user buffers: ");
+  return at == std::string::npos ? "" : plan.substr(at, plan.find('\n', at) - at);
+}
+
+std::string expect_users(accord_comm_t c, size_t live, size_t opened, size_t reused, const std::string& when) {
+  const std::string want = "user buffers: " + std::to_string(live) + " registered, " + std::to_string(opened) +
+                           " peer allocations opened, " + std::to_string(reused) + " found open";
+  const std::string line = users_line(c);
+  return line.rfind(want, 0) == 0 ? "" : when + ": the plan should say '" + want + "'; it says: '" + line + "'";
+}
+
+uint8_t pattern(int rank, size_t i, int which) { return static_cast<uint8_t>(rank * 31 + which * 7 + i * 13); }
+
+// Rank p's buffer of registration h, read through this rank's mapping, holds p's pattern
+// from `from` for `bytes` bytes (the buffer starts at byte `from` of p's allocation).
+std::string check_mapped(accord_comm_t c, void* h, int p, size_t from, size_t bytes, int which) {
+  const void* at = c->impl->registered_buffer(reinterpret_cast<uintptr_t>(h), p);
+  if (at == nullptr) return "rank " + std::to_string(p) + "'s buffer of registration " + std::to_string(reinterpret_cast<uintptr_t>(h)) + " is not mapped";
+  std::vector<uint8_t> got(bytes);
+  accord_status_t s = accord_device_memcpy(got.data(), at, bytes);
+  if (s != ACCORD_SUCCESS) return api_error("reading rank " + std::to_string(p) + "'s mapped buffer", nullptr, s);
+  for (size_t i = 0; i < bytes; ++i)
+    if (got[i] != pattern(p, from + i, which))
+      return "rank " + std::to_string(p) + "'s mapped buffer differs at byte " + std::to_string(i);
+  return "";
+}
+
+thread_local void* g_free_after_destroy = nullptr;  // a rank's registered buffer, freed after destroy
+
+// Each rank registers part of one allocation, then all of it (the peers find it open: one
+// IPC open per allocation), then rank 0 alone a second allocation (the others register
+// nothing at that point: registration is collective, the sizes are each rank's own). Every
+// peer reads each buffer's bytes through its mapping; the collectives stay exact with the
+// registrations live; the first two are deregistered and their allocation freed before
+// destroy, the third is left registered, and its allocation is freed after destroy (which
+// waits until the peers let go: the simulation's rule check after destroy fails otherwise).
+std::string registered_job(accord_comm_t c, int r, int n, int gpus, bool processes) {
+  const std::string wrong = check_proto(plan_of(c), true);
+  if (!wrong.empty()) return wrong;
+  int dev = -1;
+  accord_status_t s = accord_comm_device(c, &dev);
+  if (s != ACCORD_SUCCESS) return api_error("accord_comm_device", c, s);
+  const size_t a_bytes = 4096 + 64 * static_cast<size_t>(r), b_bytes = 1000;
+  void* a = nullptr;
+  void* b = nullptr;
+  if ((s = accord_device_alloc(&a, a_bytes, dev)) != ACCORD_SUCCESS ||
+      (s = accord_device_alloc(&b, b_bytes, dev)) != ACCORD_SUCCESS)
+    return api_error("accord_device_alloc", c, s);
+  g_free_after_destroy = b;
+  std::vector<uint8_t> fill(a_bytes);
+  for (size_t i = 0; i < a_bytes; ++i) fill[i] = pattern(r, i, 0);
+  s = accord_device_memcpy(a, fill.data(), a_bytes);
+  for (size_t i = 0; i < b_bytes; ++i) fill[i] = pattern(r, i, 1);
+  if (s == ACCORD_SUCCESS) s = accord_device_memcpy(b, fill.data(), b_bytes);
+  if (s == ACCORD_SUCCESS) s = accord_barrier(c, nullptr);
+  if (s != ACCORD_SUCCESS) return api_error("filling the buffers", c, s);
+  const size_t peers = processes ? static_cast<size_t>(n - 1) : 0;  // threads: pointers, nothing opened
+  std::string f = expect_users(c, 0, 0, 0, "at init");
+  void *h1 = nullptr, *h2 = nullptr, *h3 = nullptr;
+  if (f.empty() && (s = accord_comm_register(c, static_cast<char*>(a) + 16, 512, &h1)) != ACCORD_SUCCESS)
+    f = api_error("registering part of a", c, s);
+  if (f.empty()) f = expect_users(c, 1, peers, 0, "after the first registration");
+  if (f.empty() && (s = accord_comm_register(c, a, a_bytes, &h2)) != ACCORD_SUCCESS)
+    f = api_error("registering all of a", c, s);
+  if (f.empty()) f = expect_users(c, 2, peers, peers, "after registering a's allocation again");
+  if (f.empty() && (s = accord_comm_register(c, r == 0 ? b : nullptr, r == 0 ? b_bytes : 0, &h3)) != ACCORD_SUCCESS)
+    f = api_error("registering b on rank 0 only", c, s);
+  if (f.empty()) f = expect_users(c, 3, r == 0 || !processes ? peers : peers + 1, peers, "after rank 0 registered b");
+  if (f.empty() && (h1 == nullptr || h2 == nullptr || h3 == nullptr || h1 == h2 || h2 == h3))
+    f = "the registrations' handles are null or equal";
+  for (int p = 0; p < n && f.empty(); ++p) {
+    if (processes || p == r) {
+      f = check_mapped(c, h1, p, 16, 512, 0);
+      if (f.empty()) f = check_mapped(c, h2, p, 0, 4096 + 64 * static_cast<size_t>(p), 0);
+    }
+    if (f.empty() && p == 0 && (processes || r == 0)) f = check_mapped(c, h3, 0, 0, b_bytes, 1);
+    if (f.empty() && p != 0 && c->impl->registered_buffer(reinterpret_cast<uintptr_t>(h3), p) != nullptr)
+      f = "rank " + std::to_string(p) + " registered nothing as b, yet a buffer is mapped";
+  }
+  if (!f.empty()) return f;
+  std::vector<Case> cases;
+  for (size_t count : {size_t{0}, size_t{1}, size_t{7}, kPrime, size_t{65537}})
+    for (bool in_place : {false, true}) {
+      cases.push_back(Case{Coll::kAllReduce, ACCORD_FLOAT32, ACCORD_SUM, count, in_place});
+      cases.push_back(Case{Coll::kReduceScatter, ACCORD_INT32, ACCORD_MAX, count, in_place});
+    }
+  f = every_collective(c, r, n, gpus, cases);
+  if (!f.empty()) return "with buffers registered: " + f;
+  if ((s = accord_comm_deregister(c, h1)) != ACCORD_SUCCESS) return api_error("deregistering h1", c, s);
+  if ((s = accord_comm_deregister(c, h2)) != ACCORD_SUCCESS) return api_error("deregistering h2", c, s);
+  if ((s = accord_comm_deregister(c, h2)) == ACCORD_SUCCESS) return "deregistering h2 twice succeeded";
+  f = expect_users(c, 1, r == 0 || !processes ? peers : peers + 1, peers, "after two deregistrations");
+  if (!f.empty()) return f;
+  // No peer maps a any more: freeing it now breaks no rule (checked after destroy).
+  if ((s = accord_device_free(a)) != ACCORD_SUCCESS) return api_error("freeing a", c, s);
+  return "";
+}
+
+// The count of calls the plan says the peers read from a registered input.
+long direct_calls(accord_comm_t c) {
+  const std::string line = users_line(c);
+  const size_t at = line.find(" found open, ");
+  return at == std::string::npos ? -1 : std::atol(line.c_str() + at + 13);
+}
+
+// Note [Registered inputs]: all-reduces whose input lies in a registered buffer, every dtype
+// with sum and avg and three dtypes with max, min and prod, at sizes 1, 7, a prime and 40009
+// (more than a round of a 64 KiB scratch), in and out of place, one element into the buffer
+// (unaligned); first with every rank's input registered, then with the even ranks' only (the
+// others register nothing at that point). Exact every time, and the plan counts exactly the
+// out-of-place calls of this rank whose input was registered (so a silent fallback to the
+// scratch copy fails).
+std::string registered_inputs_job(accord_comm_t c, int r, int n) {
+  int dev = -1;
+  accord_status_t s = accord_comm_device(c, &dev);
+  if (s != ACCORD_SUCCESS) return api_error("accord_comm_device", c, s);
+  const size_t most = 40009, es_most = 8, bytes = (most + 1) * es_most + 64;
+  void *x = nullptr, *y = nullptr, *out = nullptr;
+  accord_stream_t stream = nullptr;
+  if ((s = accord_device_alloc(&x, bytes, dev)) != ACCORD_SUCCESS || (s = accord_device_alloc(&y, bytes, dev)) != ACCORD_SUCCESS ||
+      (s = accord_device_alloc(&out, bytes, dev)) != ACCORD_SUCCESS || (s = accord_stream_create(&stream, dev)) != ACCORD_SUCCESS ||
+      (s = accord_barrier(c, nullptr)) != ACCORD_SUCCESS)
+    return api_error("allocating", c, s);
+  const bool even = r % 2 == 0;
+  void *hx = nullptr, *hy = nullptr;
+  if ((s = accord_comm_register(c, x, bytes, &hx)) != ACCORD_SUCCESS ||
+      (s = accord_comm_register(c, even ? y : nullptr, even ? bytes : 0, &hy)) != ACCORD_SUCCESS)
+    return api_error("registering", c, s);
+  // The waiting protocol keeps the scratch (Note [Registered inputs]).
+  // So does a two-shot all-reduce (ACCORD_DEVICE_PROTO=twoshot).
+  const std::string plan = plan_of(c);
+  const bool waiting = plan.find("GPU hand-offs: wait") != std::string::npos ||
+                       plan.find("two-shot at every size") != std::string::npos;
+  const long before = direct_calls(c);
+  long want = before;
+  std::string f;
+  size_t seed = 0;
+  for (void* buf : {x, y})
+    for (size_t count : {size_t{1}, size_t{7}, kPrime, most})
+      for (bool in_place : {false, true}) {
+        std::vector<std::pair<accord_datatype_t, accord_red_op_t>> kinds;
+        for (accord_datatype_t d : {ACCORD_INT8, ACCORD_UINT8, ACCORD_INT32, ACCORD_UINT32, ACCORD_INT64, ACCORD_UINT64,
+                                    ACCORD_FLOAT16, ACCORD_BFLOAT16, ACCORD_FLOAT32, ACCORD_FLOAT64})
+          for (accord_red_op_t op : {ACCORD_SUM, ACCORD_AVG}) kinds.push_back({d, op});
+        for (accord_datatype_t d : {ACCORD_UINT8, ACCORD_INT32, ACCORD_FLOAT32})
+          for (accord_red_op_t op : {ACCORD_MAX, ACCORD_MIN, ACCORD_PROD}) kinds.push_back({d, op});
+        for (const auto& [dtype, op] : kinds) {
+          const size_t es = accord_dtype_size(dtype);
+          char* send = static_cast<char*>(buf) + es;  // one element in: unaligned
+          void* recv = in_place ? static_cast<void*>(send) : out;
+          std::vector<char> input(count * es), expect(count * es), got(count * es);
+          fill_input(input.data(), count, dtype, op, r, n, ++seed);
+          fill_expected(expect.data(), count, dtype, op, n, seed);
+          const std::string name = std::string(buf == x ? "every rank registered" : "even ranks registered") +
+                                   ", dtype " + std::to_string(dtype) + " op " + std::to_string(op) + " count " +
+                                   std::to_string(count) + (in_place ? " in place" : " out of place");
+          if ((s = accord_device_memcpy(send, input.data(), input.size())) != ACCORD_SUCCESS ||
+              (s = accord_all_reduce(send, recv, count, dtype, op, c, stream)) != ACCORD_SUCCESS ||
+              (s = accord_stream_synchronize(stream)) != ACCORD_SUCCESS ||
+              (s = accord_device_memcpy(got.data(), recv, got.size())) != ACCORD_SUCCESS)
+            return api_error(name, c, s);
+          accord_status_t async = ACCORD_SUCCESS;
+          (void)accord_comm_get_async_error(c, &async);
+          if (async != ACCORD_SUCCESS) return api_error(name + " (asynchronous error)", c, async);
+          const size_t bad = count_mismatches(got.data(), expect.data(), count, dtype);
+          if (bad != 0) return name + ": " + std::to_string(bad) + " of " + std::to_string(count) + " elements wrong";
+          if (!in_place && (buf == x || even) && !waiting) ++want;
+          // The next call overwrites this input: every rank is done with it (the end-of-round
+          // exchange), which the exact results of the next call check.
+        }
+      }
+  const long have = direct_calls(c);
+  if (have != want)
+    f = "the plan counts " + std::to_string(have) + " calls read from a registered input, expected " +
+        std::to_string(want) + ": " + users_line(c);
+  if (f.empty() && (s = accord_comm_deregister(c, hx)) != ACCORD_SUCCESS) f = api_error("deregistering x", c, s);
+  if (f.empty() && (s = accord_comm_deregister(c, hy)) != ACCORD_SUCCESS) f = api_error("deregistering y", c, s);
+  (void)accord_stream_destroy(stream);
+  if (f.empty()) {
+    (void)accord_device_free(x);
+    (void)accord_device_free(y);
+    (void)accord_device_free(out);
+  }
+  return f;
+}
+
+TEST_F(GpuProcsProcesses, DirectRegisteredInputsExact) {
+  SharedGpuEnv env;
+  for (const char* scratch : {"8388608", "65536"}) {
+    ScopedEnv bytes("ACCORD_DIRECT_SCRATCH_BYTES", scratch);
+    for (int n : {2, 3, 4})
+      for (const auto& f : run_processes(n, [&](accord_comm_t c, int r, int nr) {
+             const std::string wrong = check_proto(plan_of(c), true);
+             return wrong.empty() ? registered_inputs_job(c, r, nr) : wrong;
+           }, kTimeoutS))
+        ADD_FAILURE() << n << " ranks on GPU 0, ACCORD_DIRECT_SCRATCH_BYTES=" << scratch << ": " << f;
+  }
+}
+
+class RegisteredBuffers {  // frees each rank's b after destroy, then checks the rules
+ public:
+  RegisteredBuffers() {
+    set_after_destroy([] {
+      (void)accord_device_free(g_free_after_destroy);
+      g_free_after_destroy = nullptr;
+      return no_rule_broken();
+    });
+  }
+  ~RegisteredBuffers() { set_after_destroy(no_rule_broken); }
+};
+
+TEST_F(GpuProcsProcesses, DirectRegisteredBuffersMapped) {
+  const int gpus = m_.gpus();
+  SharedGpuEnv env;
+  RegisteredBuffers after;
+  for (int n : {2, 3, 4})
+    for (const auto& f : run_processes(
+             n, [&](accord_comm_t c, int r, int nr) {
+               std::string failure = registered_job(c, r, nr, gpus, true);
+               if (r == 1) usleep(200 * 1000);  // rank 0 destroys first, with b still mapped
+               return failure;
+             }, kTimeoutS))
+      ADD_FAILURE() << n << " ranks on GPU 0: " << f;
+}
+
+// Registration is collective between processes: a rank at another registration call is named
+// (here rank 1 registers while rank 0 deregisters), and one that makes no call at all (it
+// destroys its communicator) fails the registration at once (Note [Departures]), not after
+// ACCORD_TIMEOUT_MS.
+TEST_F(GpuProcsProcesses, DirectRegistrationMismatchNamed) {
+  SharedGpuEnv env;
+  ScopedEnv timeout("ACCORD_TIMEOUT_MS", "60000");
+  for (const auto& f : run_processes(2, [&](accord_comm_t c, int r, int) -> std::string {
+         int dev = -1;
+         (void)accord_comm_device(c, &dev);
+         void* a = nullptr;
+         accord_status_t s = accord_device_alloc(&a, 4096, dev);
+         if (s == ACCORD_SUCCESS) s = accord_barrier(c, nullptr);
+         if (s != ACCORD_SUCCESS) return api_error("allocating", c, s);
+         void* h = nullptr;
+         if ((s = accord_comm_register(c, a, 4096, &h)) != ACCORD_SUCCESS) return api_error("registering", c, s);
+         void* h2 = nullptr;
+         s = r == 0 ? accord_comm_deregister(c, h) : accord_comm_register(c, a, 4096, &h2);
+         if (s == ACCORD_SUCCESS) return std::string("a mismatched registration succeeded");
+         const std::string text = accord_last_error(c);
+         const std::string want = r == 0 ? "rank 1 was registering" : "rank 0 was deregistering";
+         if (text.find(want) == std::string::npos || text.find("collective on Accord") == std::string::npos)
+           return "the error should say '" + want + "' and that registration is collective: " + text;
+         // The communicator is broken (its ranks are at different calls): later calls say so.
+         if ((s = accord_barrier(c, nullptr)) == ACCORD_SUCCESS) return std::string("a barrier after the mismatch succeeded");
+         if (std::string(accord_last_error(c)).find(want) == std::string::npos)
+           return "a call after the mismatch should repeat it: " + std::string(accord_last_error(c));
+         g_free_after_destroy = a;  // still mapped by the peer: freed after destroy
+         return std::string();
+       }, kTimeoutS))
+    ADD_FAILURE() << f;
+  RegisteredBuffers after;
+  for (const auto& f : run_processes(2, [&](accord_comm_t c, int r, int) -> std::string {
+         if (r == 1) return std::string();  // destroys without registering
+         int dev = -1;
+         (void)accord_comm_device(c, &dev);
+         void* a = nullptr;
+         accord_status_t s = accord_device_alloc(&a, 4096, dev);
+         if (s != ACCORD_SUCCESS) return api_error("allocating", c, s);
+         g_free_after_destroy = a;
+         const auto start = std::chrono::steady_clock::now();
+         void* h = nullptr;
+         s = accord_comm_register(c, a, 4096, &h);
+         const auto waited = std::chrono::steady_clock::now() - start;
+         if (s == ACCORD_SUCCESS) return std::string("registering without the peer succeeded");
+         const std::string text = accord_last_error(c);
+         if (text.find("collective on Accord") == std::string::npos)
+           return "the error should say that registration is collective: " + text;
+         if (waited > std::chrono::seconds(30)) return "the registration failed only after 30 s: " + text;
+         return std::string();
+       }, kTimeoutS))
+    ADD_FAILURE() << "a peer that never registers: " << f;
+}
+
 // Note [Freeing memory peers map]: two processes of two ranks each (threads) on the shared
 // GPU 0, each destroying its communicators one after the other from one thread. A rank that
 // waited in destroy for the other process's ranks to let go deadlocked them: process 0's
@@ -1302,6 +1589,22 @@ TEST_F(GpuProcsThreads, DirectAllReduceExact) {
   for (const auto& f : run_threads(
            4, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, all_direct(m_, nr, false)); }))
     ADD_FAILURE() << "4 ranks on GPUs 0..3: " << f;
+}
+
+// Threads of one process address each other's pointers: registration exchanges and opens
+// nothing (the plan says so), and the collectives stay exact.
+TEST_F(GpuProcsThreads, DirectRegisteredBuffersAsPointers) {
+  const int gpus = m_.gpus();
+  SharedGpuEnv env;
+  RegisteredBuffers after;
+  for (int n : {2, 3})
+    for (const auto& f : run_threads(n, [&](accord_comm_t c, int r, int nr) {
+           std::string failure = registered_job(c, r, nr, gpus, false);
+           if (failure.empty() && users_line(c).find("nothing exchanged") == std::string::npos)
+             failure = "the plan should say that threads exchange nothing: " + users_line(c);
+           return failure;
+         }))
+      ADD_FAILURE() << n << " ranks on GPU 0: " << f;
 }
 
 TEST_F(GpuProcsThreads, RingAvoidsSlowHops) {

@@ -420,6 +420,21 @@ int sim_gpus_check(int n) {
     accord_device_free(e);
   }
   run_on_gpus<float>(comms, streams, ncclFloat32, 1009, false);
+  // ncclMemAlloc'ed memory registered with a communicator (Note [User buffers mapped into
+  // peers]): ncclMemFree refuses it until ncclCommDeregister, then frees it.
+  {
+    void* m = nullptr;
+    void* h = nullptr;
+    EXPECT_OK(ncclMemAlloc(&m, 1 << 16));
+    EXPECT_OK(ncclCommRegister(comms[0], static_cast<char*>(m) + 256, 4096, &h));
+    if (h == nullptr) fail("ncclCommRegister of ncclMemAlloc'ed memory gave no handle");
+    const ncclResult_t r = ncclMemFree(m);
+    const std::string msg = ncclGetLastError(nullptr);
+    if (r != ncclInvalidUsage || msg.find("still registered") == std::string::npos)
+      fail("ncclMemFree of registered memory returned " + std::to_string(r) + " (" + msg + ")");
+    EXPECT_OK(ncclCommDeregister(comms[0], h));
+    EXPECT_OK(ncclMemFree(m));
+  }
 #if NCCL_CHECK_FAKE_CUDA_GET_DEVICE
   // ncclCommInitRank puts its rank on the current CUDA device.
   {
