@@ -279,12 +279,24 @@ long rss_kib() {
 
 TEST_F(FaultTest, HundredCyclesOfInitFaultAbortReinitLeakNothing) {
   setenv("ACCORD_TIMEOUT_MS", "30", 1);
-  auto cycle = [] {
-    return run_threads(2, [](accord_comm_t comm, int rank, int nranks) -> std::string {
+  // A loaded 2-core machine may stall a rank past the 30 ms timeout in the healthy call too:
+  // that cycle is still an init, a fault and an abort (what the test counts leaks of), so a
+  // timeout there (or its peer's failure or abort) is counted, not failed; a wrong result or any
+  // other error fails, and most
+  // cycles must have run healthy.
+  std::atomic<int> healthy{0}, stalled{0};
+  auto cycle = [&] {
+    return run_threads(2, [&](accord_comm_t comm, int rank, int nranks) -> std::string {
       std::vector<float> v(4096, 1.0f);
-      if (accord_all_reduce(v.data(), v.data(), v.size(), ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr) != ACCORD_SUCCESS ||
-          v[0] != nranks)
-        return "healthy all_reduce failed";
+      const accord_status_t first =
+          accord_all_reduce(v.data(), v.data(), v.size(), ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr);
+      if (first == ACCORD_ERR_TIMEOUT || first == ACCORD_ERR_REMOTE || first == ACCORD_ERR_ABORTED) {
+        ++stalled;
+        return accord_comm_abort(comm) == ACCORD_SUCCESS ? "" : "abort failed";
+      }
+      if (first != ACCORD_SUCCESS || v[0] != nranks)
+        return std::string("healthy all_reduce failed: ") + accord_status_string(first);
+      ++healthy;
       // Injected fault: rank 1 skips the second call, rank 0 times out, both abort.
       if (rank == 0 && accord_all_reduce(v.data(), v.data(), v.size(), ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr) !=
                            ACCORD_ERR_TIMEOUT)
@@ -304,7 +316,10 @@ TEST_F(FaultTest, HundredCyclesOfInitFaultAbortReinitLeakNothing) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const size_t fds = testing::count_dir("/proc/self/fd"), threads = testing::count_dir("/proc/self/task");
   const long rss = rss_kib();
+  healthy = stalled = 0;
   for (int i = 0; i < 100; ++i) only_destroy_complaints(cycle());
+  std::printf("healthy calls: %d of 200 (%d stalled past the 30 ms timeout)\n", healthy.load(), stalled.load());
+  EXPECT_GE(healthy.load(), 100) << stalled.load() << " stalled";
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // bootstrap threads exit once all ranks left
   EXPECT_EQ(testing::count_dir("/proc/self/fd"), fds);
   EXPECT_EQ(testing::count_dir("/proc/self/task"), threads);
