@@ -282,8 +282,7 @@ TEST_F(FaultTest, HundredCyclesOfInitFaultAbortReinitLeakNothing) {
   // A loaded 2-core machine may stall a rank past the 30 ms timeout in the healthy call too:
   // that cycle is still an init, a fault and an abort (what the test counts leaks of), so a
   // timeout there (or its peer's failure or abort) is counted, not failed; a wrong result or any
-  // other error fails, and most
-  // cycles must have run healthy.
+  // other error fails, and most cycles must have run healthy.
   std::atomic<int> healthy{0}, stalled{0};
   auto cycle = [&] {
     return run_threads(2, [&](accord_comm_t comm, int rank, int nranks) -> std::string {
