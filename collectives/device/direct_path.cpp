@@ -33,9 +33,26 @@ Status Communicator::setup_direct(StoreClient* store, Deadline deadline) {
       if (device_route(a, b, &why) == DeviceRoute::kHostStaged)
         why_not = format("pair %d-%d is host-staged (%s)", a, b, why.c_str());
     }
+  // Note [Staged protocol] (device/direct_staged.cpp): a job on one host with a host-staged
+  // pair (or ACCORD_DEVICE_PROTO=staged) stages its all-reduces through the ranks' staging
+  // areas, which every segment has when the job may use GPUs.
+  const bool on_one_host = mode != dev::ProtoMode::kFifo && static_cast<int>(local_ranks_.size()) == nranks_;
+  const bool want_staged = on_one_host && (mode == dev::ProtoMode::kStaged ||
+                                           (mode == dev::ProtoMode::kAuto && !why_not.empty()));
+  std::vector<uint8_t*> staging;
+  for (int r = 0; want_staged && shm_ != nullptr && r < nranks_; ++r)
+    if (shm_->staging(r) != nullptr) staging.push_back(shm_->staging(r));
+  if (want_staged && static_cast<int>(staging.size()) == nranks_ && nranks_ <= dev::kStagedMaxRanks)
+    return setup_engine(store, deadline, mode, staging,
+                        why_not.empty() ? std::string("ACCORD_DEVICE_PROTO=staged") : why_not);
+  if (want_staged && why_not.empty())
+    why_not = format("ACCORD_DEVICE_PROTO=staged, but %s",
+                     nranks_ > dev::kStagedMaxRanks ? "the staged protocol takes at most 64 ranks"
+                                                    : "some rank has no staging area in shared memory");
   if (!why_not.empty()) {
     direct_plan_ = format("device protocol: fifo for every collective (%s)\n", why_not.c_str());
-    if (mode == dev::ProtoMode::kDirect || mode == dev::ProtoMode::kOneShot || mode == dev::ProtoMode::kTwoShot) {
+    if (mode == dev::ProtoMode::kDirect || mode == dev::ProtoMode::kOneShot || mode == dev::ProtoMode::kTwoShot ||
+        mode == dev::ProtoMode::kStaged) {
       if (rank_ == 0)
         LOG_WARN(kGpu, "rank 0: ACCORD_DEVICE_PROTO=%s, but the job cannot use the direct protocol: %s; every "
                  "collective uses the FIFOs", settings_.device_proto.c_str(), why_not.c_str());
@@ -43,6 +60,12 @@ Status Communicator::setup_direct(StoreClient* store, Deadline deadline) {
     LOG_INFO(kGpu, "rank %d: %s", rank_, direct_plan_.substr(0, direct_plan_.size() - 1).c_str());
     return Status::success();
   }
+  return setup_engine(store, deadline, mode, {}, "");
+}
+
+// The direct engine, or with `staging` (every rank's area) its staged form, and the plan's lines.
+Status Communicator::setup_engine(StoreClient* store, Deadline deadline, dev::ProtoMode mode,
+                                  const std::vector<uint8_t*>& staging, const std::string& staged_why) {
   dev::DirectSetup s;
   s.rt = rt_;
   s.device = device_;
@@ -57,14 +80,23 @@ Status Communicator::setup_direct(StoreClient* store, Deadline deadline) {
   s.mode = mode;
   s.store = store;
   s.deadline = deadline;
+  s.staged = !staging.empty();
+  if (s.staged) {
+    s.staged_why = staged_why;
+    s.staging = staging;
+    s.staged_bytes = settings_.staged_bytes > 0 ? static_cast<size_t>(settings_.staged_bytes) : dev::kDefaultStagedBytes;
+    s.hold = fifo_hold_;
+  }
   ACCORD_TRY(choose_gpu_sync(store, deadline, &s.wait, &s.sync_why));  // Note [Shared GPU sync]
   ACCORD_TRY(dev::DirectEngine::create(s, &direct_));
   direct_plan_ = direct_->describe();
   // (one line of the plan each, so the log below prints both)
-  direct_plan_ += format("GPU hand-offs: %s (%s)\n",
-                         s.wait ? "wait: kernels never wait on a peer, the stream waits between them"
-                                : "spin: the kernel polls its peers' flags",
-                         s.sync_why.c_str());
+  direct_plan_ += s.staged ? std::string("GPU hand-offs: staged: all_reduce's kernels never wait on a peer, the "
+                                         "stream copies and waits between them; the FIFO kernels poll\n")
+                           : format("GPU hand-offs: %s (%s)\n",
+                                    s.wait ? "wait: kernels never wait on a peer, the stream waits between them"
+                                           : "spin: the kernel polls its peers' flags",
+                                    s.sync_why.c_str());
   for (size_t at = 0, nl; (nl = direct_plan_.find('\n', at)) != std::string::npos; at = nl + 1)
     LOG_INFO(kGpu, "rank %d: %s", rank_, direct_plan_.substr(at, nl - at).c_str());
   return Status::success();

@@ -73,6 +73,7 @@ Status DirectEngine::launch_waiting(const DevLaunch& launch, Stream stream, bool
 }
 
 void DirectEngine::release_waits() {
+  if (staged_) return release_staged();  // Note [Staged protocol] (direct_staged.cpp)
   if (!wait_ || rescue_.id == 0) return;
   const uint32_t e = waited_round_.load(std::memory_order_acquire);
   if (e == 0) return;  // no wait was ever queued
