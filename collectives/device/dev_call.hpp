@@ -189,6 +189,10 @@ struct DevDirect {
   uint32_t phase_round = 0;
   uint32_t last = 1;
   uint32_t then_next = 0;
+  // Note [Staged protocol] (direct_staged.cpp): the peers' call tags of each half in this
+  // rank's staging area, as the GPU addresses it ([h * kStagedTagStride + from]); null
+  // otherwise. Phase B checks them (kDevBadTag).
+  const uint32_t* stage_tags = nullptr;
 };
 
 // What one launch carries, by value (a kernel parameter, under CUDA's 4 KiB).

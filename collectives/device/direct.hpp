@@ -35,10 +35,11 @@ bool parse_gpu_sync(const std::string& text, GpuSync* out);
 constexpr size_t kDefaultDirectScratchBytes = size_t{8} << 20;  // both data halves
 constexpr size_t kMinDirectScratchBytes = 4096;
 // Note [Staged protocol] (direct_staged.cpp): each rank's staging area in its shared-memory
-// segment: kStagedWordBytes of words (one per sender), then two data halves.
+// segment: kStagedWordBytes of 32-bit words (a round word per sender, then a tag word per
+// half and sender, kStagedMaxRanks apart), then two data halves.
 constexpr size_t kDefaultStagedBytes = size_t{4} << 20;  // both halves
-constexpr size_t kStagedWordBytes = 256;
-constexpr int kStagedMaxRanks = static_cast<int>(kStagedWordBytes / 4);
+constexpr size_t kStagedWordBytes = 1024;
+constexpr int kStagedMaxRanks = 64;  // kStagedTagStride (direct_call.hpp)
 inline size_t staged_area_bytes(size_t staged_bytes) {
   return kStagedWordBytes + 2 * (std::max(kMinDirectScratchBytes, staged_bytes) / 2 & ~size_t{255});
 }

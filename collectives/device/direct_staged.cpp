@@ -9,7 +9,8 @@
 // Memory. Host: each rank's staging area at the end of its shared-memory segment (ShmOptions::
 // staging_bytes, ACCORD_STAGED_BYTES, 4 MiB by default), which every local rank maps and
 // registers with the device runtime (Communicator::register_slots): kStagedWordBytes of 32-bit
-// words, word[from] written by rank `from`, then two halves. Device: this rank's region,
+// words (word[from], the round, and tag[h][from], the call signature of a round in half h,
+// both written by rank `from`), then two halves. Device: this rank's region,
 // nranks pairs of halves of the same size: pair `rank` is its own (the kernels' A writes it),
 // pair p a local copy of peer p's halves. The table the kernels see (DevDirect::scratch)
 // points at pair r for rank r, so DirectRunner runs unchanged, folding in rank order (the
@@ -19,18 +20,22 @@
 // Round e of a call (one-shot; n elements), all on the caller's stream:
 //   kernel: A (input -> own device half e % 2; for e > first, run by the kernel before)
 //   copy_async device -> host: own device half e % 2 -> own host half e % 2 (n elements)
-//   stream_write_value32(e) into word[rank] of every peer's area
+//   stream_write_value32: the call's tag into tag[e % 2][rank], then e into word[rank], of
+//   every peer's area
 //   stream_wait_value32(>= e) on word[p] of this rank's area, for every peer p
 //   copy_async host -> device: peer p's host half e % 2 -> the local copy of p's half e % 2
-//   kernel: B (fold every rank's half e % 2 into the output), and A of round e + 1
+//   kernel: B (checks every peer's tag[e % 2], then folds every rank's half e % 2 into the
+//   output), and A of round e + 1
 // Why a host half is not overwritten before every peer copied it: a rank writes its host half
 // e % 2 again in round e + 2, after its stream saw every peer's word reach e + 1; a peer's
 // stream writes its word of round e + 1 after its copies of round e (stream order). The local
 // copies are written and read by this rank's stream alone, in order. A peer is never two
 // rounds ahead (that needs this rank's word of the round between). Words only grow, so nothing
 // resets them; a wait is for >= e with a signed difference (Note [Direct rounds]).
-// A mismatched call is not caught on the device (the words carry no signature): ACCORD_CHECK=1
-// compares calls on the host. A dead or stopped peer: the watchdog sets DevCtl::abort, then
+// A mismatched call is caught as in the spinning protocol (kDevBadTag): a peer's tag of round
+// e in half e % 2 is its round e's, since it wrote it before its word of round e (stream
+// order), and writes that half's tag again only in round e + 2, after this rank's word of
+// round e + 1, which follows this rank's kernel B of round e. A dead or stopped peer: the watchdog sets DevCtl::abort, then
 // release_waits stores the last waited round into this rank's own words (host memory: a plain
 // store), so the stream's wait ends, and the kernels after it see the abort and do nothing.
 // Other collectives and point-to-point keep the FIFOs in such a job (choose()).
@@ -73,6 +78,9 @@ Status DirectEngine::open_staged(const DirectSetup& s) {
   held_ = s.hold != nullptr ? s.hold : ProcessHold::join(format("staged %p", mine_), 1, rt_);
   return Status::success();
 }
+static_assert(kStagedMaxRanks == static_cast<int>(kStagedTagStride) &&
+                  kStagedWordBytes >= sizeof(uint32_t) * (kStagedMaxRanks + 2 * kStagedTagStride),
+              "the staging area's words");
 
 Status DirectEngine::launch_staged(const DevLaunch& launch, Stream stream, bool* partial) {
   *partial = false;
@@ -82,6 +90,11 @@ Status DirectEngine::launch_staged(const DevLaunch& launch, Stream stream, bool*
   auto kernel = [&]() {
     return rt_->launch_kernel(collective_kernel(), &l, sizeof l, stream, l.call.nblocks, 0);
   };
+  auto word = [&](int at, int from) {
+    return reinterpret_cast<uint32_t*>(staging_dev_[static_cast<size_t>(at)]) + from;
+  };
+  auto tag = [&](int at, uint32_t h, int from) { return word(at, kStagedMaxRanks + static_cast<int>(h * kStagedTagStride) + from); };
+  d.stage_tags = tag(rank_, 0, 0);
   if (rounds == 0) {  // nothing to move: one kernel that only says it began and ended
     d.phase = 0;
     d.last = 1;
@@ -89,9 +102,6 @@ Status DirectEngine::launch_staged(const DevLaunch& launch, Stream stream, bool*
   }
   const size_t es = l.call.elem_bytes;
   auto host_half = [&](int r, uint32_t h) { return staging_[static_cast<size_t>(r)] + kStagedWordBytes + h * half_bytes_; };
-  auto word = [&](int at, int from) {
-    return reinterpret_cast<uint32_t*>(staging_dev_[static_cast<size_t>(at)]) + from;
-  };
   // Between the kernels of round e (elements of the round: n): out, tell, wait, in.
   auto exchange = [&](uint32_t e, uint64_t n) -> Status {
     const uint32_t h = e & 1u;
@@ -101,6 +111,7 @@ Status DirectEngine::launch_staged(const DevLaunch& launch, Stream stream, bool*
                    .prefix(format("round %u: staging out: ", e)));
     for (int r = 0; r < nranks_; ++r) {
       if (r == rank_) continue;
+      ACCORD_TRY(rt_->stream_write_value32(stream, tag(r, h, rank_), l.call.tag).prefix(format("round %u: telling rank %d: ", e, r)));
       ACCORD_TRY(rt_->stream_write_value32(stream, word(r, rank_), e).prefix(format("round %u: telling rank %d: ", e, r)));
     }
     waited_round_.store(e, std::memory_order_release);  // before the waits: release_waits reaches past them
