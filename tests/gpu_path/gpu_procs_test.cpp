@@ -1081,7 +1081,7 @@ TEST_F(GpuProcsProcesses, DirectWaitEndsWhenAPeerStopsOrDies) {
 // runs after destroy (no_rule_broken). Both protocols: direct scratch and device FIFOs.
 TEST_F(GpuProcsProcesses, DestroyWaitsUntilPeersLetGo) {
   const int gpus = m_.gpus();
-  for (const char* proto : {"auto", "fifo"}) {
+  for (const char* proto : {"auto", "fifo", "staged"}) {  // Note [Staged protocol]: its memory in the FIFOs' hold
     ScopedEnv env_proto("ACCORD_DEVICE_PROTO", proto);
     SharedGpuEnv env;
     for (const auto& f : run_processes(2, [&](accord_comm_t c, int r, int n) {
@@ -1106,7 +1106,7 @@ TEST_F(GpuProcsProcesses, SequentialDestroysInEachProcess) {
   const int gpus = m_.gpus();
   SharedGpuEnv env;
   ScopedEnv timeout("ACCORD_TIMEOUT_MS", "20000");  // the old deadlock's length: more than a slow call
-  for (const char* proto : {"fifo", "auto"}) {
+  for (const char* proto : {"fifo", "auto", "staged"}) {
     ScopedEnv env_proto("ACCORD_DEVICE_PROTO", proto);
     LogFile log;
     for (const auto& f : run_process_groups(2, 2, [&](accord_comm_t c, int r, int n) {
