@@ -2,7 +2,8 @@
 // scratch, allocated at init and mapped into every peer, the choice between the direct
 // protocol and the FIFO schedule for a call, and the direct part of a launch. The
 // communicator owns one when every pair of its ranks can address each other's GPU memory
-// (device_path.cpp / direct_path.cpp decide; Note [Direct or FIFO]).
+// (device_path.cpp / direct_path.cpp decide; Note [Direct or FIFO]), or, in its staged form
+// (Note [Staged protocol], direct_staged.cpp), when some pair of a job on one host cannot.
 #pragma once
 
 #include <algorithm>

@@ -11,8 +11,9 @@ namespace accord {
 
 // Note [Direct or FIFO]: a job uses the direct protocol only where every pair of its ranks can
 // load and store the other's GPU memory (one GPU, or GPUs that peer: device_route p2p or ipc),
-// all ranks on one host with a GPU each; a job with one host-staged pair, or ranks on other
-// hosts, keeps the FIFO schedule for every call. Every rank decides from the same inputs
+// all ranks on one host with a GPU each; a job on one host with a host-staged pair stages its
+// all-reduces through host memory instead (Note [Staged protocol], direct_staged.cpp) and
+// keeps the FIFOs for the rest; ranks on other hosts keep the FIFO schedule for every call. Every rank decides from the same inputs
 // (device_of_, pid_of_, the topology, ACCORD_DEVICE_PROTO, which init compares across ranks),
 // so every rank makes the same choice without another round; and each call's choice depends
 // only on the call (direct.cpp, DirectEngine::choose), so the ranks agree on it too.
