@@ -170,7 +170,7 @@ Status Communicator::configure() {
   dev::ProtoMode proto;
   if (!dev::parse_proto_mode(settings_.device_proto, &proto))
     return error(ACCORD_ERR_INVALID_ARGUMENT,
-                 "ACCORD_DEVICE_PROTO='%s' is not a device protocol; use auto, direct, oneshot, twoshot or fifo",
+                 "ACCORD_DEVICE_PROTO='%s' is not a device protocol; use auto, direct, oneshot, twoshot, staged or fifo",
                  settings_.device_proto.c_str());
   if (!dev::parse_gpu_sync(settings_.shared_gpu_sync, nullptr))
     return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_SHARED_GPU_SYNC='%s' is not a hand-off mode; use auto, spin or wait",
@@ -387,6 +387,11 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
     const size_t nl = info.find('\n'), nl2 = info.find('\n', nl + 1);
     if (info.substr(nl + 1, nl2 - nl - 1).find(" g") != std::string::npos) options.device_fifos = true;
   }
+  // Note [Staged protocol] (device/direct_staged.cpp): and a staging area each, for all-reduces
+  // between GPUs that turn out not to peer (the routes are known only after the segments).
+  if (options.device_fifos)
+    options.staging_bytes = dev::staged_area_bytes(settings_.staged_bytes > 0 ? static_cast<size_t>(settings_.staged_bytes)
+                                                                              : dev::kDefaultStagedBytes);
   options.policy = make_wait_policy(settings_.spin_us, oversubscribed_, settings_.long_yield_us, settings_.cpu_move);
   policy_ = options.policy;
   auto after_publish = [this] {

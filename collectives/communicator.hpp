@@ -217,6 +217,8 @@ class Communicator {
   void pump_failed(TcpPump* p, Status s, const char* what);
   Status upload_peers(const std::vector<dev::DevPeer>& peers);
   Status setup_direct(StoreClient* store, Deadline deadline);  // Note [Direct or FIFO] (device/direct_path.cpp)
+  Status setup_engine(StoreClient* store, Deadline deadline, dev::ProtoMode mode, const std::vector<uint8_t*>& staging,
+                      const std::string& staged_why);
   // Note [Shared GPU sync] (device/gpu_sync.cpp): whether the direct protocol hands off through
   // the stream (true) or in the kernel, the same on every rank (collective over the store).
   Status choose_gpu_sync(StoreClient* store, Deadline deadline, bool* wait, std::string* why);

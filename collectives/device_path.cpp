@@ -267,7 +267,8 @@ void Communicator::let_go_of_peer_memory() {
   if (direct_ != nullptr && direct_->grouped()) {
     last = direct_->let_go(mine);
     mine.clear();
-    if (fifo_hold != nullptr) (void)fifo_hold->let_go({});  // its memory went with the scratch
+    // its memory went with the scratch (a staged engine's hold is fifo_hold itself)
+    if (fifo_hold != nullptr && !direct_->staged()) (void)fifo_hold->let_go({});
     fifo_hold.reset();
   } else if (fifo_hold != nullptr) {
     last = fifo_hold->let_go(mine);
@@ -1211,7 +1212,8 @@ Status Communicator::launch_schedule(const char* name, const Schedule& sched, de
   // Note [Waiting protocol] (device/direct_call.hpp): a kernel per phase, the stream waits
   // between them.
   bool partial = false;
-  Status s = direct && direct_->waiting()
+  Status s = direct && direct_->staged() ? direct_->launch_staged(*launch, us, &partial)  // Note [Staged protocol]
+             : direct && direct_->waiting()
                  ? direct_->launch_waiting(*launch, us, &partial)
                  : rt_->launch_kernel(dev::collective_kernel(), launch, sizeof *launch, us, c.nblocks,
                                       c.nblocks > 1 && !direct ? sizeof(uint32_t) * 2 * static_cast<size_t>(nranks_) : 0);

@@ -97,9 +97,15 @@ const std::vector<Entry>& entries() {
                 "most blocks of a collective kernel (one per 16 KiB of its largest step; 1: one block)"),
       STR_ENTRY("ACCORD_DEVICE_PROTO", device_proto, "auto",
                 "GPU collectives between ranks that address each other's GPU memory: auto (direct loads and "
-                "stores where every pair can, else FIFOs), direct, oneshot, twoshot (force a direct form) or fifo"),
+                "stores where every pair can; all-reduces staged through pinned host memory by copy engines where "
+                "some pair cannot, other calls on FIFOs), direct, oneshot, twoshot (force a direct form), staged "
+                "(force the staged all-reduce) or fifo"),
       SIZE_ENTRY("ACCORD_DIRECT_SCRATCH_BYTES", direct_scratch_bytes, "0",
                  "GPU memory per rank for the direct protocol, mapped into every peer (0: 8 MiB; a call "
+                 "larger than half of it runs in rounds)"),
+      SIZE_ENTRY("ACCORD_STAGED_BYTES", staged_bytes, "0",
+                 "pinned shared host memory per rank for the staged all-reduce, where ranks on one host have GPUs "
+                 "(0: 4 MiB; each rank also keeps a copy of every rank's halves in its GPU: ranks x this; a call "
                  "larger than half of it runs in rounds)"),
       STR_ENTRY("ACCORD_SHARED_GPU_SYNC", shared_gpu_sync, "auto",
                 "hand-offs of the direct protocol: wait (the stream waits between kernels, which needs no time "
@@ -243,7 +249,7 @@ bool shared(const Entry& e) {
   static const char* const kShared[] = {"ACCORD_ALGO",           "ACCORD_CHUNK_BYTES", "ACCORD_TUNE_FILE",
                                         "ACCORD_NET_MBPS",       "ACCORD_SHM_SLOT_BYTES",
                                         "ACCORD_SHM_NSLOTS",     "ACCORD_CHECK",       "ACCORD_P2P_DISABLE",
-                                        "ACCORD_DEVICE_PROTO",   "ACCORD_DIRECT_SCRATCH_BYTES",
+                                        "ACCORD_DEVICE_PROTO",   "ACCORD_DIRECT_SCRATCH_BYTES", "ACCORD_STAGED_BYTES",
                                         "ACCORD_SHARED_GPU_SYNC"};
   for (const char* name : kShared)
     if (std::strcmp(name, e.info.name) == 0) return true;

@@ -14,7 +14,8 @@
 #   one       1 rank, all_reduce_perf -g 1, 8 B .. 128 MiB, results checked
 #   procs2    2 processes on GPU 0 (ipc), no MPS: time slices between the kernels
 #   mps2      the same under MPS; mps4, mps8: 4 and 8 processes; staged: ACCORD_P2P_DISABLE=1
-#             (host-staged); mps2b1: mps2 with one-block kernels (ACCORD_GPU_BLOCKS=1);
+#             (host-staged: the staged all-reduce, then ACCORD_DEVICE_PROTO=fifo to compare);
+#             mps2b1: mps2 with one-block kernels (ACCORD_GPU_BLOCKS=1);
 #             mps8 and mps2b1 are not in the default list
 #   direct    mps2 and mps4 with ACCORD_DEVICE_PROTO=fifo, oneshot and twoshot (issue 33: the direct
 #             protocol against the FIFOs; mps2 and mps4 themselves run the default choice; not in
@@ -168,8 +169,11 @@ for s in $steps; do
         step "mps4$p" 60 all_reduce_perf "${mpi[@]}" -x ACCORD_DEVICE_PROTO=$p -np 4 "$perf" -g 1 -b 8 -e 64M \
           -f 8 -n 10 -w 2
       done ;;
-    staged) mps_on; step staged 60 all_reduce_perf "${mpi[@]}" -x ACCORD_P2P_DISABLE=1 -np 2 "$perf" -g 1 \
-             -b 8 -e 64M -f 8 -n 10 -w 2 --show-plan ;;
+    staged) mps_on  # issue 33 item 2: the staged all-reduce (default) against the FIFOs; compare 64 MiB busbw
+      step staged 60 all_reduce_perf "${mpi[@]}" -x ACCORD_P2P_DISABLE=1 -np 2 "$perf" -g 1 \
+             -b 8 -e 64M -f 8 -n 10 -w 2 --show-plan
+      step stagedfifo 60 all_reduce_perf "${mpi[@]}" -x ACCORD_P2P_DISABLE=1 -x ACCORD_DEVICE_PROTO=fifo -np 2 \
+             "$perf" -g 1 -b 8 -e 64M -f 8 -n 10 -w 2 --show-plan ;;
     colls) mps_on
       for c in reduce_scatter all_gather broadcast reduce; do
         step "$c" 45 "${c}_perf" "${mpi[@]}" -np 2 "$build/bench/${c}_perf" -g 1 -b 8 -e 16M -f 16 -n 5 -w 1

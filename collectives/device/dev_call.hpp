@@ -197,6 +197,10 @@ struct DevDirect {
   const uint8_t* const* user = nullptr;
   int32_t my_slot = -1;
   uint64_t my_offset = 0;
+  // Note [Staged protocol] (direct_staged.cpp): the peers' call tags of each half in this
+  // rank's staging area, as the GPU addresses it ([h * kStagedTagStride + from]); null
+  // otherwise. Phase B checks them (kDevBadTag).
+  const uint32_t* stage_tags = nullptr;
 };
 
 // What one launch carries, by value (a kernel parameter, under CUDA's 4 KiB).

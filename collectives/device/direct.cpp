@@ -24,7 +24,8 @@ constexpr ModeName kModes[] = {{ProtoMode::kAuto, "auto"},
                                {ProtoMode::kFifo, "fifo"},
                                {ProtoMode::kDirect, "direct"},
                                {ProtoMode::kOneShot, "oneshot"},
-                               {ProtoMode::kTwoShot, "twoshot"}};
+                               {ProtoMode::kTwoShot, "twoshot"},
+                               {ProtoMode::kStaged, "staged"}};
 
 // Note [Direct or FIFO]: one-shot reads every rank's round (nranks reads of each byte, one
 // synchronization), two-shot reads and stores 2 (nranks - 1) / nranks of it (two). Two ranks
@@ -75,6 +76,7 @@ Status DirectEngine::open(const DirectSetup& s) {
   mode_ = s.mode;
   wait_ = s.wait;
   sync_why_ = s.sync_why;
+  if (s.staged) return open_staged(s);
   half_bytes_ = std::max(kMinDirectScratchBytes, s.scratch_bytes) / 2 & ~size_t{255};
   flag_bytes_ = direct_flag_bytes(nranks_);
   const size_t bytes = flag_bytes_ + 2 * half_bytes_;
@@ -130,8 +132,12 @@ Status DirectEngine::open(const DirectSetup& s) {
   // Named by the address of the scratch of the job's lowest rank in this process: unique
   // while that scratch lives, which is until the last of them lets go.
   held_ = ProcessHold::join(format("direct %p", static_cast<void*>(table[static_cast<size_t>(lowest)])), here, rt_);
-  // The table into GPU memory through the communicator's own stream (a synchronous copy would
-  // run on the legacy stream and wait for the users' streams).
+  return upload_table(table, s);
+}
+
+// The table into GPU memory through the communicator's own stream (a synchronous copy would
+// run on the legacy stream and wait for the users' streams).
+Status DirectEngine::upload_table(const std::vector<uint8_t*>& table, const DirectSetup& s) {
   const size_t tbytes = sizeof(uint8_t*) * table.size();
   void* staging = nullptr;
   ACCORD_TRY(rt_->alloc_host_pinned(tbytes, &staging));
@@ -140,8 +146,8 @@ Status DirectEngine::open(const DirectSetup& s) {
   if (st.ok()) st = rt_->copy_async(CopyKind::kHostToDevice, table_, staging, tbytes, s.stream);
   // Note [Registered inputs]: the slots' table, empty (the waiting protocol has none).
   const size_t ubytes = sizeof(uint8_t*) * static_cast<size_t>(kDirectUserSlots) * table.size();
-  if (st.ok() && !wait_) st = rt_->alloc_device(s.device, ubytes, &user_table_);
-  if (st.ok() && !wait_) st = rt_->memset_async(user_table_, 0, ubytes, s.stream);
+  if (st.ok() && !wait_ && !staged_) st = rt_->alloc_device(s.device, ubytes, &user_table_);
+  if (st.ok() && !wait_ && !staged_) st = rt_->memset_async(user_table_, 0, ubytes, s.stream);
   if (st.ok()) st = rt_->synchronize_stream(s.stream);
   (void)rt_->free_host_pinned(staging);
   return st.prefix("peer table: ");
@@ -198,6 +204,14 @@ uint32_t DirectEngine::choose(Collective coll, size_t bytes, std::string* why) c
   if (mode_ == ProtoMode::kFifo) {
     *why = "ACCORD_DEVICE_PROTO=fifo";
     return kProtoFifo;
+  }
+  if (staged_) {  // Note [Staged protocol]: all-reduce only, one-shot
+    if (coll != Collective::kAllReduce) {
+      *why = "no staged form; " + staged_why_;
+      return kProtoFifo;
+    }
+    *why = staged_why_;
+    return kProtoOneShot;
   }
   if (coll != Collective::kAllReduce && coll != Collective::kReduceScatter && coll != Collective::kAllGather &&
       coll != Collective::kBroadcast && coll != Collective::kReduce) {
@@ -262,6 +276,13 @@ void DirectEngine::commit(const DevDirect& d) {
 
 std::string DirectEngine::describe() const {
   if (mode_ == ProtoMode::kFifo) return "device protocol: fifo (ACCORD_DEVICE_PROTO=fifo)\n";
+  if (staged_)
+    return format("device protocol: all_reduce staged through pinned host memory by copy engines (one-shot rounds "
+                  "of %zu KiB; each rank's %zu KiB staging area in its shared memory, a copy of every rank's halves "
+                  "in its GPU: %zu KiB); reduce_scatter, all_gather, broadcast, reduce and point-to-point on the "
+                  "FIFOs (%s)\n",
+                  half_bytes_ >> 10, (2 * half_bytes_ + kStagedWordBytes) >> 10,
+                  (2 * half_bytes_ * static_cast<size_t>(nranks_)) >> 10, staged_why_.c_str());
   const char* which = mode_ == ProtoMode::kOneShot   ? "direct one-shot at every size (ACCORD_DEVICE_PROTO=oneshot)"
                       : mode_ == ProtoMode::kTwoShot ? "direct two-shot at every size (ACCORD_DEVICE_PROTO=twoshot)"
                       : nranks_ <= 2                 ? "direct one-shot at every size (2 ranks)"
@@ -278,7 +299,10 @@ void DirectEngine::log_choice(Collective coll, size_t bytes, uint32_t proto, con
   while ((size_t{1} << (log2 + 1)) <= bytes && log2 < 62) ++log2;
   if (!logged_.insert({proto * 256 + static_cast<uint32_t>(coll), log2}).second) return;
   LOG_INFO(kGpu, "rank %d: %s of %zu bytes: %s (%s)", rank_, collective_name(coll), bytes,
-           coll == Collective::kAllReduce || proto == kProtoFifo ? proto_name(proto) : "direct", why.c_str());
+           staged_ && proto != kProtoFifo                           ? "staged one-shot"
+           : coll == Collective::kAllReduce || proto == kProtoFifo ? proto_name(proto)
+                                                                   : "direct",
+           why.c_str());
 }
 
 }  // namespace accord::dev

@@ -2,11 +2,13 @@
 // scratch, allocated at init and mapped into every peer, the choice between the direct
 // protocol and the FIFO schedule for a call, and the direct part of a launch. The
 // communicator owns one when every pair of its ranks can address each other's GPU memory
-// (device_path.cpp / direct_path.cpp decide; Note [Direct or FIFO]).
+// (device_path.cpp / direct_path.cpp decide; Note [Direct or FIFO]), or, in its staged form
+// (Note [Staged protocol], direct_staged.cpp), when some pair of a job on one host cannot.
 #pragma once
 
-#include <cstddef>
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -25,7 +27,7 @@
 namespace accord::dev {
 
 // ACCORD_DEVICE_PROTO.
-enum class ProtoMode { kAuto, kFifo, kDirect, kOneShot, kTwoShot };
+enum class ProtoMode { kAuto, kFifo, kDirect, kOneShot, kTwoShot, kStaged };
 bool parse_proto_mode(const std::string& text, ProtoMode* out);
 const char* proto_mode_name(ProtoMode m);
 const char* proto_name(uint32_t proto);  // kProtoFifo... : "fifo", "direct one-shot", "direct two-shot"
@@ -35,6 +37,15 @@ bool parse_gpu_sync(const std::string& text, GpuSync* out);
 
 constexpr size_t kDefaultDirectScratchBytes = size_t{8} << 20;  // both data halves
 constexpr size_t kMinDirectScratchBytes = 4096;
+// Note [Staged protocol] (direct_staged.cpp): each rank's staging area in its shared-memory
+// segment: kStagedWordBytes of 32-bit words (a round word per sender, then a tag word per
+// half and sender, kStagedMaxRanks apart), then two data halves.
+constexpr size_t kDefaultStagedBytes = size_t{4} << 20;  // both halves
+constexpr size_t kStagedWordBytes = 1024;
+constexpr int kStagedMaxRanks = 64;  // kStagedTagStride (direct_call.hpp)
+inline size_t staged_area_bytes(size_t staged_bytes) {
+  return kStagedWordBytes + 2 * (std::max(kMinDirectScratchBytes, staged_bytes) / 2 & ~size_t{255});
+}
 
 struct DirectSetup {
   DeviceRuntime* rt = nullptr;
@@ -51,6 +62,15 @@ struct DirectSetup {
   // (Note [Shared GPU sync]): hand-offs between kernels by stream memory operations, and why.
   bool wait = false;
   std::string sync_why;
+  // Note [Staged protocol] (direct_staged.cpp): all-reduces staged through every rank's area
+  // of shared host memory (staging, per rank, registered with the runtime) by copy engines,
+  // and why; the device memory joins `hold` (the communicator's, Note [Freeing memory peers
+  // map]).
+  bool staged = false;
+  std::string staged_why;
+  std::vector<uint8_t*> staging;
+  size_t staged_bytes = kDefaultStagedBytes;
+  std::shared_ptr<ProcessHold> hold;
 };
 
 class DirectEngine {
@@ -74,6 +94,11 @@ class DirectEngine {
   // kernels were queued leaves the stream unusable for this communicator: *partial says so.
   bool waiting() const { return wait_; }
   Status launch_waiting(const DevLaunch& launch, Stream stream, bool* partial);
+  // Note [Staged protocol]: whether all-reduces are staged through host memory (the other
+  // calls keep the FIFOs), and the launch of one such call (direct_staged.cpp), as
+  // launch_waiting.
+  bool staged() const { return staged_; }
+  Status launch_staged(const DevLaunch& launch, Stream stream, bool* partial);
   // The watchdog, after it set DevCtl::abort (a dead peer, a timeout, an abort): writes every
   // word this rank's stream may wait on past the last round waited for, so that no stream
   // waits for a peer that will never write (the kernels after the waits see the abort and do
@@ -107,6 +132,9 @@ class DirectEngine {
  private:
   DirectEngine() = default;
   Status open(const DirectSetup& s);
+  Status open_staged(const DirectSetup& s);  // direct_staged.cpp
+  Status upload_table(const std::vector<uint8_t*>& table, const DirectSetup& s);
+  void release_staged();
 
   DeviceRuntime* rt_ = nullptr;
   int rank_ = 0;
@@ -129,6 +157,11 @@ class DirectEngine {
   std::mutex p2p_mu_;                      // guards p2p_waits_ (the watchdog reads it)
   std::map<uint32_t*, uint32_t> p2p_waits_;  // every word a p2p wait was queued on: the last value
   std::set<std::pair<uint32_t, int>> logged_;
+  // Note [Staged protocol]
+  bool staged_ = false;
+  std::string staged_why_;
+  std::vector<uint8_t*> staging_;       // [nranks] every rank's staging area, as this process maps it
+  std::vector<uint8_t*> staging_dev_;   // the same, as the GPU addresses it (device_address)
 };
 
 }  // namespace accord::dev

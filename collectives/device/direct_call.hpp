@@ -126,6 +126,10 @@ ACCORD_HD constexpr uint64_t direct_flag_bytes(int32_t nranks) {
          256;
 }
 
+// Note [Staged protocol] (direct_staged.cpp): the stride of DevDirect::stage_tags' halves,
+// and so the most ranks the staged protocol takes.
+constexpr uint32_t kStagedTagStride = 64;
+
 // Note [Waiting protocol]: the kernels of a call, per round (phases, then an exchange
 // between two of them): 3 for a two-shot all-reduce, 2 for every other direct form.
 constexpr uint32_t kDirectMaxPhases = 3;
@@ -164,7 +168,8 @@ class DirectRunner {
         const uint64_t n = k < rounds ? (d_.count - base < d_.chunk_elems ? d_.count - base : d_.chunk_elems) : 0;
         round_index_ = static_cast<uint32_t>(k);
         const uint32_t e = d_.round + static_cast<uint32_t>(k);
-        for (uint32_t s = L_.block(); n > 0 && s < d_.nslices; s += c_.nblocks) phase(i == 0 ? d_.phase - 1 : 0, e, base, n, s);
+        if (i == 0 && d_.phase > 1 && d_.stage_tags != nullptr && L_.block() == 0) ok = stage_tags_match(e);
+        for (uint32_t s = L_.block(); ok && n > 0 && s < d_.nslices; s += c_.nblocks) phase(i == 0 ? d_.phase - 1 : 0, e, base, n, s);
       }
       if (d_.last != 0) {
         end_call(L_, c_, /*fold_deltas=*/false);
@@ -348,6 +353,24 @@ class DirectRunner {
           failed = 1;
         } else if (static_cast<uint32_t>(seen) == e && static_cast<uint32_t>(seen >> 32) != c_.tag) {
           fail(kDevBadTag, p, c_.tag, seen >> 32);
+          failed = 1;
+        }
+      }
+    }
+    return L_.share(failed) == 0;
+  }
+
+  // Note [Staged protocol]: every peer's tag of round e (written by its stream before its
+  // round word, which this rank's stream waited for) is this call's; block 0's leader checks.
+  ACCORD_HD bool stage_tags_match(uint32_t e) {
+    int32_t failed = 0;
+    if (L_.leader()) {
+      const uint32_t* tags = d_.stage_tags + (e & 1u) * kStagedTagStride;
+      for (int32_t p = 0; p < c_.nranks && failed == 0; ++p) {
+        if (p == c_.rank) continue;
+        const uint32_t got = L_.load(tags + p);
+        if (got != c_.tag) {
+          fail(kDevBadTag, p, c_.tag, got);
           failed = 1;
         }
       }

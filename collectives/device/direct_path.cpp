@@ -13,8 +13,9 @@ namespace accord {
 
 // Note [Direct or FIFO]: a job uses the direct protocol only where every pair of its ranks can
 // load and store the other's GPU memory (one GPU, or GPUs that peer: device_route p2p or ipc),
-// all ranks on one host with a GPU each; a job with one host-staged pair, or ranks on other
-// hosts, keeps the FIFO schedule for every call. Every rank decides from the same inputs
+// all ranks on one host with a GPU each; a job on one host with a host-staged pair stages its
+// all-reduces through host memory instead (Note [Staged protocol], direct_staged.cpp) and
+// keeps the FIFOs for the rest; ranks on other hosts keep the FIFO schedule for every call. Every rank decides from the same inputs
 // (device_of_, pid_of_, the topology, ACCORD_DEVICE_PROTO, which init compares across ranks),
 // so every rank makes the same choice without another round; and each call's choice depends
 // only on the call (direct.cpp, DirectEngine::choose), so the ranks agree on it too.
@@ -35,9 +36,26 @@ Status Communicator::setup_direct(StoreClient* store, Deadline deadline) {
       if (device_route(a, b, &why) == DeviceRoute::kHostStaged)
         why_not = format("pair %d-%d is host-staged (%s)", a, b, why.c_str());
     }
+  // Note [Staged protocol] (device/direct_staged.cpp): a job on one host with a host-staged
+  // pair (or ACCORD_DEVICE_PROTO=staged) stages its all-reduces through the ranks' staging
+  // areas, which every segment has when the job may use GPUs.
+  const bool on_one_host = mode != dev::ProtoMode::kFifo && static_cast<int>(local_ranks_.size()) == nranks_;
+  const bool want_staged = on_one_host && (mode == dev::ProtoMode::kStaged ||
+                                           (mode == dev::ProtoMode::kAuto && !why_not.empty()));
+  std::vector<uint8_t*> staging;
+  for (int r = 0; want_staged && shm_ != nullptr && r < nranks_; ++r)
+    if (shm_->staging(r) != nullptr) staging.push_back(shm_->staging(r));
+  if (want_staged && static_cast<int>(staging.size()) == nranks_ && nranks_ <= dev::kStagedMaxRanks)
+    return setup_engine(store, deadline, mode, staging,
+                        why_not.empty() ? std::string("ACCORD_DEVICE_PROTO=staged") : why_not);
+  if (want_staged && why_not.empty())
+    why_not = format("ACCORD_DEVICE_PROTO=staged, but %s",
+                     nranks_ > dev::kStagedMaxRanks ? "the staged protocol takes at most 64 ranks"
+                                                    : "some rank has no staging area in shared memory");
   if (!why_not.empty()) {
     direct_plan_ = format("device protocol: fifo for every collective (%s)\n", why_not.c_str());
-    if (mode == dev::ProtoMode::kDirect || mode == dev::ProtoMode::kOneShot || mode == dev::ProtoMode::kTwoShot) {
+    if (mode == dev::ProtoMode::kDirect || mode == dev::ProtoMode::kOneShot || mode == dev::ProtoMode::kTwoShot ||
+        mode == dev::ProtoMode::kStaged) {
       if (rank_ == 0)
         LOG_WARN(kGpu, "rank 0: ACCORD_DEVICE_PROTO=%s, but the job cannot use the direct protocol: %s; every "
                  "collective uses the FIFOs", settings_.device_proto.c_str(), why_not.c_str());
@@ -45,6 +63,12 @@ Status Communicator::setup_direct(StoreClient* store, Deadline deadline) {
     LOG_INFO(kGpu, "rank %d: %s", rank_, direct_plan_.substr(0, direct_plan_.size() - 1).c_str());
     return Status::success();
   }
+  return setup_engine(store, deadline, mode, {}, "");
+}
+
+// The direct engine, or with `staging` (every rank's area) its staged form, and the plan's lines.
+Status Communicator::setup_engine(StoreClient* store, Deadline deadline, dev::ProtoMode mode,
+                                  const std::vector<uint8_t*>& staging, const std::string& staged_why) {
   dev::DirectSetup s;
   s.rt = rt_;
   s.device = device_;
@@ -59,15 +83,24 @@ Status Communicator::setup_direct(StoreClient* store, Deadline deadline) {
   s.mode = mode;
   s.store = store;
   s.deadline = deadline;
+  s.staged = !staging.empty();
+  if (s.staged) {
+    s.staged_why = staged_why;
+    s.staging = staging;
+    s.staged_bytes = settings_.staged_bytes > 0 ? static_cast<size_t>(settings_.staged_bytes) : dev::kDefaultStagedBytes;
+    s.hold = fifo_hold_;
+  }
   ACCORD_TRY(choose_gpu_sync(store, deadline, &s.wait, &s.sync_why));  // Note [Shared GPU sync]
   ACCORD_TRY(dev::DirectEngine::create(s, &direct_));
   direct_plan_ = direct_->describe();
   // (one line of the plan each, so the log below prints both)
-  direct_plan_ += format("GPU hand-offs: %s (%s)\n",
-                         s.wait ? "wait: kernels never wait on a peer, the stream waits between them "
-                                  "(collectives, and sends and receives on the FIFOs)"
-                                : "spin: the kernel polls its peers' flags",
-                         s.sync_why.c_str());
+  direct_plan_ += s.staged ? std::string("GPU hand-offs: staged: all_reduce's kernels never wait on a peer, the "
+                                         "stream copies and waits between them; the FIFO kernels poll\n")
+                           : format("GPU hand-offs: %s (%s)\n",
+                                    s.wait ? "wait: kernels never wait on a peer, the stream waits between them "
+                                             "(collectives, and sends and receives on the FIFOs)"
+                                           : "spin: the kernel polls its peers' flags",
+                                    s.sync_why.c_str());
   for (size_t at = 0, nl; (nl = direct_plan_.find('\n', at)) != std::string::npos; at = nl + 1)
     LOG_INFO(kGpu, "rank %d: %s", rank_, direct_plan_.substr(at, nl - at).c_str());
   // Note [User buffers mapped into peers]: the plan's line, with nothing registered yet.
@@ -90,7 +123,7 @@ bool Communicator::prepare_direct(const CollArgs& a, size_t elem_bytes, dev::Dev
   int slot = -1;
   uint64_t offset = 0;
   if (launch->direct.user != nullptr && proto == dev::kProtoOneShot && a.coll == Collective::kAllReduce &&
-      a.op < ACCORD_NUM_OPS && a.send != a.recv && users_ != nullptr &&
+      !direct_->staged() && a.op < ACCORD_NUM_OPS && a.send != a.recv && users_ != nullptr &&
       users_->find_mine(a.send, bytes, &slot, &offset)) {
     launch->direct.my_slot = slot;
     launch->direct.my_offset = offset;
@@ -108,11 +141,12 @@ dev::UserBuffers* Communicator::user_buffers() {
   for (int r = 0; r < nranks_; ++r) {
     const auto i = static_cast<size_t>(r);
     owner[i] = i < proc_of_.size() ? proc_of_[i] : i < pid_of_.size() ? std::to_string(pid_of_[i]) : "";
-    // Only the direct protocol's jobs map peers' memory (every pair addresses the other's GPU).
-    ipc[i] = direct_ != nullptr && r != rank_ && !same_process(rank_, r);
+    // Only the direct protocol's jobs map peers' memory (every pair addresses the other's GPU);
+    // a staged job's pairs may not (Note [Staged protocol]).
+    ipc[i] = direct_ != nullptr && !direct_->staged() && r != rank_ && !same_process(rank_, r);
   }
   users_ = std::make_unique<dev::UserBuffers>(rt_, device_, rank_, std::move(ipc), std::move(owner));
-  users_->set_direct_reads(direct_ != nullptr && !direct_->waiting());
+  users_->set_direct_reads(direct_ != nullptr && !direct_->waiting() && !direct_->staged());
   return users_.get();
 }
 

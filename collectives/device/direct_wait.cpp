@@ -95,6 +95,7 @@ Status DirectEngine::p2p_wait(Stream stream, DevCtl* ctl, uint32_t* word, uint32
 }
 
 void DirectEngine::release_waits() {
+  if (staged_) return release_staged();  // Note [Staged protocol] (direct_staged.cpp)
   if (!wait_ || rescue_.id == 0) return;
   {
     std::lock_guard<std::mutex> lock(p2p_mu_);

@@ -393,28 +393,40 @@ std::string expected_transport(const Machine& m, int a, int b, bool processes) {
 
 // Note [Direct or FIFO]: a job takes the direct protocol for its all-reduces only when every
 // pair of its ranks addresses the other's GPU memory (ranks on one GPU, or GPUs that all peer),
-// and not with ACCORD_DEVICE_PROTO=fifo; otherwise every rank keeps the FIFOs for every call.
-bool proto_fifo_forced() {
+// and not with ACCORD_DEVICE_PROTO=fifo. Note [Staged protocol]: a job with a host-staged pair
+// (GPUs that cannot peer, ACCORD_P2P_DISABLE=1) stages its all-reduces through pinned host
+// memory instead (auto or ACCORD_DEVICE_PROTO=staged; a forced direct form keeps the FIFOs).
+std::string proto_env() {
   const char* v = std::getenv("ACCORD_DEVICE_PROTO");
-  return v != nullptr && std::string(v) == "fifo";
+  return v == nullptr ? "" : v;
 }
+bool proto_fifo_forced() { return proto_env() == "fifo"; }
 bool all_direct(const Machine& m, int nranks, bool one_gpu) {
-  if (p2p_disabled() || proto_fifo_forced()) return false;
+  if (p2p_disabled() || proto_fifo_forced() || proto_env() == "staged") return false;
   for (int a = 0; a < nranks && !one_gpu; ++a)
     for (int b = a + 1; b < nranks; ++b)
       if (!m.peer(a, b)) return false;
   return true;
 }
-std::string check_proto(const std::string& plan, bool direct) {
+// The job's all-reduce protocol: "direct", "staged" or "fifo".
+std::string expected_proto(const Machine& m, int nranks, bool one_gpu) {
+  if (proto_fifo_forced()) return "fifo";
+  if (all_direct(m, nranks, one_gpu)) return "direct";
+  const std::string forced = proto_env();
+  return forced.empty() || forced == "auto" || forced == "staged" ? "staged" : "fifo";
+}
+std::string check_proto(const std::string& plan, const std::string& proto) {
   const std::string head = "device protocol: ";
   const size_t at = plan.find(head);
   const std::string line =
       at == std::string::npos ? "" : plan.substr(at + head.size(), plan.find('\n', at) - at - head.size());
-  const std::string want = direct ? "all_reduce direct" : "fifo for every collective";
+  const std::string want = proto == "direct"   ? "all_reduce direct"
+                           : proto == "staged" ? "all_reduce staged through pinned host memory by copy engines"
+                                               : "fifo for every collective";
   if (line.rfind(want, 0) != 0) return "the plan's device protocol should start with '" + want + "'; plan:\n" + plan;
   // Note [Shared GPU sync]: a job told how to hand off says so in its plan.
   const char* sync = std::getenv("ACCORD_SHARED_GPU_SYNC");
-  if (direct && sync != nullptr && *sync != 0 && std::string(sync) != "auto" &&
+  if (proto == "direct" && sync != nullptr && *sync != 0 && std::string(sync) != "auto" &&
       plan.find("GPU hand-offs: " + std::string(sync)) == std::string::npos)
     return "the plan should say 'GPU hand-offs: " + std::string(sync) + "'; plan:\n" + plan;
   return "";
@@ -436,7 +448,7 @@ std::string check_plan(const Machine& m, bool processes, accord_comm_t comm, int
         wrong += "\n  pair " + std::to_string(a) + "-" + std::to_string(b) + ": expected " + want +
                  ", plan says: " + (line.empty() ? "(no line)" : line);
     }
-  if (nwrong == 0) return check_proto(plan, all_direct(m, nranks, false));
+  if (nwrong == 0) return check_proto(plan, expected_proto(m, nranks, false));
   return std::to_string(nwrong) + " of " + std::to_string(nranks * (nranks - 1) / 2) +
          " GPU pairs have the wrong transport" + (nwrong > 3 ? " (the first 3):" : ":") + wrong;
 }
@@ -576,7 +588,7 @@ std::string shared_gpu(accord_comm_t c, int r, int n, int gpus, const char* rout
   const std::string line = pair_line(plan_of(c), 0, 1);
   if (line.rfind(std::string(route) + " (GPU 0 shared by both ranks", 0) != 0)
     return std::string("pair 0-1 should be ") + route + " on the shared GPU 0; plan says: " + line;
-  return check_proto(plan_of(c), !proto_fifo_forced());
+  return check_proto(plan_of(c), proto_fifo_forced() ? "fifo" : p2p_disabled() ? "staged" : "direct");
 }
 
 // Note [Direct protocol]: all-reduces of every dtype over sum and avg, and the other ops over
@@ -609,8 +621,8 @@ std::vector<Case> direct_cases() {
 }
 
 // The direct cases, after the plan says which protocol the job took.
-std::string direct_job(accord_comm_t c, int r, int n, int gpus, bool direct) {
-  const std::string wrong = check_proto(plan_of(c), direct);
+std::string direct_job(accord_comm_t c, int r, int n, int gpus, const std::string& proto) {
+  const std::string wrong = check_proto(plan_of(c), proto);
   if (!wrong.empty()) return wrong;
   std::vector<Case> cases = direct_cases();
   for (Case& k : cases) k.root = k.root == -1 ? n - 1 : k.root == -2 ? n / 2 : k.root;  // last, middle
@@ -1015,13 +1027,13 @@ TEST_F(GpuProcsProcesses, DirectAllReduceExact) {
     SharedGpuEnv env;
     for (int n : {2, 3, 4})
       for (const auto& f : run_processes(
-               n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, all_direct(m_, nr, true)); },
+               n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, expected_proto(m_, nr, true)); },
                kTimeoutS))
         ADD_FAILURE() << n << " ranks on GPU 0: " << f;
   }
   for (int n : {2, 4})
     for (const auto& f : run_processes(
-             n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, all_direct(m_, nr, false)); },
+             n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, expected_proto(m_, nr, false)); },
              kTimeoutS))
       ADD_FAILURE() << n << " ranks on GPUs 0.." << n - 1 << ": " << f;
 }
@@ -1056,7 +1068,7 @@ std::string survivor(accord_comm_t c, int r, int missing) {
 }
 
 TEST_F(GpuProcsProcesses, DirectWaitEndsWhenAPeerStopsOrDies) {
-  if (!all_direct(m_, 3, true)) GTEST_SKIP() << "the job would not use the direct protocol";
+  if (expected_proto(m_, 3, true) == "fifo") GTEST_SKIP() << "the job would use neither the direct nor the staged protocol";
   SharedGpuEnv env;
   ScopedEnv timeout("ACCORD_TIMEOUT_MS", "3000");
   // Stopped: rank 1 of 2 sleeps past the timeout instead of calling.
@@ -1088,7 +1100,7 @@ TEST_F(GpuProcsProcesses, DirectWaitEndsWhenAPeerStopsOrDies) {
 // runs after destroy (no_rule_broken). Both protocols: direct scratch and device FIFOs.
 TEST_F(GpuProcsProcesses, DestroyWaitsUntilPeersLetGo) {
   const int gpus = m_.gpus();
-  for (const char* proto : {"auto", "fifo"}) {
+  for (const char* proto : {"auto", "fifo", "staged"}) {  // Note [Staged protocol]: its memory in the FIFOs' hold
     ScopedEnv env_proto("ACCORD_DEVICE_PROTO", proto);
     SharedGpuEnv env;
     for (const auto& f : run_processes(2, [&](accord_comm_t c, int r, int n) {
@@ -1399,7 +1411,7 @@ TEST_F(GpuProcsProcesses, SequentialDestroysInEachProcess) {
   const int gpus = m_.gpus();
   SharedGpuEnv env;
   ScopedEnv timeout("ACCORD_TIMEOUT_MS", "20000");  // the old deadlock's length: more than a slow call
-  for (const char* proto : {"fifo", "auto"}) {
+  for (const char* proto : {"fifo", "auto", "staged"}) {
     ScopedEnv env_proto("ACCORD_DEVICE_PROTO", proto);
     LogFile log;
     for (const auto& f : run_process_groups(2, 2, [&](accord_comm_t c, int r, int n) {
@@ -1583,11 +1595,11 @@ TEST_F(GpuProcsThreads, DirectAllReduceExact) {
     SharedGpuEnv env;
     for (int n : {2, 3})
       for (const auto& f : run_threads(
-               n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, all_direct(m_, nr, true)); }))
+               n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, expected_proto(m_, nr, true)); }))
         ADD_FAILURE() << n << " ranks on GPU 0: " << f;
   }
   for (const auto& f : run_threads(
-           4, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, all_direct(m_, nr, false)); }))
+           4, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, expected_proto(m_, nr, false)); }))
     ADD_FAILURE() << "4 ranks on GPUs 0..3: " << f;
 }
 

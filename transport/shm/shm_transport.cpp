@@ -155,7 +155,9 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
                 kDepartureOffset + sizeof(Departure) <= kReleaseOffset &&
                 kReleaseOffset + sizeof(std::atomic<uint32_t>) <= kBoardOffset && kBoardOffset + kBoardBytes <= kHeaderBytes);
   const size_t ctrl_at = kHeaderBytes + fifo_bytes * static_cast<size_t>(nranks);
-  const size_t seg_bytes = ctrl_at + ctrl_bytes * static_cast<size_t>(nranks);
+  // Note [Staged protocol]: the owner's staging area last, page-aligned.
+  const size_t staging_at = (ctrl_at + ctrl_bytes * static_cast<size_t>(nranks) + 4095) & ~size_t{4095};
+  const size_t seg_bytes = staging_at + options.staging_bytes;
 
   sweep_stale_shm_segments();
   uint8_t rnd[16];
@@ -165,6 +167,10 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
   void* my_addr = nullptr;
   ACCORD_TRY(map_segment(mine, seg_bytes, true, &my_addr).prefix(format("rank %d: ", rank)));
   t->mappings_.push_back({my_addr, seg_bytes});
+  if (options.staging_bytes > 0) {
+    t->staging_.assign(static_cast<size_t>(nranks), nullptr);
+    t->staging_[static_cast<size_t>(rank)] = static_cast<uint8_t*>(my_addr) + staging_at;
+  }
   t->notes_.assign(static_cast<size_t>(nranks), nullptr);
   t->notes_[static_cast<size_t>(rank)] = static_cast<std::atomic<int32_t>*>(my_addr);
   t->notes_[static_cast<size_t>(rank)]->store(-1);
@@ -215,6 +221,7 @@ Status ShmTransport::setup(StoreClient* store, int rank, int nranks, const std::
     }
     if (!s.ok()) return fail(std::move(s.prefix(format("rank %d, peer %d: ", rank, peer))));
     t->mappings_.push_back({addr, seg_bytes});
+    if (options.staging_bytes > 0) t->staging_[static_cast<size_t>(peer)] = static_cast<uint8_t*>(addr) + staging_at;
     t->notes_[static_cast<size_t>(peer)] = static_cast<std::atomic<int32_t>*>(addr);
     t->departures_[static_cast<size_t>(peer)] =
         reinterpret_cast<Departure*>(static_cast<uint8_t*>(addr) + kDepartureOffset);

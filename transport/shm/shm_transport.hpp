@@ -14,9 +14,13 @@
 // After the FIFOs, the segment holds one device-FIFO area per rank (zero-filled; a whole FIFO
 // with ShmOptions::device_fifos, else its control part): the device path's host-staged FIFOs
 // (Note [Device FIFOs], fifo.hpp), so host calls and device calls never share a FIFO.
+// Last, with ShmOptions::staging_bytes, the owner's staging area for the staged all-reduce
+// (Note [Staged protocol], collectives/device/direct_staged.cpp): 256 bytes of words, then
+// the data halves.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -36,6 +40,9 @@ struct ShmOptions {
   // Note [Device FIFOs]: each device area holds a whole FIFO (slots too), for the host-staged
   // device path; otherwise only its control part.
   bool device_fifos = false;
+  // Note [Staged protocol] (collectives/device/direct_staged.cpp): bytes of the owner's
+  // staging area at the end of each segment (0: none). Every rank must give the same.
+  size_t staging_bytes = 0;
 };
 
 class ShmTransport {
@@ -60,6 +67,12 @@ class ShmTransport {
   // rank's segment), and of the one from this rank to `peer` (in the peer's segment).
   void* device_ctrl_recv(int peer) const { return dev_ctrl_recv_[static_cast<size_t>(peer)]; }
   void* device_ctrl_send(int peer) const { return dev_ctrl_send_[static_cast<size_t>(peer)]; }
+  // Note [Staged protocol]: `rank`'s staging area (zero-filled, in its segment as this rank
+  // maps it), of staging_bytes(); null without one or for a rank that is not local.
+  uint8_t* staging(int rank) const {
+    return staging_.empty() ? nullptr : staging_[static_cast<size_t>(rank)];
+  }
+  size_t staging_bytes() const { return options_.staging_bytes; }
 
   // Note [Death notes] (wait.hpp): per rank, the first word of its segment's header page.
   // Zero-filled memory reads as rank 0, so the owner stores -1 at creation.
@@ -101,6 +114,7 @@ class ShmTransport {
   std::vector<std::unique_ptr<SendChannel>> senders_;
   std::vector<std::unique_ptr<RecvChannel>> receivers_;
   std::vector<void*> dev_ctrl_recv_, dev_ctrl_send_;
+  std::vector<uint8_t*> staging_;
   std::unique_ptr<Board> board_;
 };
 

@@ -1,0 +1,172 @@
+// Note [Staged protocol]: all-reduce between ranks on one host whose GPUs cannot all address
+// each other (a host-staged pair: GPUs that cannot peer, or ACCORD_P2P_DISABLE=1), staged
+// through pinned shared host memory by the copy engines, with no kernel that polls over PCIe
+// (the FIFO kernels store into and poll host memory slot by slot, and more blocks made that
+// slower: issue 33, item 2). It is the waiting protocol (Note [Waiting protocol],
+// direct_call.hpp) over copies: the same one-shot rounds, halves e % 2, kernels per phase and
+// DirectRunner, on device memory that is this rank's own.
+//
+// Memory. Host: each rank's staging area at the end of its shared-memory segment (ShmOptions::
+// staging_bytes, ACCORD_STAGED_BYTES, 4 MiB by default), which every local rank maps and
+// registers with the device runtime (Communicator::register_slots): kStagedWordBytes of 32-bit
+// words (word[from], the round, and tag[h][from], the call signature of a round in half h,
+// both written by rank `from`), then two halves. Device: this rank's region,
+// nranks pairs of halves of the same size: pair `rank` is its own (the kernels' A writes it),
+// pair p a local copy of peer p's halves. The table the kernels see (DevDirect::scratch)
+// points at pair r for rank r, so DirectRunner runs unchanged, folding in rank order (the
+// bits of every other path). Cost per rank: the area in /dev/shm (pinned), and nranks x both
+// halves of GPU memory.
+//
+// Round e of a call (one-shot; n elements), all on the caller's stream:
+//   kernel: A (input -> own device half e % 2; for e > first, run by the kernel before)
+//   copy_async device -> host: own device half e % 2 -> own host half e % 2 (n elements)
+//   stream_write_value32: the call's tag into tag[e % 2][rank], then e into word[rank], of
+//   every peer's area
+//   stream_wait_value32(>= e) on word[p] of this rank's area, for every peer p
+//   copy_async host -> device: peer p's host half e % 2 -> the local copy of p's half e % 2
+//   kernel: B (checks every peer's tag[e % 2], then folds every rank's half e % 2 into the
+//   output), and A of round e + 1
+// Why a host half is not overwritten before every peer copied it: a rank writes its host half
+// e % 2 again in round e + 2, after its stream saw every peer's word reach e + 1; a peer's
+// stream writes its word of round e + 1 after its copies of round e (stream order). The local
+// copies are written and read by this rank's stream alone, in order. A peer is never two
+// rounds ahead (that needs this rank's word of the round between). Words only grow, so nothing
+// resets them; a wait is for >= e with a signed difference (Note [Direct rounds]).
+// A mismatched call is caught as in the spinning protocol (kDevBadTag): a peer's tag of round
+// e in half e % 2 is its round e's, since it wrote it before its word of round e (stream
+// order), and writes that half's tag again only in round e + 2, after this rank's word of
+// round e + 1, which follows this rank's kernel B of round e. A dead or stopped peer: the watchdog sets DevCtl::abort, then
+// release_waits stores the last waited round into this rank's own words (host memory: a plain
+// store), so the stream's wait ends, and the kernels after it see the abort and do nothing.
+// Other collectives and point-to-point keep the FIFOs in such a job (choose()).
+// Not yet met hardware: exactness is proven on the simulated runtime only (HARDWARE_RISKS.md).
+#include <algorithm>
+
+#include "collectives/device/dev_kernels.hpp"
+#include "collectives/device/direct.hpp"
+#include "collectives/device/direct_call.hpp"
+#include "core/log.hpp"
+
+namespace accord::dev {
+
+Status DirectEngine::open_staged(const DirectSetup& s) {
+  staged_ = true;
+  staged_why_ = s.staged_why;
+  // Its all-reduces wait in the stream anyway (launch_staged); the FIFO calls (sends and
+  // receives, the other collectives) keep the spinning kernel: the waiting point-to-point form
+  // (Note [Waiting point-to-point]) needs the direct scratch's words in every peer, which a
+  // staged job's pairs cannot address.
+  wait_ = false;
+  half_bytes_ = std::max(kMinDirectScratchBytes, s.staged_bytes) / 2 & ~size_t{255};
+  flag_bytes_ = 0;  // the words are in host memory
+  if (nranks_ > kStagedMaxRanks || s.staging.size() != static_cast<size_t>(nranks_))
+    return error(ACCORD_ERR_INTERNAL, "staged protocol with %d ranks (at most %d) and %zu staging areas", nranks_,
+                 kStagedMaxRanks, s.staging.size());
+  staging_ = s.staging;
+  staging_dev_.assign(staging_.size(), nullptr);
+  for (int r = 0; r < nranks_; ++r) {
+    void* at = nullptr;
+    ACCORD_TRY(rt_->device_address(staging_[static_cast<size_t>(r)], &at)
+                   .prefix(format("rank %d's staging area (registered shared memory): ", r)));
+    staging_dev_[static_cast<size_t>(r)] = static_cast<uint8_t*>(at);
+  }
+  const size_t pair = 2 * half_bytes_;
+  ACCORD_TRY(rt_->alloc_device(s.device, pair * static_cast<size_t>(nranks_), &mine_)
+                 .prefix(format("%zu bytes for the local copies of %d ranks' halves (ACCORD_STAGED_BYTES): ",
+                                pair * static_cast<size_t>(nranks_), nranks_)));
+  std::vector<uint8_t*> table(static_cast<size_t>(nranks_), nullptr);
+  for (int r = 0; r < nranks_; ++r) table[static_cast<size_t>(r)] = static_cast<uint8_t*>(mine_) + pair * static_cast<size_t>(r);
+  scratch_ = table;
+  ACCORD_TRY(upload_table(table, s));
+  // Note [Freeing memory peers map]: no peer maps this memory, but a free waits for the
+  // device, so it goes with the communicator's other device memory, in its hold.
+  held_ = s.hold != nullptr ? s.hold : ProcessHold::join(format("staged %p", mine_), 1, rt_);
+  return Status::success();
+}
+static_assert(kStagedMaxRanks == static_cast<int>(kStagedTagStride) &&
+                  kStagedWordBytes >= sizeof(uint32_t) * (kStagedMaxRanks + 2 * kStagedTagStride),
+              "the staging area's words");
+
+Status DirectEngine::launch_staged(const DevLaunch& launch, Stream stream, bool* partial) {
+  *partial = false;
+  DevLaunch l = launch;
+  DevDirect& d = l.direct;
+  const uint64_t rounds = d.chunk_elems == 0 ? 0 : (d.count + d.chunk_elems - 1) / d.chunk_elems;
+  auto kernel = [&]() {
+    return rt_->launch_kernel(collective_kernel(), &l, sizeof l, stream, l.call.nblocks, 0);
+  };
+  auto word = [&](int at, int from) {
+    return reinterpret_cast<uint32_t*>(staging_dev_[static_cast<size_t>(at)]) + from;
+  };
+  auto tag = [&](int at, uint32_t h, int from) { return word(at, kStagedMaxRanks + static_cast<int>(h * kStagedTagStride) + from); };
+  d.stage_tags = tag(rank_, 0, 0);
+  if (rounds == 0) {  // nothing to move: one kernel that only says it began and ended
+    d.phase = 0;
+    d.last = 1;
+    return kernel();
+  }
+  const size_t es = l.call.elem_bytes;
+  auto host_half = [&](int r, uint32_t h) { return staging_[static_cast<size_t>(r)] + kStagedWordBytes + h * half_bytes_; };
+  // Between the kernels of round e (elements of the round: n): out, tell, wait, in.
+  auto exchange = [&](uint32_t e, uint64_t n) -> Status {
+    const uint32_t h = e & 1u;
+    const size_t bytes = n * es;
+    uint8_t* own = scratch_[static_cast<size_t>(rank_)] + h * half_bytes_;
+    ACCORD_TRY(rt_->copy_async(CopyKind::kDeviceToHost, host_half(rank_, h), own, bytes, stream)
+                   .prefix(format("round %u: staging out: ", e)));
+    for (int r = 0; r < nranks_; ++r) {
+      if (r == rank_) continue;
+      ACCORD_TRY(rt_->stream_write_value32(stream, tag(r, h, rank_), l.call.tag).prefix(format("round %u: telling rank %d: ", e, r)));
+      ACCORD_TRY(rt_->stream_write_value32(stream, word(r, rank_), e).prefix(format("round %u: telling rank %d: ", e, r)));
+    }
+    waited_round_.store(e, std::memory_order_release);  // before the waits: release_waits reaches past them
+    for (int r = 0; r < nranks_; ++r) {
+      if (r == rank_) continue;
+      // The peer this stream waits on next, for the watchdog's message (DevCtl is pinned).
+      ACCORD_TRY(rt_->stream_write_value32(stream, &l.call.ctl->waiting_peer, static_cast<uint32_t>(r))
+                     .prefix(format("round %u: ", e)));
+      ACCORD_TRY(rt_->stream_wait_value32(stream, word(rank_, r), e, DeviceRuntime::WaitCondition::kGeq)
+                     .prefix(format("round %u: waiting for rank %d: ", e, r)));
+      ACCORD_TRY(rt_->copy_async(CopyKind::kHostToDevice, scratch_[static_cast<size_t>(r)] + h * half_bytes_,
+                                 host_half(r, h), bytes, stream)
+                     .prefix(format("round %u: staging in rank %d's half: ", e, r)));
+    }
+    return Status::success();
+  };
+  for (uint64_t k = 0; k < rounds; ++k) {
+    const uint32_t e = d.round + static_cast<uint32_t>(k);
+    const uint64_t base = k * d.chunk_elems;
+    const uint64_t n = std::min<uint64_t>(d.chunk_elems, d.count - base);
+    d.phase_round = static_cast<uint32_t>(k);
+    if (k == 0) {  // A of round 0; every later round's A ran in the kernel before (then_next)
+      d.phase = 1;
+      d.last = 0;
+      d.then_next = 0;
+      ACCORD_TRY(kernel().prefix(format("round %u, phase 0: ", e)));
+      *partial = true;
+    }
+    ACCORD_TRY(exchange(e, n));
+    d.phase = 2;
+    d.last = k == rounds - 1 ? 1 : 0;
+    d.then_next = k + 1 < rounds ? 1 : 0;
+    ACCORD_TRY(kernel().prefix(format("round %u, phase 1: ", e)));
+  }
+  return Status::success();
+}
+
+// The words this rank's stream waits on are in its own area, in host memory: the watchdog
+// stores them itself (never lowering one a peer already raised).
+void DirectEngine::release_staged() {
+  const uint32_t e = waited_round_.load(std::memory_order_acquire);
+  if (e == 0 || staging_.empty()) return;
+  auto* words = reinterpret_cast<uint32_t*>(staging_[static_cast<size_t>(rank_)]);
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
+    uint32_t now = __atomic_load_n(&words[r], __ATOMIC_ACQUIRE);
+    while (static_cast<int32_t>(now - e) < 0 &&
+           !__atomic_compare_exchange_n(&words[r], &now, e, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    }
+  }
+}
+
+}  // namespace accord::dev
