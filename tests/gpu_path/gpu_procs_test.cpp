@@ -1157,7 +1157,7 @@ thread_local void* g_free_after_destroy = nullptr;  // a rank's registered buffe
 // destroy, the third is left registered, and its allocation is freed after destroy (which
 // waits until the peers let go: the simulation's rule check after destroy fails otherwise).
 std::string registered_job(accord_comm_t c, int r, int n, int gpus, bool processes) {
-  const std::string wrong = check_proto(plan_of(c), true);
+  const std::string wrong = check_proto(plan_of(c), "direct");
   if (!wrong.empty()) return wrong;
   int dev = -1;
   accord_status_t s = accord_comm_device(c, &dev);
@@ -1307,12 +1307,14 @@ std::string registered_inputs_job(accord_comm_t c, int r, int n) {
 }
 
 TEST_F(GpuProcsProcesses, DirectRegisteredInputsExact) {
+  if (!all_direct(m_, 2, true))
+    GTEST_SKIP() << "user buffers are mapped in direct jobs only (this one is " << expected_proto(m_, 2, true) << ")";
   SharedGpuEnv env;
   for (const char* scratch : {"8388608", "65536"}) {
     ScopedEnv bytes("ACCORD_DIRECT_SCRATCH_BYTES", scratch);
     for (int n : {2, 3, 4})
       for (const auto& f : run_processes(n, [&](accord_comm_t c, int r, int nr) {
-             const std::string wrong = check_proto(plan_of(c), true);
+             const std::string wrong = check_proto(plan_of(c), "direct");
              return wrong.empty() ? registered_inputs_job(c, r, nr) : wrong;
            }, kTimeoutS))
         ADD_FAILURE() << n << " ranks on GPU 0, ACCORD_DIRECT_SCRATCH_BYTES=" << scratch << ": " << f;
@@ -1332,6 +1334,8 @@ class RegisteredBuffers {  // frees each rank's b after destroy, then checks the
 };
 
 TEST_F(GpuProcsProcesses, DirectRegisteredBuffersMapped) {
+  if (!all_direct(m_, 2, true))
+    GTEST_SKIP() << "user buffers are mapped in direct jobs only (this one is " << expected_proto(m_, 2, true) << ")";
   const int gpus = m_.gpus();
   SharedGpuEnv env;
   RegisteredBuffers after;
@@ -1350,6 +1354,8 @@ TEST_F(GpuProcsProcesses, DirectRegisteredBuffersMapped) {
 // destroys its communicator) fails the registration at once (Note [Departures]), not after
 // ACCORD_TIMEOUT_MS.
 TEST_F(GpuProcsProcesses, DirectRegistrationMismatchNamed) {
+  if (!all_direct(m_, 2, true))
+    GTEST_SKIP() << "user buffers are mapped in direct jobs only (this one is " << expected_proto(m_, 2, true) << ")";
   SharedGpuEnv env;
   ScopedEnv timeout("ACCORD_TIMEOUT_MS", "60000");
   for (const auto& f : run_processes(2, [&](accord_comm_t c, int r, int) -> std::string {
@@ -1606,6 +1612,8 @@ TEST_F(GpuProcsThreads, DirectAllReduceExact) {
 // Threads of one process address each other's pointers: registration exchanges and opens
 // nothing (the plan says so), and the collectives stay exact.
 TEST_F(GpuProcsThreads, DirectRegisteredBuffersAsPointers) {
+  if (!all_direct(m_, 2, true))
+    GTEST_SKIP() << "user buffers are mapped in direct jobs only (this one is " << expected_proto(m_, 2, true) << ")";
   const int gpus = m_.gpus();
   SharedGpuEnv env;
   RegisteredBuffers after;
