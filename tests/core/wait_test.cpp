@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -192,6 +193,9 @@ TEST(Wait, TwoLongYieldsCloseTheGateAndTheWaiterSleeps) {
     if (now_ns() < closed_until) {
       counted = true;
       EXPECT_EQ(g_yields.load(), yields_before) << "a wait yielded through a closed gate";
+    } else {
+      std::printf("# try %d of %d: the wait outlasted the closed gate (a stalled machine): again\n", tries + 1,
+                  kTries);
     }
   }
   EXPECT_TRUE(counted) << "all " << kTries

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -141,6 +142,20 @@ std::vector<std::string> own_shm_segments() {
       out.emplace_back(e->d_name);
   }
   closedir(d);
+  return out;
+}
+
+std::vector<std::string> mapped_shm_segments() {
+  std::vector<std::string> out;
+  std::ifstream maps("/proc/self/maps");
+  const std::string prefix = "/dev/shm/accord-";
+  for (std::string line; std::getline(maps, line);) {
+    const size_t at = line.find(prefix);
+    if (at == std::string::npos) continue;
+    std::string name = line.substr(at + prefix.size() - std::strlen("accord-"));
+    if (const size_t deleted = name.find(" (deleted)"); deleted != std::string::npos) name.resize(deleted);
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
   return out;
 }
 

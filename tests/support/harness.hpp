@@ -53,6 +53,12 @@ void set_after_destroy(std::function<std::string()> check);
 // reused (pid_max may be 32768).
 std::vector<std::string> own_shm_segments();
 
+// The shared-memory segments (/dev/shm/accord-*) that this process has mapped now, from
+// /proc/self/maps: its own and its peers', also once their names are unlinked (transport/shm
+// unlinks them when every local peer has mapped them, so a listing of /dev/shm after init shows
+// none). Only this process's view: other tests' segments cannot show up here.
+std::vector<std::string> mapped_shm_segments();
+
 // Entries of a directory, "." and ".." included: /proc/self/fd and /proc/self/task count this
 // process's open files and threads (compare two counts, not a count with a constant).
 size_t count_dir(const char* path);

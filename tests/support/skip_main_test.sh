@@ -2,14 +2,25 @@
 # Every GoogleTest binary of the build reports skips as skips (issue 38 item 3): run with
 # ACCORD_TEST_SKIP_ALL=1 and its first test selected, each must exit 77, which only
 # support/gtest_skip_main.cpp does (gtest's own main would run the test and exit 0). The
-# binaries are those of the build's tests with protocol gtest (meson-info/intro-tests.json).
+# binaries are those of the build's tests with protocol gtest (meson-info/intro-tests.json) and
+# every other executable of the build that has GoogleTest in it (its --gtest_list_tests help
+# text; meson-info/intro-targets.json), so that one run as a plain exit-code test, or by a
+# script, cannot link gtest's own main unseen.
 # Usage: skip_main_test.sh BUILD_DIR
 set -u
 build=$1
-mapfile -t binaries < <(python3 - "$build/meson-info/intro-tests.json" <<'PY'
-import json, sys
-for cmd in sorted({t["cmd"][0] for t in json.load(open(sys.argv[1])) if t["protocol"] == "gtest"}):
-    print(cmd)
+mapfile -t binaries < <(python3 - "$build/meson-info" <<'PY'
+import json, os, sys
+info = sys.argv[1]
+found = {t["cmd"][0] for t in json.load(open(os.path.join(info, "intro-tests.json"))) if t["protocol"] == "gtest"}
+for target in json.load(open(os.path.join(info, "intro-targets.json"))):
+    if target["type"] != "executable":
+        continue
+    for exe in target["filename"]:
+        if os.path.isfile(exe) and b"--gtest_list_tests" in open(exe, "rb").read():
+            found.add(exe)
+for exe in sorted(found):
+    print(exe)
 PY
 )
 [ "${#binaries[@]}" -gt 0 ] || { echo "FAIL: no gtest tests listed in $build/meson-info/intro-tests.json"; exit 1; }
