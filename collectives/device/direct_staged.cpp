@@ -38,7 +38,8 @@
 // round e + 1, which follows this rank's kernel B of round e. A dead or stopped peer: the watchdog sets DevCtl::abort, then
 // release_waits stores the last waited round into this rank's own words (host memory: a plain
 // store), so the stream's wait ends, and the kernels after it see the abort and do nothing.
-// Other collectives and point-to-point keep the FIFOs in such a job (choose()).
+// Pre-multiplied sums take it too (scaled in A, Note [Pre-multiplied sum]); other collectives
+// and point-to-point keep the FIFOs in such a job (choose()), with the spinning kernel.
 // Not yet met hardware: exactness is proven on the simulated runtime only (HARDWARE_RISKS.md).
 #include <algorithm>
 
