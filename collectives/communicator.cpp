@@ -390,8 +390,7 @@ Status Communicator::connect_transports(StoreClient* store, Deadline deadline) {
   // Note [Staged protocol] (device/direct_staged.cpp): and a staging area each, for all-reduces
   // between GPUs that turn out not to peer (the routes are known only after the segments).
   if (options.device_fifos)
-    options.staging_bytes = dev::staged_area_bytes(settings_.staged_bytes > 0 ? static_cast<size_t>(settings_.staged_bytes)
-                                                                              : dev::kDefaultStagedBytes);
+    options.staging_bytes = dev::staged_area_bytes(dev::staged_bytes(settings_.staged_bytes));
   options.policy = make_wait_policy(settings_.spin_us, oversubscribed_, settings_.long_yield_us, settings_.cpu_move);
   policy_ = options.policy;
   auto after_publish = [this] {

@@ -77,7 +77,7 @@ Status DirectEngine::open(const DirectSetup& s) {
   wait_ = s.wait;
   sync_why_ = s.sync_why;
   if (s.staged) return open_staged(s);
-  half_bytes_ = std::max(kMinDirectScratchBytes, s.scratch_bytes) / 2 & ~size_t{255};
+  half_bytes_ = direct_half_bytes(s.scratch_bytes);
   flag_bytes_ = direct_flag_bytes(nranks_);
   const size_t bytes = flag_bytes_ + 2 * half_bytes_;
   ACCORD_TRY(rt_->alloc_device(s.device, bytes, &mine_));
@@ -271,7 +271,7 @@ void DirectEngine::prepare(Collective coll, int root, uint32_t proto, size_t cou
 }
 
 void DirectEngine::commit(const DevDirect& d) {
-  round_ += static_cast<uint32_t>((d.count + d.chunk_elems - 1) / d.chunk_elems);
+  round_ += static_cast<uint32_t>(direct_rounds(d));
 }
 
 std::string DirectEngine::describe() const {

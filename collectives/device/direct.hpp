@@ -43,9 +43,13 @@ constexpr size_t kMinDirectScratchBytes = 4096;
 constexpr size_t kDefaultStagedBytes = size_t{4} << 20;  // both halves
 constexpr size_t kStagedWordBytes = 1024;
 constexpr int kStagedMaxRanks = 64;  // kStagedTagStride (direct_call.hpp)
-inline size_t staged_area_bytes(size_t staged_bytes) {
-  return kStagedWordBytes + 2 * (std::max(kMinDirectScratchBytes, staged_bytes) / 2 & ~size_t{255});
+// One data half of a scratch or staging area of `bytes` (both halves): 256-byte aligned.
+inline size_t direct_half_bytes(size_t bytes) { return std::max(kMinDirectScratchBytes, bytes) / 2 & ~size_t{255}; }
+// ACCORD_STAGED_BYTES (0: the built-in size), and the whole area it makes.
+inline size_t staged_bytes(int64_t setting) {
+  return setting > 0 ? static_cast<size_t>(setting) : kDefaultStagedBytes;
 }
+inline size_t staged_area_bytes(size_t staged_bytes) { return kStagedWordBytes + 2 * direct_half_bytes(staged_bytes); }
 
 struct DirectSetup {
   DeviceRuntime* rt = nullptr;
@@ -134,6 +138,7 @@ class DirectEngine {
   Status open(const DirectSetup& s);
   Status open_staged(const DirectSetup& s);  // direct_staged.cpp
   Status upload_table(const std::vector<uint8_t*>& table, const DirectSetup& s);
+  Status launch_phase(const DevLaunch& l, Stream stream);  // direct_wait.cpp
   void release_staged();
 
   DeviceRuntime* rt_ = nullptr;

@@ -151,6 +151,11 @@ inline uint32_t* direct_p2p_word(uint8_t* scratch, int32_t nranks, int32_t from)
                                      from);
 }
 
+// The rounds of a call: ceil(count / chunk_elems) (Note [Direct rounds]).
+ACCORD_HD constexpr uint64_t direct_rounds(const DevDirect& d) {
+  return d.chunk_elems == 0 ? 0 : (d.count + d.chunk_elems - 1) / d.chunk_elems;
+}
+
 template <class Lanes>
 class DirectRunner {
  public:
@@ -160,7 +165,7 @@ class DirectRunner {
     bool ok = begin_call(L_, c_);
     if (!ok) fail(kDevAborted, -1, 0, 0);
     scalar_ = premul_scalar(c_);
-    const uint64_t rounds = d_.chunk_elems == 0 ? 0 : (d_.count + d_.chunk_elems - 1) / d_.chunk_elems;
+    const uint64_t rounds = direct_rounds(d_);
     if (d_.phase != 0) {  // Note [Waiting protocol]: one phase of one round, no wait inside
       for (uint32_t i = 0; ok && i < (d_.then_next != 0 ? 2u : 1u); ++i) {
         const uint64_t k = d_.phase_round + i;

@@ -57,8 +57,9 @@ Status Communicator::setup_direct(StoreClient* store, Deadline deadline) {
     if (mode == dev::ProtoMode::kDirect || mode == dev::ProtoMode::kOneShot || mode == dev::ProtoMode::kTwoShot ||
         mode == dev::ProtoMode::kStaged) {
       if (rank_ == 0)
-        LOG_WARN(kGpu, "rank 0: ACCORD_DEVICE_PROTO=%s, but the job cannot use the direct protocol: %s; every "
-                 "collective uses the FIFOs", settings_.device_proto.c_str(), why_not.c_str());
+        LOG_WARN(kGpu, "rank 0: ACCORD_DEVICE_PROTO=%s, but the job cannot use the %s protocol: %s; every "
+                 "collective uses the FIFOs", settings_.device_proto.c_str(),
+                 mode == dev::ProtoMode::kStaged ? "staged" : "direct", why_not.c_str());
     }
     LOG_INFO(kGpu, "rank %d: %s", rank_, direct_plan_.substr(0, direct_plan_.size() - 1).c_str());
     return Status::success();
@@ -87,7 +88,7 @@ Status Communicator::setup_engine(StoreClient* store, Deadline deadline, dev::Pr
   if (s.staged) {
     s.staged_why = staged_why;
     s.staging = staging;
-    s.staged_bytes = settings_.staged_bytes > 0 ? static_cast<size_t>(settings_.staged_bytes) : dev::kDefaultStagedBytes;
+    s.staged_bytes = dev::staged_bytes(settings_.staged_bytes);
     s.hold = fifo_hold_;
   }
   ACCORD_TRY(choose_gpu_sync(store, deadline, &s.wait, &s.sync_why));  // Note [Shared GPU sync]

@@ -58,7 +58,7 @@ Status DirectEngine::open_staged(const DirectSetup& s) {
   // (Note [Waiting point-to-point]) needs the direct scratch's words in every peer, which a
   // staged job's pairs cannot address.
   wait_ = false;
-  half_bytes_ = std::max(kMinDirectScratchBytes, s.staged_bytes) / 2 & ~size_t{255};
+  half_bytes_ = direct_half_bytes(s.staged_bytes);
   flag_bytes_ = 0;  // the words are in host memory
   if (nranks_ > kStagedMaxRanks || s.staging.size() != static_cast<size_t>(nranks_))
     return error(ACCORD_ERR_INTERNAL, "staged protocol with %d ranks (at most %d) and %zu staging areas", nranks_,
@@ -92,10 +92,7 @@ Status DirectEngine::launch_staged(const DevLaunch& launch, Stream stream, bool*
   *partial = false;
   DevLaunch l = launch;
   DevDirect& d = l.direct;
-  const uint64_t rounds = d.chunk_elems == 0 ? 0 : (d.count + d.chunk_elems - 1) / d.chunk_elems;
-  auto kernel = [&]() {
-    return rt_->launch_kernel(collective_kernel(), &l, sizeof l, stream, l.call.nblocks, 0);
-  };
+  const uint64_t rounds = direct_rounds(d);
   auto word = [&](int at, int from) {
     return reinterpret_cast<uint32_t*>(staging_dev_[static_cast<size_t>(at)]) + from;
   };
@@ -104,7 +101,7 @@ Status DirectEngine::launch_staged(const DevLaunch& launch, Stream stream, bool*
   if (rounds == 0) {  // nothing to move: one kernel that only says it began and ended
     d.phase = 0;
     d.last = 1;
-    return kernel();
+    return launch_phase(l, stream);
   }
   const size_t es = l.call.elem_bytes;
   auto host_half = [&](int r, uint32_t h) { return staging_[static_cast<size_t>(r)] + kStagedWordBytes + h * half_bytes_; };
@@ -143,14 +140,14 @@ Status DirectEngine::launch_staged(const DevLaunch& launch, Stream stream, bool*
       d.phase = 1;
       d.last = 0;
       d.then_next = 0;
-      ACCORD_TRY(kernel().prefix(format("round %u, phase 0: ", e)));
+      ACCORD_TRY(launch_phase(l, stream).prefix(format("round %u, phase 0: ", e)));
       *partial = true;
     }
     ACCORD_TRY(exchange(e, n));
     d.phase = 2;
     d.last = k == rounds - 1 ? 1 : 0;
     d.then_next = k + 1 < rounds ? 1 : 0;
-    ACCORD_TRY(kernel().prefix(format("round %u, phase 1: ", e)));
+    ACCORD_TRY(launch_phase(l, stream).prefix(format("round %u, phase 1: ", e)));
   }
   return Status::success();
 }

@@ -20,14 +20,11 @@ Status DirectEngine::launch_waiting(const DevLaunch& launch, Stream stream, bool
   *partial = false;
   DevLaunch l = launch;
   DevDirect& d = l.direct;
-  const uint64_t rounds = d.chunk_elems == 0 ? 0 : (d.count + d.chunk_elems - 1) / d.chunk_elems;
-  auto kernel = [&]() {
-    return rt_->launch_kernel(collective_kernel(), &l, sizeof l, stream, l.call.nblocks, 0);
-  };
+  const uint64_t rounds = direct_rounds(d);
   if (rounds == 0) {  // nothing to move: one kernel that only says it began and ended
     d.phase = 0;
     d.last = 1;
-    return kernel();
+    return launch_phase(l, stream);
   }
   const uint32_t phases = direct_phases(d.coll, d.proto);
   // The exchange after phase p of round e: this rank's word in every peer's scratch, then
@@ -65,11 +62,16 @@ Status DirectEngine::launch_waiting(const DevLaunch& launch, Stream stream, bool
       d.phase = p + 1;
       d.last = k == rounds - 1 && p == phases - 1 ? 1 : 0;
       d.then_next = k + 1 < rounds && p == phases - 1 ? 1 : 0;
-      ACCORD_TRY(kernel().prefix(format("round %u, phase %u: ", e, p)));
+      ACCORD_TRY(launch_phase(l, stream).prefix(format("round %u, phase %u: ", e, p)));
       *partial = true;
     }
   }
   return Status::success();
+}
+
+// One kernel of a call cut into phases (the waiting and staged forms): `l` says which.
+Status DirectEngine::launch_phase(const DevLaunch& l, Stream stream) {
+  return rt_->launch_kernel(collective_kernel(), &l, sizeof l, stream, l.call.nblocks, 0);
 }
 
 uint32_t* DirectEngine::p2p_word(int from) const {
