@@ -234,7 +234,7 @@ class Communicator {
   // Note [Waiting point-to-point] (point_to_point.cpp).
   Status launch_p2p_waiting(const char* name, const Schedule& sched, const dev::DevLaunch& launch, Stream us,
                             void* user_stream);
-  Status queued_in_part(const char* name, const Status& failed);
+  Status queued_in_part(const std::string& what, const Status& failed);  // point_to_point.cpp
   void start_watchdog();
   void stop_watchdog();
   void watchdog_loop();

@@ -210,25 +210,6 @@ void Communicator::release_device() {
   // ctl_host_ stays: a kernel queued behind work that never ran would still write it.
 }
 
-// Note [Freeing memory peers map]: a peer's kernel may still read this rank's direct scratch
-// (or write its device FIFOs) after this rank's own last kernel is done: in a one-shot round a
-// rank folds the peers' inputs after its own flag went out, so the rank that finishes first
-// would free memory the other is about to read (on a GPU: cudaErrorIllegalAddress in the
-// peer, or a read of memory given to someone else). So destroy, once this rank's kernels are
-// done, (1) closes its mappings of the peers' memory, (2) says so in its shared-memory page
-// (ShmTransport::release_device_memory), (3) waits until every rank of another process that
-// maps its memory has said the same, has exited (its pidfd), or ACCORD_TIMEOUT_MS passed (1 s
-// after accord_comm_abort), and (4) frees. Ranks that are threads of this process address the
-// memory by plain pointers: the direct engine hands it to the last of them to let go
-// (dev::ProcessHold, through DirectEngine::let_go, or fifo_hold_ for the device FIFOs of a
-// job without the direct engine), which waits for the other processes on behalf of all
-// (waiting in each would deadlock two processes that each destroy their communicators one
-// after the other: each would wait, in its first destroy, for a rank the other destroys
-// later). A rank that gives up waiting leaves its memory allocated, with a warning, rather
-// than fault a peer. The simulation makes a free while another process has the
-// memory open an error (Note [Simulated IPC importers], transport/device/sim_memory.hpp).
-// The rank publishes its departure before it waits, so that a peer stuck in a call this rank
-// never makes fails at once and can destroy its own communicator.
 // The hold of this process's ranks of the job that have a GPU (Note [Freeing memory peers
 // map]): its name is 128 random bits that the lowest of them puts in the job's store.
 Status Communicator::join_fifo_hold(StoreClient* store, Deadline deadline) {
@@ -251,6 +232,25 @@ Status Communicator::join_fifo_hold(StoreClient* store, Deadline deadline) {
   return Status::success();
 }
 
+// Note [Freeing memory peers map]: a peer's kernel may still read this rank's direct scratch
+// (or write its device FIFOs) after this rank's own last kernel is done: in a one-shot round a
+// rank folds the peers' inputs after its own flag went out, so the rank that finishes first
+// would free memory the other is about to read (on a GPU: cudaErrorIllegalAddress in the
+// peer, or a read of memory given to someone else). So destroy, once this rank's kernels are
+// done, (1) closes its mappings of the peers' memory, (2) says so in its shared-memory page
+// (ShmTransport::release_device_memory), (3) waits until every rank of another process that
+// maps its memory has said the same, has exited (its pidfd), or ACCORD_TIMEOUT_MS passed (1 s
+// after accord_comm_abort), and (4) frees. Ranks that are threads of this process address the
+// memory by plain pointers: the direct engine hands it to the last of them to let go
+// (dev::ProcessHold, through DirectEngine::let_go, or fifo_hold_ for the device FIFOs of a
+// job without the direct engine), which waits for the other processes on behalf of all
+// (waiting in each would deadlock two processes that each destroy their communicators one
+// after the other: each would wait, in its first destroy, for a rank the other destroys
+// later). A rank that gives up waiting leaves its memory allocated, with a warning, rather
+// than fault a peer. The simulation makes a free while another process has the
+// memory open an error (Note [Simulated IPC importers], transport/device/sim_memory.hpp).
+// The rank publishes its departure before it waits, so that a peer stuck in a call this rank
+// never makes fails at once and can destroy its own communicator.
 void Communicator::let_go_of_peer_memory() {
   auto maps_mine = [&](int peer) {  // a rank of another process that may map this rank's memory
     return peer != rank_ && static_cast<size_t>(peer) < device_of_.size() && !same_process(rank_, peer) &&
@@ -1217,17 +1217,8 @@ Status Communicator::launch_schedule(const char* name, const Schedule& sched, de
                  ? direct_->launch_waiting(*launch, us, &partial)
                  : rt_->launch_kernel(dev::collective_kernel(), launch, sizeof *launch, us, c.nblocks,
                                       c.nblocks > 1 && !direct ? sizeof(uint32_t) * 2 * static_cast<size_t>(nranks_) : 0);
-  if (!s.ok() && partial) {
-    // Some of the call's kernels and waits are queued: its peers may be in the call already,
-    // and this rank's rounds no longer match theirs.
-    s = Status(s.code(), format("rank %d: %s (seq %llu) on GPU %d: queued in part, then: %s; the communicator "
-                                "cannot go on: destroy it and create a new one%s",
-                                rank_, name, static_cast<unsigned long long>(seq), device_, s.message().c_str(),
-                                dead_peer_note().c_str()));
-    set_sticky(s);
-    __atomic_store_n(&static_cast<dev::DevCtl*>(ctl_host_)->abort, 1u, __ATOMIC_RELEASE);
-    direct_->release_waits();
-  }
+  if (!s.ok() && partial)
+    s = queued_in_part(format("%s (seq %llu)", name, static_cast<unsigned long long>(seq)), s);
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(watch_mu_);
     inflight_.pop_back();

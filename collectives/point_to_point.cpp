@@ -208,12 +208,13 @@ Status Communicator::launch_p2p_waiting(const char* name, const Schedule& sched,
   return queued_in_part(name, failed.prefix(format("rank %d: %s: ", rank_, name)));
 }
 
-// Some of a waiting batch's kernels and waits are queued (Note [Waiting point-to-point]), then
-// `failed`: its peers may be in it already, and this rank's counts no longer match theirs.
-Status Communicator::queued_in_part(const char* name, const Status& failed) {
+// Some of a call's kernels and waits are queued (the waiting and staged forms, Note [Waiting
+// protocol]; a waiting batch, Note [Waiting point-to-point]), then `failed`: its peers may be
+// in it already, and this rank's rounds or counts no longer match theirs.
+Status Communicator::queued_in_part(const std::string& what, const Status& failed) {
   Status s(failed.code(), format("rank %d: %s on GPU %d: queued in part, then: %s; the communicator cannot go on: "
                                  "destroy it and create a new one%s",
-                                 rank_, name, device_, failed.message().c_str(), dead_peer_note().c_str()));
+                                 rank_, what.c_str(), device_, failed.message().c_str(), dead_peer_note().c_str()));
   set_sticky(s);
   __atomic_store_n(&static_cast<dev::DevCtl*>(ctl_host_)->abort, 1u, __ATOMIC_RELEASE);
   direct_->release_waits();
