@@ -45,9 +45,4 @@ void ProcessHold::free_all() {
   for (void* p : memory) (void)rt_->free_device(p);
 }
 
-int ProcessHold::live() const {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return live_;
-}
-
 }  // namespace accord::dev

@@ -27,7 +27,6 @@ class ProcessHold {
   // go, does not: the memory stays allocated rather than fault a peer's kernel).
   bool let_go(const std::vector<void*>& memory);
   void free_all();
-  int live() const;
 
  private:
   std::string key_;

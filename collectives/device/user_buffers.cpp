@@ -67,13 +67,9 @@ struct Mapping {
 std::mutex g_cache_mu;
 }  // namespace
 
-bool UserBuffers::Key::operator<(const Key& o) const {
-  return std::tie(owner, base, buffer_id, device) < std::tie(o.owner, o.base, o.buffer_id, o.device);
-}
-
 // The process-wide cache (Note [User buffers mapped into peers]); guarded by g_cache_mu.
-static std::map<std::tuple<std::string, uint64_t, uint64_t, int>, Mapping>& cache() {
-  static auto* c = new std::map<std::tuple<std::string, uint64_t, uint64_t, int>, Mapping>();
+static std::map<PeerAllocationKey, Mapping>& cache() {
+  static auto* c = new std::map<PeerAllocationKey, Mapping>();
   return *c;
 }
 
@@ -184,7 +180,7 @@ Status UserBuffers::open(const std::vector<UserBufferRecord>& all, uint64_t* han
     }
     const Key k{owner_[r], o.base, o.buffer_id, device_};
     std::lock_guard<std::mutex> lock(g_cache_mu);
-    Mapping& m = cache()[std::make_tuple(k.owner, k.base, k.buffer_id, k.device)];
+    Mapping& m = cache()[k];
     if (m.refs == 0) {
       void* p = nullptr;
       st = rt_->ipc_open_handle(device_, o.ipc, &p)
@@ -192,7 +188,7 @@ Status UserBuffers::open(const std::vector<UserBufferRecord>& all, uint64_t* han
                               "%llu): ", rank_, r, static_cast<unsigned long long>(o.bytes),
                               static_cast<unsigned long long>(o.buffer_id)));
       if (!st.ok()) {
-        cache().erase(std::make_tuple(k.owner, k.base, k.buffer_id, k.device));
+        cache().erase(k);
         break;
       }
       m.ptr = p;
@@ -233,7 +229,7 @@ bool UserBuffers::known(uint64_t handle) const {
 
 Status UserBuffers::release(const Key& k) {
   std::lock_guard<std::mutex> lock(g_cache_mu);
-  auto it = cache().find(std::make_tuple(k.owner, k.base, k.buffer_id, k.device));
+  auto it = cache().find(k);
   if (it == cache().end()) return Status::success();
   if (--it->second.refs > 0) return Status::success();
   void* p = it->second.ptr;

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/status.hpp"
@@ -32,6 +33,8 @@ struct UserBufferRecord {
   uint64_t length = 0;     // the registered bytes
   IpcHandle ipc;           // of the allocation's base (IPC jobs only)
 };
+
+using PeerAllocationKey = std::tuple<std::string, uint64_t, uint64_t, int>;
 
 class UserBuffers {
  public:
@@ -85,13 +88,9 @@ class UserBuffers {
   Counts counts() const;
 
  private:
-  struct Key {  // one peer allocation: its owner process, base and buffer id, and the mapping device
-    std::string owner;
-    uint64_t base = 0;
-    uint64_t buffer_id = 0;
-    int device = -1;
-    bool operator<(const Key& o) const;
-  };
+  // One peer allocation: its owner process, base and buffer id, and the mapping device (the
+  // process-wide cache's key).
+  using Key = PeerAllocationKey;
   struct Registration {
     std::vector<const uint8_t*> buffer;  // [nranks]
     std::vector<Key> held;               // the cache entries it holds (one reference each)

@@ -15,8 +15,8 @@
 // with ShmOptions::device_fifos, else its control part): the device path's host-staged FIFOs
 // (Note [Device FIFOs], fifo.hpp), so host calls and device calls never share a FIFO.
 // Last, with ShmOptions::staging_bytes, the owner's staging area for the staged all-reduce
-// (Note [Staged protocol], collectives/device/direct_staged.cpp): 256 bytes of words, then
-// the data halves.
+// (Note [Staged protocol], collectives/device/direct_staged.cpp): 1 KiB of words, then the
+// data halves.
 #pragma once
 
 #include <atomic>
@@ -68,11 +68,10 @@ class ShmTransport {
   void* device_ctrl_recv(int peer) const { return dev_ctrl_recv_[static_cast<size_t>(peer)]; }
   void* device_ctrl_send(int peer) const { return dev_ctrl_send_[static_cast<size_t>(peer)]; }
   // Note [Staged protocol]: `rank`'s staging area (zero-filled, in its segment as this rank
-  // maps it), of staging_bytes(); null without one or for a rank that is not local.
+  // maps it), of ShmOptions::staging_bytes; null without one or for a rank that is not local.
   uint8_t* staging(int rank) const {
     return staging_.empty() ? nullptr : staging_[static_cast<size_t>(rank)];
   }
-  size_t staging_bytes() const { return options_.staging_bytes; }
 
   // Note [Death notes] (wait.hpp): per rank, the first word of its segment's header page.
   // Zero-filled memory reads as rank 0, so the owner stores -1 at creation.
