@@ -415,6 +415,12 @@ std::string expected_proto(const Machine& m, int nranks, bool one_gpu) {
   const std::string forced = proto_env();
   return forced.empty() || forced == "auto" || forced == "staged" ? "staged" : "fifo";
 }
+// Why a job of ranks sharing GPU 0 here is not direct (empty: it is): the registration tests
+// need the direct protocol, which alone maps user buffers into the peers.
+std::string not_direct(const Machine& m) {
+  return all_direct(m, 2, true) ? std::string()
+                                : "user buffers are mapped in direct jobs only (this one is " + expected_proto(m, 2, true) + ")";
+}
 std::string check_proto(const std::string& plan, const std::string& proto) {
   const std::string head = "device protocol: ";
   const size_t at = plan.find(head);
@@ -1307,8 +1313,7 @@ std::string registered_inputs_job(accord_comm_t c, int r, int n) {
 }
 
 TEST_F(GpuProcsProcesses, DirectRegisteredInputsExact) {
-  if (!all_direct(m_, 2, true))
-    GTEST_SKIP() << "user buffers are mapped in direct jobs only (this one is " << expected_proto(m_, 2, true) << ")";
+  if (const std::string why = not_direct(m_); !why.empty()) GTEST_SKIP() << why;
   SharedGpuEnv env;
   for (const char* scratch : {"8388608", "65536"}) {
     ScopedEnv bytes("ACCORD_DIRECT_SCRATCH_BYTES", scratch);
@@ -1334,8 +1339,7 @@ class RegisteredBuffers {  // frees each rank's b after destroy, then checks the
 };
 
 TEST_F(GpuProcsProcesses, DirectRegisteredBuffersMapped) {
-  if (!all_direct(m_, 2, true))
-    GTEST_SKIP() << "user buffers are mapped in direct jobs only (this one is " << expected_proto(m_, 2, true) << ")";
+  if (const std::string why = not_direct(m_); !why.empty()) GTEST_SKIP() << why;
   const int gpus = m_.gpus();
   SharedGpuEnv env;
   RegisteredBuffers after;
@@ -1354,8 +1358,7 @@ TEST_F(GpuProcsProcesses, DirectRegisteredBuffersMapped) {
 // destroys its communicator) fails the registration at once (Note [Departures]), not after
 // ACCORD_TIMEOUT_MS.
 TEST_F(GpuProcsProcesses, DirectRegistrationMismatchNamed) {
-  if (!all_direct(m_, 2, true))
-    GTEST_SKIP() << "user buffers are mapped in direct jobs only (this one is " << expected_proto(m_, 2, true) << ")";
+  if (const std::string why = not_direct(m_); !why.empty()) GTEST_SKIP() << why;
   SharedGpuEnv env;
   ScopedEnv timeout("ACCORD_TIMEOUT_MS", "60000");
   for (const auto& f : run_processes(2, [&](accord_comm_t c, int r, int) -> std::string {
@@ -1612,8 +1615,7 @@ TEST_F(GpuProcsThreads, DirectAllReduceExact) {
 // Threads of one process address each other's pointers: registration exchanges and opens
 // nothing (the plan says so), and the collectives stay exact.
 TEST_F(GpuProcsThreads, DirectRegisteredBuffersAsPointers) {
-  if (!all_direct(m_, 2, true))
-    GTEST_SKIP() << "user buffers are mapped in direct jobs only (this one is " << expected_proto(m_, 2, true) << ")";
+  if (const std::string why = not_direct(m_); !why.empty()) GTEST_SKIP() << why;
   const int gpus = m_.gpus();
   SharedGpuEnv env;
   RegisteredBuffers after;
