@@ -236,6 +236,7 @@ Status Communicator::init(const InitSpec& spec) {
   if (s.ok()) s = agree_on_settings(store.get(), deadline);
   if (s.ok()) s = connect_transports(store.get(), deadline);
   if (s.ok()) s = decide_stores(store.get(), deadline);
+  if (s.ok()) s = decide_single_copy(store.get(), deadline);
   if (s.ok()) s = setup_device(spec.device);
   if (s.ok()) s = gather_gpus(store.get(), deadline);
   if (s.ok()) s = share_sim_slices(store.get(), deadline);
@@ -971,7 +972,18 @@ Status Communicator::plan_call(const CollArgs& a, bool on_device, CallPlan* plan
 
   ScheduleRequest req;
   req.coll = a.coll;
-  req.algo = choose_algo(a, bytes, on_device, &req.chunk_bytes);
+  plan->single_copy = takes_single_copy(a, bytes, on_device);
+  req.algo = plan->single_copy ? Algo::kDirect : choose_algo(a, bytes, on_device, &req.chunk_bytes);
+  if (plan->single_copy && log_enabled(LogLevel::kInfo, LogCat::kTune)) {
+    auto key = std::make_pair(static_cast<int>(a.coll), 64 - __builtin_clzll(bytes));
+    auto it = logged_choices_.find(key);
+    if (it == logged_choices_.end() || it->second != -1) {
+      logged_choices_[key] = -1;
+      log_message(LogLevel::kInfo, LogCat::kTune, "%s of %zu bytes (%d ranks): single copy (every rank on this host; "
+                  "ACCORD_SINGLE_COPY_MIN %zu to _MAX %zu bytes)", name, bytes, nranks_, single_copy_min_,
+                  single_copy_max_);
+    }
+  }
   req.host_of = host_of_.data();
   req.rank = rank_;
   req.nranks = nranks_;
@@ -998,7 +1010,8 @@ Status Communicator::plan_call(const CollArgs& a, bool on_device, CallPlan* plan
   // Note [Board]: decided from the call and the communicator alone, so every rank agrees.
   plan->board = a.coll == Collective::kAllReduce && req.algo == Algo::kDirect && !on_device &&
                 bytes <= kBoardPayloadBytes && remote_ranks_.empty() && shm_ != nullptr && shm_->board() != nullptr;
-  if (!plan->board) {
+  plan->board = plan->board && !plan->single_copy;
+  if (!plan->board && !plan->single_copy) {
     plan->schedule = schedule_for(req, mapped);
     if (plan->schedule == nullptr)
       return error(ACCORD_ERR_INTERNAL, "rank %d: %s: no schedule for algorithm %s", rank_, name, algo_name(req.algo));
@@ -1028,7 +1041,7 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
     memo_valid_ = false;
     CallPlan plan;
     ACCORD_TRY(plan_call(a, on_device, &plan));
-    if (plan.schedule == nullptr && !plan.board) return Status::success();
+    if (plan.schedule == nullptr && !plan.board && !plan.single_copy) return Status::success();
     if (plan.schedule != nullptr) {
       for (const Step& st : plan.schedule->steps)
         if (st.kind == StepKind::kRecvReduceSend) plan.stage_bytes = std::max(plan.stage_bytes, st.bytes);
@@ -1040,6 +1053,7 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
   }
   const CallPlan& plan = memo_plan_;
   if (plan.board) return run_on_board(a, plan);
+  if (plan.single_copy) return run_single_copy(a, plan);
   ExecArgs x;
   x.input = a.send;
   x.output = a.recv;
@@ -1085,6 +1099,114 @@ Status Communicator::run_on_board(const CollArgs& a, const CallPlan& plan) {
   c.fault = armed_fault();
   c.fault_step = fault_.step;
   return finish_call(execute_on_board(*shm_->board(), c, &board_ctx_, settings_.timeout_ms));
+}
+
+// Note [Single copy] (single_copy.cpp): two board calls, the addresses and the end.
+Status Communicator::run_single_copy(const CollArgs& a, const CallPlan& plan) {
+  SingleCopyCall c;
+  c.input = a.send;
+  c.output = a.recv;
+  c.bytes = plan.out_bytes;
+  c.elem_bytes = plan.elem_bytes;
+  c.reduce = plan.reduce;
+  c.divisor = a.op == ACCORD_AVG ? nranks_ : 0;
+  c.tag = plan.tag;
+  c.seq = board_seq_ + 1;
+  board_seq_ += 2;
+  board_ctx_.seq = ++seq_;
+  c.fault = armed_fault();
+  c.fault_step = fault_.step;
+  if (single_copy_tmp_.size() < kSingleCopyChunk) single_copy_tmp_.resize(kSingleCopyChunk);
+  return finish_call(execute_single_copy(*shm_->board(), single_copy_peers_, c, single_copy_tmp_.data(),
+                                         &board_ctx_, settings_.timeout_ms));
+}
+
+// Note [Single copy]: decided from the call and the communicator alone (the window is the
+// one every rank agreed on at init), so every rank agrees. The board keeps the smallest calls,
+// and ACCORD_ALGO, when set, its algorithm.
+bool Communicator::takes_single_copy(const CollArgs& a, size_t bytes, bool on_device) const {
+  return single_copy_ && a.coll == Collective::kAllReduce && !on_device && !has_forced_algo_ &&
+         bytes > kBoardPayloadBytes && bytes >= single_copy_min_ && bytes <= single_copy_max_;
+}
+
+// Note [Single copy] (single_copy.cpp): the probe at init. Every rank takes part in both store
+// rounds whatever its settings, so that the rounds stay in step: first each rank's pid and the
+// address of its probe word, or "off" and why; then what each found reading its peers' words
+// ("ok MIN MAX", or "no" and why). The job takes the single copy only if every rank said ok,
+// in the window all of them allow; else every rank names the same reason (the first in rank
+// order).
+Status Communicator::decide_single_copy(StoreClient* store, Deadline deadline) {
+  single_copy_ = false;
+  std::string why_not;
+  if (!settings_.single_copy) why_not = "ACCORD_SINGLE_COPY=0";
+  else if (!remote_ranks_.empty()) why_not = "ranks on other hosts";
+  else if (shm_ == nullptr || shm_->board() == nullptr) why_not = "no shared memory between the ranks";
+  if (why_not.empty()) allow_peers_to_read_memory();
+  std::vector<std::string> words;
+  ACCORD_TRY(store->all_gather("single_copy_probe", rank_, nranks_,
+                               why_not.empty() ? format("%ld %p", static_cast<long>(getpid()),
+                                                        static_cast<const void*>(single_copy_probe_word()))
+                                               : "off " + why_not,
+                               &words, deadline));
+  if (!why_not.empty()) why_not = format("rank %d: %s", rank_, why_not.c_str());
+  single_copy_peers_.assign(static_cast<size_t>(nranks_), SingleCopyPeer{});
+  for (int r = 0; why_not.empty() && r < nranks_; ++r) {
+    if (r == rank_) continue;
+    SingleCopyPeer& peer = single_copy_peers_[static_cast<size_t>(r)];
+    peer.same_process = same_process(rank_, r);
+    peer.pid = static_cast<pid_t>(pid_of_[static_cast<size_t>(r)]);
+    const std::string& w = words[static_cast<size_t>(r)];
+    long pid = 0;
+    void* addr = nullptr;
+    if (w.rfind("off ", 0) == 0) {
+      why_not = format("rank %d: %s", r, w.c_str() + 4);
+    } else if (peer.same_process) {
+      continue;
+    } else if (std::sscanf(w.c_str(), "%ld %p", &pid, &addr) != 2) {
+      why_not = format("rank %d sent '%s' in the probe's first round", r, w.c_str());
+    } else if (pidns_of_[static_cast<size_t>(r)] != pidns_of_[static_cast<size_t>(rank_)]) {
+      why_not = format("rank %d: rank %d is in another pid namespace", rank_, r);
+    } else {
+      uint64_t value = 0;
+      bool gone = false;
+      const std::string e = read_process_memory(peer.pid, &value, addr, sizeof value, &gone);
+      if (!e.empty())
+        why_not = format("rank %d could not read rank %d's memory (pid %ld) with process_vm_readv: %s", rank_, r,
+                         pid, e.c_str());
+      else if (value != kSingleCopyProbeValue)
+        why_not = format("rank %d read a wrong value from rank %d's memory (pid %ld)", rank_, r, pid);
+    }
+  }
+  std::vector<std::string> verdicts;
+  ACCORD_TRY(store->all_gather("single_copy_ok", rank_, nranks_,
+                               why_not.empty() ? format("ok %lld %lld", static_cast<long long>(settings_.single_copy_min),
+                                                        static_cast<long long>(settings_.single_copy_max))
+                                               : "no " + why_not,
+                               &verdicts, deadline));
+  long long lo = 0, hi = INT64_MAX;
+  std::string reason;
+  for (int r = 0; r < nranks_ && reason.empty(); ++r) {
+    const std::string& v = verdicts[static_cast<size_t>(r)];
+    long long a = 0, b = 0;
+    if (std::sscanf(v.c_str(), "ok %lld %lld", &a, &b) == 2) {
+      lo = std::max(lo, a);
+      hi = std::min(hi, b);
+    } else {
+      reason = v.rfind("no ", 0) == 0 ? v.substr(3) : format("rank %d sent '%s'", r, v.c_str());
+    }
+  }
+  if (!reason.empty()) {
+    LOG_INFO(kInit, "rank %d: single copy: off (%s); host all-reduces go through the shared-memory FIFOs",
+             rank_, reason.c_str());
+    return Status::success();
+  }
+  single_copy_ = true;
+  single_copy_min_ = static_cast<size_t>(lo);
+  single_copy_max_ = static_cast<size_t>(hi);
+  LOG_INFO(kInit, "rank %d: single copy: all-reduces of %zu to %zu bytes read and write the peers' buffers "
+           "directly (process_vm_readv/writev; ACCORD_SINGLE_COPY=0 turns it off)",
+           rank_, single_copy_min_, single_copy_max_);
+  return Status::success();
 }
 
 const FaultPlan* Communicator::armed_fault() const {

@@ -24,6 +24,7 @@
 #include "collectives/device/user_buffers.hpp"
 #include "collectives/executor.hpp"
 #include "collectives/schedule.hpp"
+#include "collectives/single_copy.hpp"
 #include "collectives/tuner.hpp"
 #include "core/fault.hpp"
 #include "core/settings.hpp"
@@ -279,10 +280,16 @@ class Communicator {
     kernels::ReduceFn reduce = nullptr;
     uint32_t tag = 0;
     bool board = false;  // Note [Board]: direct all-reduce on the shm transport's board
+    bool single_copy = false;  // Note [Single copy] (single_copy.cpp)
     size_t stage_bytes = 0;  // its largest reduce-and-send step (ExecArgs::stage)
   };
   Status plan_call(const CollArgs& a, bool on_device, CallPlan* plan);
   Status run_on_board(const CollArgs& a, const CallPlan& plan);
+  Status run_single_copy(const CollArgs& a, const CallPlan& plan);
+  // Note [Single copy]: whether this all-reduce takes it (every rank decides alike), and the
+  // probe at init that decides whether the job can.
+  bool takes_single_copy(const CollArgs& a, size_t bytes, bool on_device) const;
+  Status decide_single_copy(StoreClient* store, Deadline deadline);
   // ACCORD_FAULT's plan if it strikes the collective numbered seq_, else nullptr.
   const FaultPlan* armed_fault() const;
   // A failure inside a collective breaks the communicator: kept, logged, returned.
@@ -332,6 +339,13 @@ class Communicator {
   uint64_t seq_ = 0;
   uint64_t p2p_seq_ = 0;  // point-to-point batches run (for messages; not in step with other ranks)
   uint32_t board_seq_ = 0;  // board calls made (Note [Board])
+  // Note [Single copy]: on when every rank of the job (all on this host) can reach every
+  // other's memory; the window of sizes every rank agreed on; how to reach each rank; room
+  // for two chunks of peers' operands.
+  bool single_copy_ = false;
+  size_t single_copy_min_ = 0, single_copy_max_ = 0;
+  std::vector<SingleCopyPeer> single_copy_peers_;
+  std::vector<uint8_t> single_copy_tmp_;
   WaitContext board_ctx_;   // their wait context (set with the transports), but for seq, deadline and peer
   std::vector<uint8_t> scratch_;
   std::vector<uint8_t> stage_;  // ExecArgs::stage

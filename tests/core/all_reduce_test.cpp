@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -81,6 +82,14 @@ std::string sweep(accord_comm_t comm, int rank, int nranks) {
           std::string e = check(comm, rank, nranks, dt, op, count, in_place, in_place ? 0 : 3);
           if (!e.empty()) return e;
         }
+  // Just past 16 KiB, where Note [Single copy] starts between processes: every dtype and op.
+  for (accord_datatype_t dt : kDtypes)
+    for (accord_red_op_t op : kOps)
+      for (bool in_place : {false, true}) {
+        std::string e = check(comm, rank, nranks, dt, op, (16 << 10) / accord_dtype_size(dt) + 13, in_place,
+                              in_place ? 0 : 5);
+        if (!e.empty()) return e;
+      }
   // Around one chunk and several chunks, unaligned, float32 and a 2-byte type.
   for (size_t count : {kHostChunkElemsF32 - 1, kHostChunkElemsF32 + 1, kHostChunkElemsF32 * n + 3,
                        kChunkElemsF32 - 1, kChunkElemsF32, kChunkElemsF32 + 1,
@@ -111,6 +120,18 @@ TEST_P(AllReduceProcesses, EveryDtypeOpAndSizeExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, AllReduceProcesses, ::testing::Values(2, 3, 4));
+
+// The same through the shared-memory FIFOs (ACCORD_SINGLE_COPY=0), which the sizes from 16 KiB
+// to 16 MiB take otherwise only when a rank cannot read its peers' memory.
+class AllReduceProcessesFifos : public ::testing::TestWithParam<int> {};
+
+TEST_P(AllReduceProcessesFifos, EveryDtypeOpAndSizeExact) {
+  ScopedEnv fifos("ACCORD_SINGLE_COPY", "0");
+  auto failures = run_processes(GetParam(), sweep);
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, AllReduceProcessesFifos, ::testing::Values(2, 4));
 
 class AllReduceAlgorithms : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
 
@@ -349,6 +370,7 @@ TEST(AllReduce, HostCallsCutAtSixtyFourKiBUnlessToldOtherwise) {
     SCOPED_TRACE(c.name);
     const std::string log = std::string(dir) + "/log-" + c.name + "-%p";
     ScopedEnv level("ACCORD_LOG", "warn,tune:info");
+    ScopedEnv fifos("ACCORD_SINGLE_COPY", "0");  // the FIFOs' chunks (Note [Single copy] takes these sizes)
     ScopedEnv file("ACCORD_LOG_FILE", log.c_str());
     ScopedEnv chunk("ACCORD_CHUNK_BYTES", c.chunk_env);
     ScopedEnv tuned("ACCORD_TUNE_FILE", c.tune_file ? tune.c_str() : "");
@@ -414,6 +436,7 @@ TEST(AllReduce, HostAllReducesFromTheStreamingThresholdKeepTheSlot) {
     SCOPED_TRACE(c.name);
     const std::string log = std::string(dir) + "/log-" + c.name + "-%p";
     ScopedEnv level("ACCORD_LOG", "warn,tune:info");
+    ScopedEnv fifos("ACCORD_SINGLE_COPY", "0");  // the FIFOs' chunks (Note [Single copy] takes these sizes)
     ScopedEnv file("ACCORD_LOG_FILE", log.c_str());
     ScopedEnv chunk("ACCORD_CHUNK_BYTES", "0");
     ScopedEnv nt("ACCORD_NT_THRESHOLD", c.threshold);
@@ -448,6 +471,87 @@ TEST(AllReduce, HostAllReducesFromTheStreamingThresholdKeepTheSlot) {
   }
   rmdir(dir);
   EXPECT_EQ(logs, 4) << "one log per rank process and case";
+}
+
+// Note [Single copy] (collectives/single_copy.cpp): the job takes it only where every rank
+// agreed at init, in the window of sizes all of them allow, and every rank says so in its init
+// log; each size that takes it says so in the tune log. Rank 1 turning it off turns it off for
+// every rank (named as the reason), and the calls go through the FIFOs, exact either way.
+TEST(AllReduce, SingleCopyIsAgreedAtInitAndSaysSo) {
+  char dir[] = "/tmp/accord-single-copy-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  struct Case {
+    const char* name;
+    const char* rank1;  // ACCORD_SINGLE_COPY on rank 1
+    const char* rank2;  // ACCORD_SINGLE_COPY_MAX on rank 2
+    const char* init;   // in every rank's init line
+    bool taken_1m;      // a 1 MiB all-reduce takes it
+  };
+  const Case cases[] = {
+      {"on", "1", "16M", "single copy: all-reduces of 16384 to 16777216 bytes read and write the peers' buffers", true},
+      {"window", "1", "512K", "single copy: all-reduces of 16384 to 524288 bytes", false},
+      {"off", "0", "16M", "single copy: off (", false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string log = std::string(dir) + "/log-" + c.name + "-%p";
+    ScopedEnv level("ACCORD_LOG", "warn,init:info,tune:info");
+    ScopedEnv file("ACCORD_LOG_FILE", log.c_str());
+    auto failures = run_processes(
+        3,
+        [&](accord_comm_t comm, int rank, int nranks) {
+          for (size_t count : {size_t{(1u << 20) / 4 + 3}, size_t{(64u << 10) / 4 - 1}})
+            for (bool in_place : {false, true}) {
+              std::string e = check(comm, rank, nranks, ACCORD_INT32, ACCORD_SUM, count, in_place, 4);
+              if (!e.empty()) return e;
+            }
+          return std::string();
+        },
+        120,
+        [&](int rank) {
+          if (rank == 1) setenv("ACCORD_SINGLE_COPY", c.rank1, 1);
+          if (rank == 2) setenv("ACCORD_SINGLE_COPY_MAX", c.rank2, 1);
+          log_reconfigure();  // this process's log, as set above
+        });
+    for (const auto& f : failures) ADD_FAILURE() << f;
+    int logs = 0;
+    for (const std::string& name : files_in(dir)) {
+      if (name.rfind(std::string("log-") + c.name + "-", 0) != 0) continue;
+      const std::string text = take_file(std::string(dir) + "/" + name);
+      if (text.find("single copy") == std::string::npos) continue;  // the test process's own log
+      ++logs;
+      EXPECT_NE(text.find(c.init), std::string::npos) << name << ":\n" << text;
+      if (std::strcmp(c.rank1, "0") == 0) {
+        EXPECT_NE(text.find("single copy: off (rank 1: ACCORD_SINGLE_COPY=0)"), std::string::npos)
+            << "names the reason; " << name << ":\n" << text;
+      }
+      const bool taken_1m = text.find("all_reduce of 1048588 bytes (3 ranks): single copy") != std::string::npos;
+      EXPECT_EQ(taken_1m, c.taken_1m) << name << ":\n" << text;
+      const bool taken_64k = text.find("all_reduce of 65532 bytes (3 ranks): single copy") != std::string::npos;
+      EXPECT_EQ(taken_64k, std::strcmp(c.rank1, "1") == 0) << name << ":\n" << text;
+    }
+    EXPECT_EQ(logs, 3) << "one log per rank process";
+  }
+  rmdir(dir);
+}
+
+// Ranks that call a single-copy all-reduce with different counts fail with a mismatch naming
+// the other rank, at once, not at the timeout.
+TEST(AllReduce, SingleCopyCallsThatDifferFailWithAMismatch) {
+  ScopedEnv timeout("ACCORD_TIMEOUT_MS", "60000");
+  auto failures = run_processes(2, [](accord_comm_t comm, int rank, int) -> std::string {
+    std::vector<float> buf((1u << 18) + 1, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    accord_status_t s = accord_all_reduce(buf.data(), buf.data(), buf.size() - static_cast<size_t>(rank),
+                                          ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string msg = accord_last_error(comm);
+    if (s != ACCORD_ERR_MISMATCH) return std::string("expected a mismatch, got ") + accord_status_string(s) + ": " + msg;
+    if (msg.find(rank == 0 ? "rank 1" : "rank 0") == std::string::npos) return "does not name the peer: " + msg;
+    if (took > 30) return "took " + std::to_string(took) + " s";
+    return std::string();
+  });
+  for (const auto& f : failures) ADD_FAILURE() << f;
 }
 
 TEST(AllReduce, RepeatedCallsStayInStep) {

@@ -49,6 +49,7 @@ class FaultTest : public ::testing::Test {
   }
   void TearDown() override {
     unsetenv("ACCORD_FAULT");
+    unsetenv("ACCORD_SINGLE_COPY");
     unsetenv("ACCORD_TIMEOUT_MS");
     unsetenv("ACCORD_INIT_TIMEOUT_MS");
     // Only this test's ranks' segments: other tests running beside it have theirs.
@@ -104,15 +105,21 @@ TEST_F(FaultTest, KillDuringSmallAndLargeAllReduce) {
   struct Case {
     const char* fault;
     size_t count;
+    const char* single_copy;  // ACCORD_SINGLE_COPY (Note [Single copy] takes 16 KiB-16 MiB)
   } cases[] = {
-      {"coll:3:seq=2:step=0", 2},                  // 8 bytes: direct
-      {"coll:3:seq=2:step=0:how=abort", 2},        //
-      {"coll:3:seq=2:step=0:how=exit", 2},         //
-      {"coll:3:seq=2:step=9", 4 << 20},            // 16 MiB ring, mid-pipeline
-      {"coll:3:seq=3:step=40:how=abort", 4 << 20}  //
+      {"coll:3:seq=2:step=0", 2, "1"},                   // 8 bytes: the board
+      {"coll:3:seq=2:step=0:how=abort", 2, "1"},         //
+      {"coll:3:seq=2:step=0:how=exit", 2, "1"},          //
+      {"coll:3:seq=2:step=9", 4 << 20, "0"},             // 16 MiB ring, mid-pipeline
+      {"coll:3:seq=3:step=40:how=abort", 4 << 20, "0"},  //
+      {"coll:3:seq=2:step=3", 4 << 20, "1"},             // 16 MiB single copy: its third chunk
+      {"coll:3:seq=2:step=0", 1 << 18, "1"},             // 1 MiB single copy: before its first post
+      {"coll:3:seq=3:step=99:how=abort", 1 << 18, "1"},  // and after its last chunk
   };
   for (const Case& c : cases) {
+    SCOPED_TRACE(c.fault);
     setenv("ACCORD_FAULT", c.fault, 1);
+    setenv("ACCORD_SINGLE_COPY", c.single_copy, 1);
     const size_t count = c.count;
     auto failures = run_processes(4, [count](accord_comm_t comm, int rank, int) {
       return survivor_sees_remote(comm, rank, count, 4);
