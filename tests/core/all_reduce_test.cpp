@@ -204,7 +204,7 @@ TEST(AllReduce, BitwiseIdenticalOnEveryRankAndRunWithInexactFloats) {
   unsetenv("ACCORD_ALGO");
 }
 
-// Note [Board]: a direct all-reduce of at most 244 bytes among ranks of one host runs on the
+// Note [Board]: a direct all-reduce of at most 500 bytes among ranks of one host runs on the
 // board, a larger one through the FIFOs; both must give the bits of the left fold in rank
 // order, (x0 op x1) op x2 ..., then / nranks for avg, on inexact floats, in place or not.
 std::string fold_check(accord_comm_t comm, int rank, int nranks, size_t count, accord_red_op_t op, bool in_place) {
@@ -237,8 +237,8 @@ std::string fold_check(accord_comm_t comm, int rank, int nranks, size_t count, a
 TEST(AllReduce, DirectOnTheBoardAndThroughFifosGivesTheRankOrderFold) {
   ScopedEnv a("ACCORD_ALGO", "direct");
   auto body = [](accord_comm_t comm, int rank, int nranks) -> std::string {
-    // 13 floats = 52 bytes, the board's first cache line; 61 = 244 bytes, its largest
-    for (size_t count : {1, 2, 12, 13, 14, 16, 29, 60, 61, 62, 100})
+    // 13 floats = 52 bytes, the board's first cache line; 125 = 500 bytes, its largest
+    for (size_t count : {1, 2, 12, 13, 14, 16, 29, 61, 64, 124, 125, 126, 200})
       for (accord_red_op_t op : {ACCORD_SUM, ACCORD_PROD, ACCORD_AVG})
         for (bool in_place : {false, true}) {
           // Twice: the board's two lines alternate between calls.

@@ -43,7 +43,7 @@ std::vector<std::string> exchange(int nranks, int rounds, WaitPolicy policy, int
       ctx.self_rank = rank;
       for (uint32_t seq = 1; seq <= static_cast<uint32_t>(rounds); ++seq) {
         if (rank == 0 && delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-        constexpr size_t kSizes[] = {8, 52, 53, 64, 65, 128, 200, kBoardPayloadBytes};
+        constexpr size_t kSizes[] = {8, 52, 53, 64, 65, 128, 200, 256, 257, 436, kBoardPayloadBytes};
         const size_t bytes = kSizes[seq % (sizeof kSizes / sizeof kSizes[0])];
         auto pattern = [seq, bytes](int r, uint8_t* p) {
           const uint32_t head[2] = {static_cast<uint32_t>(r), seq};

@@ -1,4 +1,4 @@
-// The board: one to four cache lines per rank per call for the smallest collectives on one host.
+// The board: one to eight cache lines per rank per call for the smallest collectives on one host.
 //
 // Note [Board]: an 8-byte all-reduce through the slot FIFOs costs each rank an acquire, a post,
 // a wait and a release per peer, and the head stores and sleep checks that go with them; on
@@ -7,11 +7,12 @@
 // local rank owns two lines (calls alternate between them) in its segment's header page;
 // for call k it writes its payload, size and call tag into line k % 2 and then stores
 // seq = k there, and reads every peer's line k % 2 once its seq says k. A "line" is a block
-// of four cache lines: the first holds seq, size, tag and 52 bytes, the next three 192 bytes
-// more, so payloads up to 244 bytes ride on the board and a payload of at most 52 bytes still
+// of eight cache lines: the first holds seq, size, tag and 52 bytes, the next seven 448 bytes
+// more, so payloads up to 500 bytes ride on the board and a payload of at most 52 bytes still
 // moves one cache line (the others are neither written nor read). With a single line, 64 B
 // took the FIFOs at twice the board's time (0.49 against 0.24-0.28 us, 2 ranks, Intel Xeon
-// VM) and lost a run to Open MPI beside a busy process (bench/NOTES-2026-11.md). Nobody acknowledges:
+// VM) and lost a run to Open MPI beside a busy process (bench/NOTES-2026-11.md); with four,
+// 256 B was the size that did (Note [Board] in bench/NOTES-2026-11.md, "256 B on the board"). Nobody acknowledges:
 // line k % 2 is next written for call k + 2, which starts only after this rank saw every
 // peer's line of call k + 1, and a peer writes that line only after it finished reading call k
 // (program order, and the release/acquire pair on seq). Every rank must therefore make the
@@ -44,17 +45,18 @@ struct alignas(64) BoardLine {
   std::atomic<uint32_t> seq;  // the call whose payload the line holds (0: none yet)
   uint32_t bytes;
   uint32_t tag;               // Note [Call signature] (transport/channel.hpp)
-  uint8_t data[52 + 3 * 64];  // the first 52 bytes share the cache line of seq
+  uint8_t data[52 + 7 * 64];  // the first 52 bytes share the cache line of seq
 };
-static_assert(sizeof(BoardLine) == 256);
+static_assert(sizeof(BoardLine) == 512);
 
 // Where a rank's board sits in its segment's 4 KiB header page, and how many readers its sleep
 // table has room for. Its two lines are kBoardLineStride apart, not adjacent: CPUs fetch
 // 128-byte pairs of lines (and prefetch the next lines of a stream), and a reader polling one
-// line would then hold the other, which the owner writes next.
+// line would then hold the other, which the owner writes next. Two cache lines apart, so
+// that neither a pair nor the next line after a block's last is the other block's.
 constexpr size_t kBoardOffset = 512;
 constexpr size_t kBoardBytes = 4096 - kBoardOffset;
-constexpr size_t kBoardLineStride = 512;
+constexpr size_t kBoardLineStride = sizeof(BoardLine) + 128;
 constexpr size_t kBoardFlagsOffset = 2 * kBoardLineStride;
 constexpr size_t kBoardPayloadBytes = sizeof(BoardLine::data);
 constexpr int kBoardMaxRanks = static_cast<int>((kBoardBytes - kBoardFlagsOffset) / sizeof(uint32_t));
