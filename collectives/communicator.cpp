@@ -254,6 +254,7 @@ Status Communicator::init(const InitSpec& spec) {
     std::vector<std::string> unused;
     s = store->all_gather("gpu_ready", rank_, nranks_, "1", &unused, deadline);
   }
+  if (s.ok() && shm_ != nullptr) shm_->warm_fifos();  // Note [FIFO lines at init]
   if (s.ok()) warn_shared_gpu();
   if (s.ok() && device_ >= 0)
     for (int peer : local_ranks_)

@@ -1,6 +1,8 @@
 // SPSC slot FIFO in shared memory (see fifo.hpp).
 #include "transport/shm/fifo.hpp"
 
+#include <algorithm>
+
 // Note [ThreadSanitizer and device FIFOs]: ThreadSanitizer learns happens-before from the
 // address of an atomic. With ranks as threads of one process, each rank maps its peers'
 // shared-memory segments itself, so the sender's seq/head store and the receiver's load are at
@@ -40,6 +42,15 @@ FifoView::FifoView(void* base, FifoShape s, const WaitPolicy* p, uint8_t* d)
       policy(p) {}
 
 uint8_t* FifoView::slot_data(uint32_t index) const { return data + index * shape.slot_stride(); }
+
+void warm_fifo(void* base, const FifoShape& shape, size_t bytes) {
+  const FifoView f(base, shape, nullptr);
+  const size_t head = sizeof(FifoCtrl) + shape.nslots * sizeof(SlotHeader);
+  for (size_t at = 0; at < head; at += 64) __builtin_prefetch(static_cast<uint8_t*>(base) + at, 0, 3);
+  const size_t n = std::min(bytes, shape.slot_bytes + 64);
+  for (uint32_t i = 0; i < shape.nslots; ++i)
+    for (size_t at = 0; at < n; at += 64) __builtin_prefetch(f.slot_data(i) + at, 0, 3);
+}
 
 Status FifoSender::acquire_like(size_t bytes, const void* like, void** slot,
                                 const WaitContext& ctx) {

@@ -83,6 +83,11 @@ struct FifoView {
   const WaitPolicy* policy;
 };
 
+// Note [FIFO lines at init] (shm_transport.cpp): brings the control and header lines of the
+// host FIFO at `base`, and the first `bytes` of each slot's data, into this CPU's caches
+// (prefetches: no load or store the protocol, or a race detector, could see).
+void warm_fifo(void* base, const FifoShape& shape, size_t bytes);
+
 class FifoSender final : public SendChannel {
  public:
   // `data` and `name`: a device FIFO (Note [Device FIFOs]).

@@ -53,6 +53,9 @@ class ShmTransport {
                       std::unique_ptr<ShmTransport>* out);
   ~ShmTransport();
 
+  // Note [FIFO lines at init] (shm_transport.cpp): the host FIFOs' first lines into this CPU's
+  // caches and TLB, at the end of init.
+  void warm_fifos() const;
   SendChannel* sender(int peer) const { return senders_[static_cast<size_t>(peer)].get(); }
   RecvChannel* receiver(int peer) const { return receivers_[static_cast<size_t>(peer)].get(); }
   const FifoShape& shape() const { return options_.shape; }
@@ -112,6 +115,7 @@ class ShmTransport {
   std::vector<std::atomic<uint32_t>*> releases_;
   std::vector<std::unique_ptr<SendChannel>> senders_;
   std::vector<std::unique_ptr<RecvChannel>> receivers_;
+  std::vector<uint8_t*> host_fifos_;  // both of each pair's, for warm_fifos
   std::vector<void*> dev_ctrl_recv_, dev_ctrl_send_;
   std::vector<uint8_t*> staging_;
   std::unique_ptr<Board> board_;
