@@ -1178,10 +1178,18 @@ Status Communicator::decide_single_copy(StoreClient* store, Deadline deadline) {
         why_not = format("rank %d read a wrong value from rank %d's memory (pid %ld)", rank_, r, pid);
     }
   }
+  // This rank's window: the built-in one unless set. Below 256 KiB with more ranks than CPUs,
+  // the two board posts a call waits for (every rank must run for each) cost more than the
+  // copies save; above 32 MiB in all (the ranks' outputs are as many bytes again), out of
+  // place, the caches no longer hold the outputs and the FIFOs' non-temporal stores win (Note
+  // [Single copy]).
+  const long long window_min = settings_.single_copy_min > 0 ? settings_.single_copy_min
+                                                             : oversubscribed_ ? 256 << 10 : 16 << 10;
+  const long long window_max = settings_.single_copy_max > 0 ? settings_.single_copy_max : (32LL << 20) / nranks_;
   std::vector<std::string> verdicts;
   ACCORD_TRY(store->all_gather("single_copy_ok", rank_, nranks_,
-                               why_not.empty() ? format("ok %lld %lld", static_cast<long long>(settings_.single_copy_min),
-                                                        static_cast<long long>(settings_.single_copy_max))
+                               why_not.empty() ? format("ok %lld %lld", static_cast<long long>(window_min),
+                                                        static_cast<long long>(window_max))
                                                : "no " + why_not,
                                &verdicts, deadline));
   long long lo = 0, hi = INT64_MAX;

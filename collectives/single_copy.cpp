@@ -7,13 +7,21 @@
 // output: it reads the peers' parts of that block straight from their input buffers
 // (process_vm_readv), reduces them with its own into its output, and writes the result
 // straight into the peers' outputs (process_vm_writev), chunk by chunk. Every byte crosses
-// between cores once each way, and the kernel's copies write whole lines. On the Intel Xeon
-// model 207 VM (2 vCPUs, 2026-11-28), 2 ranks, float sum, a C prototype of this schedule (a
-// chunk of 256 KiB) against Accord through the FIFOs, each alone under chrt -f 50: 256 KiB
-// 17.5 us against 31.8, 1 MiB 89 against 160, 4 MiB 480 against 654, 16 MiB 2097 against
-// 2612; 64 MiB 18.4 ms against 12.5 and 256 MiB 70 against 53, where the FIFO path streams its
-// output past the caches (Note [Store mode probe]) and the kernel's copies do not. Hence a
-// window of sizes (ACCORD_SINGLE_COPY_MIN, _MAX). bench/NOTES-2026-11.md, "Single copy".
+// between cores once each way, and the kernel's copies write whole lines. Measured on the
+// Intel Xeon model 207 VM (2 vCPUs, 2026-11-28), 2 ranks, float sum, `bench/ab.py` with
+// ACCORD_SINGLE_COPY=0 against 1, `-n 20 -w 5`, 6 alternated pairs under chrt -f 50, median
+// pair ratios (speed) out of place / in place: 16 KiB 1.17 / 1.36, 64 KiB 1.09 / 1.37, 256 KiB
+// 1.69 / 1.68, 1 MiB 1.59 / 1.72, 4 MiB 1.29 / 1.59, 16 MiB 1.04 / 1.55 (8 KiB: 1.01 / 1.03);
+// but 32 MiB 0.66 / 1.51 and 64 MiB 0.69 / 1.10: out of place, once the ranks' inputs and
+// outputs (4 x 32 MiB) no longer fit the caches, every store of an output line first reads
+// it, where the FIFOs stream their outputs past the caches
+// (Note [Store mode probe]); streaming this rank's own output here too did not help (4-16
+// MiB: 0.88-0.96 against ordinary stores). With 4 ranks on the 2 vCPUs (oversubscribed):
+// 16 KiB 0.53 / 0.55 and 64 KiB 0.96 / 0.87 (each call's two board posts need every rank to
+// run, and they share 2 CPUs), 256 KiB-4 MiB 1.27-1.37 / 0.98-1.53, 16 MiB 0.70 / 1.16. Hence the built-in window (Communicator::decide_single_copy): from 16 KiB (256 KiB
+// when the host's ranks outnumber their CPUs) to 32 MiB divided by the number of ranks (16
+// MiB for 2), each end set by ACCORD_SINGLE_COPY_MIN and _MAX. The window was measured on this
+// one CPU; bench/NOTES-2026-11.md, "Single copy".
 //
 // The call: every rank posts its buffers' addresses and size on the board (Note [Board]) and
 // reads every peer's; computes its block; posts again, empty, and waits for every peer's

@@ -23,8 +23,8 @@ struct Settings {
   int64_t net_mbps = 10000;          // ACCORD_NET_MBPS: host link speed for the tuner's multi-host model
   int64_t nt_threshold_bytes = 0;    // ACCORD_NT_THRESHOLD (0 = built-in)
   bool single_copy = true;           // ACCORD_SINGLE_COPY (Note [Single copy])
-  int64_t single_copy_min = 16 << 10;  // ACCORD_SINGLE_COPY_MIN
-  int64_t single_copy_max = 16 << 20;  // ACCORD_SINGLE_COPY_MAX
+  int64_t single_copy_min = 0;       // ACCORD_SINGLE_COPY_MIN (0 = built-in)
+  int64_t single_copy_max = 0;       // ACCORD_SINGLE_COPY_MAX (0 = built-in)
   // Shared memory transport
   int64_t shm_slot_bytes = 0;        // ACCORD_SHM_SLOT_BYTES (0 = built-in)
   int64_t shm_nslots = 0;            // ACCORD_SHM_NSLOTS (0 = built-in)

@@ -474,8 +474,9 @@ TEST(AllReduce, HostAllReducesFromTheStreamingThresholdKeepTheSlot) {
 }
 
 // Note [Single copy] (collectives/single_copy.cpp): the job takes it only where every rank
-// agreed at init, in the window of sizes all of them allow, and every rank says so in its init
-// log; each size that takes it says so in the tune log. Rank 1 turning it off turns it off for
+// agreed at init, in the window of sizes all of them allow (the built-in largest is 32 MiB
+// divided by the ranks), and every rank says so in its init log; each size that takes it says
+// so in the tune log. Rank 1 turning it off turns it off for
 // every rank (named as the reason), and the calls go through the FIFOs, exact either way.
 TEST(AllReduce, SingleCopyIsAgreedAtInitAndSaysSo) {
   char dir[] = "/tmp/accord-single-copy-XXXXXX";
@@ -488,7 +489,8 @@ TEST(AllReduce, SingleCopyIsAgreedAtInitAndSaysSo) {
     bool taken_1m;      // a 1 MiB all-reduce takes it
   };
   const Case cases[] = {
-      {"on", "1", "16M", "single copy: all-reduces of 16384 to 16777216 bytes read and write the peers' buffers", true},
+      // 32 MiB / 3 ranks, the built-in largest, below rank 2's 16 MiB
+      {"on", "1", "16M", "single copy: all-reduces of 16384 to 11184810 bytes read and write the peers' buffers", true},
       {"window", "1", "512K", "single copy: all-reduces of 16384 to 524288 bytes", false},
       {"off", "0", "16M", "single copy: off (", false},
   };
@@ -497,6 +499,7 @@ TEST(AllReduce, SingleCopyIsAgreedAtInitAndSaysSo) {
     const std::string log = std::string(dir) + "/log-" + c.name + "-%p";
     ScopedEnv level("ACCORD_LOG", "warn,init:info,tune:info");
     ScopedEnv file("ACCORD_LOG_FILE", log.c_str());
+    ScopedEnv least("ACCORD_SINGLE_COPY_MIN", "16K");  // built in: 256 KiB if oversubscribed
     auto failures = run_processes(
         3,
         [&](accord_comm_t comm, int rank, int nranks) {

@@ -105,14 +105,14 @@ TEST_F(FaultTest, KillDuringSmallAndLargeAllReduce) {
   struct Case {
     const char* fault;
     size_t count;
-    const char* single_copy;  // ACCORD_SINGLE_COPY (Note [Single copy] takes 16 KiB-16 MiB)
+    const char* single_copy;  // ACCORD_SINGLE_COPY (Note [Single copy]: 4 ranks, 256 KiB-8 MiB)
   } cases[] = {
       {"coll:3:seq=2:step=0", 2, "1"},                   // 8 bytes: the board
       {"coll:3:seq=2:step=0:how=abort", 2, "1"},         //
       {"coll:3:seq=2:step=0:how=exit", 2, "1"},          //
       {"coll:3:seq=2:step=9", 4 << 20, "0"},             // 16 MiB ring, mid-pipeline
       {"coll:3:seq=3:step=40:how=abort", 4 << 20, "0"},  //
-      {"coll:3:seq=2:step=3", 4 << 20, "1"},             // 16 MiB single copy: its third chunk
+      {"coll:3:seq=2:step=3", 2 << 20, "1"},             // 8 MiB single copy: its third chunk
       {"coll:3:seq=2:step=0", 1 << 18, "1"},             // 1 MiB single copy: before its first post
       {"coll:3:seq=3:step=99:how=abort", 1 << 18, "1"},  // and after its last chunk
   };
