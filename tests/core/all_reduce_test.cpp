@@ -488,8 +488,8 @@ TEST(AllReduce, SingleCopyIsAgreedAtInitAndSaysSo) {
     bool taken_1m;      // a 1 MiB all-reduce takes it
   };
   const Case cases[] = {
-      {"on", "1", "16M", "single copy: all-reduces of 16384 to 16777216 bytes read and write the peers' buffers", true},
-      {"window", "1", "512K", "single copy: all-reduces of 16384 to 524288 bytes", false},
+      {"on", "1", "16M", "single copy: collectives of 16384 to 16777216 bytes read and write the peers' buffers", true},
+      {"window", "1", "512K", "single copy: collectives of 16384 to 524288 bytes", false},
       {"off", "0", "16M", "single copy: off (", false},
   };
   for (const Case& c : cases) {
