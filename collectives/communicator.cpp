@@ -1228,7 +1228,7 @@ Status Communicator::decide_single_copy(StoreClient* store, Deadline deadline) {
   single_copy_min_ = static_cast<size_t>(lo);
   single_copy_max_ = static_cast<size_t>(hi);
   LOG_INFO(kInit, "rank %d: single copy: collectives of %zu to %zu bytes read and write the peers' buffers "
-           "directly (all-reduce, all-gather, broadcast, reduce-scatter, reduce; process_vm_readv/writev; "
+           "directly (all-reduce, all-gather, broadcast, reduce-scatter; process_vm_readv/writev; "
            "ACCORD_SINGLE_COPY=0 turns it off)",
            rank_, single_copy_min_, single_copy_max_);
   return Status::success();

@@ -1,4 +1,4 @@
-// All-reduces that copy each byte between ranks once (see single_copy.hpp).
+// Collectives that copy each byte between ranks once (see single_copy.hpp).
 //
 // Note [Single copy]: through the shared-memory FIFOs a 2-rank all-reduce moves every byte
 // between the two cores twice: the sender copies its half into a slot, the receiver reduces
@@ -26,6 +26,36 @@
 // Peers that are threads of this process are read and written with plain copies (the board's
 // release and acquire order them). A peer that dies fails the call with its rank named: its
 // memory is gone (ESRCH), or it never posts (the board's wait watches its pidfd).
+//
+// The other collectives share the call (SingleCopyRun: the posts, the chunk loop with its
+// ACCORD_FAULT steps, the copies and their errors), each with its own body:
+// - all-gather: every rank writes its input into every peer's output at its own offset (and
+//   into its own unless in place, NCCL's layout sendbuf == recvbuf + rank * count). Writing
+//   beat reading the peers' inputs into one's own output out of place (2 ranks, 1 MiB per rank
+//   1.3x, 4 MiB 1.2x; a tie in place).
+// - broadcast: where the root is out of place, every non-root reads the root's buffer into its
+//   output while the root copies its own. Where it is in place (every rank sees that in the
+//   root's posted addresses), the work is spread: every rank owns a block, the root writes its
+//   block to every non-root, a non-root reads its block from the root and writes it to the
+//   other non-roots (2 ranks, 4 MiB in place: medians of 199 us against 440 with the non-root
+//   reading all, in two bench/ab.py runs).
+// - reduce-scatter: rank r reduces block r of every rank's input into its output, its own
+//   operand first, then the peers' in rank order, as the all-reduce does (in place, recvbuf ==
+//   sendbuf + rank * recvcount: a rank writes only its own block, which only it reads).
+// - reduce: kept on the FIFOs. Both schedules tried lost at every size of the window (2 ranks):
+//   the all-reduce's blocks with each block written to the root only (0.5x at 16 KiB, 0.83-1.02x
+//   from 1 MiB) and the root reading and reducing everything (0.5-0.98x): the FIFOs' chain
+//   pipelines the copy on one core with the reduction on the other.
+// Which size counts: the call's count times its element size, as every rank passes it (the
+// all-gather's input, the reduce-scatter's output), in ACCORD_SINGLE_COPY_MIN/_MAX; and, where
+// the FIFOs were as fast (Communicator::takes_single_copy), an all-gather's output and a
+// reduce-scatter's input (nranks times that) under _MAX too, broadcasts and reduce-scatters
+// from kSingleCopyFloor (64 KiB). On the VM above, 2 ranks, bench/ab.py (6 pairs, FIFOs
+// against single copy, median of pair ratios; sizes are nccl-tests' totals): all-gather
+// 1.1-2.4x from 64 KiB to 16 MiB; broadcast 1.2-2.9x from 64 KiB to 16 MiB (16 KiB: 0.91x in
+// place, 32 KiB a tie, hence the floor); reduce-scatter 1.04-1.5x from 256 KiB to 16 MiB (64 KiB total, 32 KiB
+// per rank: 0.91x; 128 KiB total: 1.07-1.17x); at 32 MiB total out of place the all-gather
+// 0.90x and the reduce-scatter 0.75x (hence the whole buffer under _MAX).
 //
 // The probe at init: process_vm_readv needs the right to ptrace the peer (same user, and with
 // Yama's ptrace_scope 1 a process that allowed it: every rank calls prctl(PR_SET_PTRACER,

@@ -286,6 +286,7 @@ TEST(AllReduce, StoreModeIsDecidedAtInitAlikeOnEveryRankOfAHost) {
     ScopedEnv file("ACCORD_LOG_FILE", log.c_str());
     ScopedEnv nt("ACCORD_NT_THRESHOLD", threshold);
     ScopedEnv chunk("ACCORD_CHUNK_BYTES", "256K");  // fewer hand-offs under ThreadSanitizer
+    ScopedEnv fifos("ACCORD_SINGLE_COPY", "0");  // the FIFOs' stores (Note [Single copy] takes these sizes)
     auto failures = run_processes(
         2,
         [&](accord_comm_t comm, int rank, int nranks) {
