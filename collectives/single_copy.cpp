@@ -189,22 +189,12 @@ class SingleCopyRun {
   const uint8_t* input_of(int q) const { return reinterpret_cast<const uint8_t*>(at[q].input); }
   uint8_t* output_of(int q) const { return reinterpret_cast<uint8_t*>(at[q].output); }
 
-  // Copies `bytes` at `remote` in peer q's memory to `local`.
+  // Copies `bytes` at `remote` in peer q's memory to `local`, and back.
   Status read(int q, void* local, const void* remote, size_t bytes) {
-    const SingleCopyPeer& peer = peers_[static_cast<size_t>(q)];
-    if (peer.same_process) return kernels::copy(local, remote, bytes, false), Status::success();
-    bool gone = false;
-    const std::string why = read_process_memory(peer.pid, local, remote, bytes, &gone);
-    return why.empty() ? Status::success() : failed(q, "reading the input of", why, gone);
+    return move(Way::kRead, q, local, remote, bytes);
   }
-
-  // Copies `bytes` at `local` to `remote` in peer q's memory.
   Status write(int q, void* remote, const void* local, size_t bytes) {
-    const SingleCopyPeer& peer = peers_[static_cast<size_t>(q)];
-    if (peer.same_process) return kernels::copy(remote, local, bytes, false), Status::success();
-    bool gone = false;
-    const std::string why = write_process_memory(peer.pid, remote, local, bytes, &gone);
-    return why.empty() ? Status::success() : failed(q, "writing the output of", why, gone);
+    return move(Way::kWrite, q, const_cast<void*>(local), remote, bytes);
   }
 
   // Reduces `m` elements at byte `in_off` of every rank's input into `dst`: this rank's operand
@@ -273,6 +263,19 @@ class SingleCopyRun {
                    me, ctx_->operation, static_cast<unsigned long long>(ctx_->seq), q);
     *out = line;
     return Status::success();
+  }
+
+  Status move(Way way, int q, void* local, const void* remote, size_t bytes) {
+    const SingleCopyPeer& peer = peers_[static_cast<size_t>(q)];
+    if (peer.same_process) {
+      if (way == Way::kRead) kernels::copy(local, remote, bytes, false);
+      else kernels::copy(const_cast<void*>(remote), local, bytes, false);
+      return Status::success();
+    }
+    bool gone = false;
+    const std::string why = move_process_memory(way, peer.pid, local, remote, bytes, &gone);
+    if (why.empty()) return Status::success();
+    return failed(q, way == Way::kRead ? "reading the input of" : "writing the output of", why, gone);
   }
 
   // A failed copy from or to `q`: its death if it died, else what the system said.

@@ -6,15 +6,11 @@
 // FIFOs fails the test. (The all-reduce's are in all_reduce_test.cpp; the FIFOs at these sizes
 // in collectives_test.cpp, under ACCORD_SINGLE_COPY=0.)
 #include <accord/accord.h>
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -136,25 +132,6 @@ std::string sweep(accord_comm_t comm, int rank, int n) {
           e = reduce_scatter(comm, rank, n, dt, static_cast<accord_red_op_t>(o), count, in_place, in_place ? 0 : 5);
   }
   return e;
-}
-
-// The names of the files in `dir` (not . and ..).
-std::vector<std::string> files_in(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') names.push_back(e->d_name);
-    closedir(d);
-  }
-  return names;
-}
-
-// The text of the file at `path`, which is then removed.
-std::string take_file(const std::string& path) {
-  std::ifstream in(path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::remove(path.c_str());
-  return text;
 }
 
 // What the tune log says of one size of one collective.
