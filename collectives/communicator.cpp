@@ -1097,6 +1097,7 @@ Status Communicator::run_on_board(const CollArgs& a, const CallPlan& plan) {
   c.tag = plan.tag;
   c.seq = ++board_seq_;
   board_ctx_.seq = ++seq_;
+  board_ctx_.operation = collective_name(a.coll);
   c.fault = armed_fault();
   c.fault_step = fault_.step;
   return finish_call(execute_on_board(*shm_->board(), c, &board_ctx_, settings_.timeout_ms));
@@ -1105,9 +1106,11 @@ Status Communicator::run_on_board(const CollArgs& a, const CallPlan& plan) {
 // Note [Single copy] (single_copy.cpp): two board calls, the addresses and the end.
 Status Communicator::run_single_copy(const CollArgs& a, const CallPlan& plan) {
   SingleCopyCall c;
+  c.coll = a.coll;
   c.input = a.send;
   c.output = a.recv;
-  c.bytes = plan.out_bytes;
+  c.bytes = a.count * plan.elem_bytes;
+  c.root = a.root;
   c.elem_bytes = plan.elem_bytes;
   c.reduce = plan.reduce;
   c.divisor = a.op == ACCORD_AVG ? nranks_ : 0;
@@ -1115,6 +1118,7 @@ Status Communicator::run_single_copy(const CollArgs& a, const CallPlan& plan) {
   c.seq = board_seq_ + 1;
   board_seq_ += 2;
   board_ctx_.seq = ++seq_;
+  board_ctx_.operation = collective_name(a.coll);
   c.fault = armed_fault();
   c.fault_step = fault_.step;
   if (single_copy_tmp_.size() < kSingleCopyChunk) single_copy_tmp_.resize(kSingleCopyChunk);
@@ -1123,11 +1127,31 @@ Status Communicator::run_single_copy(const CollArgs& a, const CallPlan& plan) {
 }
 
 // Note [Single copy]: decided from the call and the communicator alone (the window is the
-// one every rank agreed on at init), so every rank agrees. The board keeps the smallest calls,
-// and ACCORD_ALGO, when set, its algorithm.
+// one every rank agreed on at init), so every rank agrees. `bytes` is the call's count times
+// its element size, as every rank passes it: the buffer of an all-reduce or broadcast, the
+// input of an all-gather (a rank's block of its output), the output of a reduce-scatter (a
+// rank's block of its input). Narrowed where the FIFOs were faster (bench/ab.py, 2 ranks,
+// Note [Single copy]): an all-gather's output and a reduce-scatter's input, nranks times
+// `bytes`, must fit under ACCORD_SINGLE_COPY_MAX too (beyond, out of place, the FIFOs won, as
+// for the all-reduce); broadcasts and reduce-scatters start at kSingleCopyFloor (below, they
+// tied or lost); reduces keep the FIFOs (both schedules tried lost). The board keeps the
+// smallest all-reduces, and ACCORD_ALGO, when set, its algorithm.
 bool Communicator::takes_single_copy(const CollArgs& a, size_t bytes, bool on_device) const {
-  return single_copy_ && a.coll == Collective::kAllReduce && !on_device && !has_forced_algo_ &&
-         bytes > kBoardPayloadBytes && bytes >= single_copy_min_ && bytes <= single_copy_max_;
+  if (!single_copy_ || on_device || has_forced_algo_ || bytes < single_copy_min_ || bytes > single_copy_max_)
+    return false;
+  const size_t whole = bytes * static_cast<size_t>(nranks_);
+  switch (a.coll) {
+    case Collective::kAllReduce:
+      return bytes > kBoardPayloadBytes;
+    case Collective::kBroadcast:
+      return bytes >= kSingleCopyFloor;
+    case Collective::kAllGather:
+      return whole <= single_copy_max_;
+    case Collective::kReduceScatter:
+      return bytes >= kSingleCopyFloor && whole <= single_copy_max_;
+    default:
+      return false;
+  }
 }
 
 // Note [Single copy] (single_copy.cpp): the probe at init. Every rank takes part in both store
@@ -1205,15 +1229,16 @@ Status Communicator::decide_single_copy(StoreClient* store, Deadline deadline) {
     }
   }
   if (!reason.empty()) {
-    LOG_INFO(kInit, "rank %d: single copy: off (%s); host all-reduces go through the shared-memory FIFOs",
+    LOG_INFO(kInit, "rank %d: single copy: off (%s); host collectives go through the shared-memory FIFOs",
              rank_, reason.c_str());
     return Status::success();
   }
   single_copy_ = true;
   single_copy_min_ = static_cast<size_t>(lo);
   single_copy_max_ = static_cast<size_t>(hi);
-  LOG_INFO(kInit, "rank %d: single copy: all-reduces of %zu to %zu bytes read and write the peers' buffers "
-           "directly (process_vm_readv/writev; ACCORD_SINGLE_COPY=0 turns it off)",
+  LOG_INFO(kInit, "rank %d: single copy: collectives of %zu to %zu bytes read and write the peers' buffers "
+           "directly (all-reduce, all-gather, broadcast, reduce-scatter; process_vm_readv/writev; "
+           "ACCORD_SINGLE_COPY=0 turns it off)",
            rank_, single_copy_min_, single_copy_max_);
   return Status::success();
 }

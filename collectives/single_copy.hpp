@@ -1,4 +1,4 @@
-// All-reduces on host buffers that copy each byte between ranks once (Note [Single copy],
+// Collectives on host buffers that copy each byte between ranks once (Note [Single copy],
 // single_copy.cpp): a rank reads its peers' inputs and writes its peers' outputs itself, by
 // process_vm_readv/writev between processes, by plain copies between threads of a process.
 #pragma once
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "collectives/kernels/reduce_kernels.hpp"
+#include "collectives/schedule.hpp"
 #include "core/fault.hpp"
 #include "core/status.hpp"
 #include "transport/shm/board.hpp"
@@ -39,9 +40,13 @@ const uint64_t* single_copy_probe_word();
 inline constexpr uint64_t kSingleCopyProbeValue = 0x5349434f50593031ULL;  // "SICOPY01"
 
 struct SingleCopyCall {
+  Collective coll = Collective::kAllReduce;  // all-reduce, all-gather, broadcast, reduce-scatter
   const void* input = nullptr;
   void* output = nullptr;
+  // count times the element size: the all-reduce's and broadcast's buffers, the
+  // all-gather's input (a block of its output), the reduce-scatter's output (a block of its input)
   size_t bytes = 0;
+  int root = 0;  // broadcast
   size_t elem_bytes = 1;
   kernels::ReduceFn reduce = nullptr;
   int divisor = 0;
@@ -51,11 +56,14 @@ struct SingleCopyCall {
   long fault_step = -1;
 };
 
-// The all-reduce, every rank of the communicator on this host: `peers` has an entry per rank
+// The collective, every rank of the communicator on this host: `peers` has an entry per rank
 // (this rank's unused). `tmp`: at least kSingleCopyChunk bytes, for peers' operands.
 // `ctx`: as for execute_on_board.
 Status execute_single_copy(Board& board, const std::vector<SingleCopyPeer>& peers, const SingleCopyCall& call,
                            void* tmp, WaitContext* ctx, int64_t timeout_ms);
 inline constexpr size_t kSingleCopyChunk = 256 << 10;
+// The smallest broadcast and reduce-scatter (bytes per rank) that take it: below, on the 2-vCPU
+// VM, they tied or lost against the FIFOs (Communicator::takes_single_copy).
+inline constexpr size_t kSingleCopyFloor = 64 << 10;
 
 }  // namespace accord

@@ -60,15 +60,19 @@ const std::vector<Entry>& entries() {
                  "(non-temporal) stores (0: 4 MiB if the probe at init finds them faster on this "
                  "host, else never; the init log says which)"),
       BOOL_ENTRY("ACCORD_SINGLE_COPY", single_copy, "1",
-                 "all-reduces of host buffers between processes of one host copy each byte once, "
+                 "all-reduces, all-gathers, broadcasts and reduce-scatters of host buffers between "
+                 "processes of one host copy each byte once, "
                  "reading and writing the peers' buffers by process_vm_readv/writev, where the probe "
                  "at init finds every rank can (0: through the shared-memory FIFOs)"),
       SIZE_ENTRY("ACCORD_SINGLE_COPY_MIN", single_copy_min, "0",
-                 "smallest all-reduce that takes the single copy (0: 16 KiB, or 256 KiB where the "
-                 "host's ranks outnumber their CPUs)"),
+                 "smallest call that takes the single copy (ACCORD_SINGLE_COPY; count times element "
+                 "size: an all-gather's input, a reduce-scatter's output; 0: 16 KiB, or 256 KiB "
+                 "where the host's ranks outnumber their CPUs; broadcasts and reduce-scatters from "
+                 "64 KiB whatever it says)"),
       SIZE_ENTRY("ACCORD_SINGLE_COPY_MAX", single_copy_max, "0",
-                 "largest all-reduce that takes the single copy (0: 32 MiB divided by the number of "
-                 "ranks, 16 MiB for 2)"),
+                 "largest call that takes the single copy, also for an all-gather's whole output and "
+                 "a reduce-scatter's whole input (0: 32 MiB divided by the number of ranks, 16 MiB "
+                 "for 2; above it, out of place, the FIFOs were faster where measured)"),
       SIZE_ENTRY("ACCORD_SHM_SLOT_BYTES", shm_slot_bytes, "0", "bytes per shared-memory FIFO slot"),
       INT_ENTRY("ACCORD_SHM_NSLOTS", shm_nslots, "0", "slots per shared-memory FIFO"),
       INT_ENTRY("ACCORD_SPIN_US", spin_us, "-1",

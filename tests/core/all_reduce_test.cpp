@@ -2,7 +2,6 @@
 // every dtype x op, sizes that break things, in place and out of place, unaligned buffers,
 // exact expected values (so every rank is also bitwise identical to every other).
 #include <accord/accord.h>
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -51,25 +49,6 @@ std::string check(accord_comm_t comm, int rank, int nranks, accord_datatype_t dt
   if (!in_place && static_cast<unsigned char>(out[offset + count * es]) != 0x5a)
     return where + ": wrote past the end";
   return "";
-}
-
-// The names of the files in `dir` (not . and ..).
-std::vector<std::string> files_in(const char* dir) {
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir)) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') names.push_back(e->d_name);
-    closedir(d);
-  }
-  return names;
-}
-
-// The text of the file at `path`, which is then removed.
-std::string take_file(const std::string& path) {
-  std::ifstream in(path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::remove(path.c_str());
-  return text;
 }
 
 std::string sweep(accord_comm_t comm, int rank, int nranks) {
@@ -286,6 +265,7 @@ TEST(AllReduce, StoreModeIsDecidedAtInitAlikeOnEveryRankOfAHost) {
     ScopedEnv file("ACCORD_LOG_FILE", log.c_str());
     ScopedEnv nt("ACCORD_NT_THRESHOLD", threshold);
     ScopedEnv chunk("ACCORD_CHUNK_BYTES", "256K");  // fewer hand-offs under ThreadSanitizer
+    ScopedEnv fifos("ACCORD_SINGLE_COPY", "0");  // the FIFOs' stores (Note [Single copy] takes these sizes)
     auto failures = run_processes(
         2,
         [&](accord_comm_t comm, int rank, int nranks) {
@@ -490,8 +470,8 @@ TEST(AllReduce, SingleCopyIsAgreedAtInitAndSaysSo) {
   };
   const Case cases[] = {
       // 32 MiB / 3 ranks, the built-in largest, below rank 2's 16 MiB
-      {"on", "1", "16M", "single copy: all-reduces of 16384 to 11184810 bytes read and write the peers' buffers", true},
-      {"window", "1", "512K", "single copy: all-reduces of 16384 to 524288 bytes", false},
+      {"on", "1", "16M", "single copy: collectives of 16384 to 11184810 bytes read and write the peers' buffers", true},
+      {"window", "1", "512K", "single copy: collectives of 16384 to 524288 bytes", false},
       {"off", "0", "16M", "single copy: off (", false},
   };
   for (const Case& c : cases) {

@@ -164,6 +164,20 @@ TEST(CollectivesProcesses, ExactResultsThreeRanks) {
   for (const auto& f : run_processes(3, all_collectives)) ADD_FAILURE() << f;
 }
 
+// The same through the shared-memory FIFOs (ACCORD_SINGLE_COPY=0): the all-gathers, broadcasts
+// and reduce-scatters of 16 KiB-16 MiB above take Note [Single copy] otherwise
+// (single_copy_test.cpp covers that).
+TEST(CollectivesProcesses, ExactResultsThreeRanksFifos) {
+  ScopedEnv fifos("ACCORD_SINGLE_COPY", "0");
+  for (const auto& f : run_processes(3, all_collectives)) ADD_FAILURE() << f;
+}
+
+TEST(CollectivesProcesses, EveryDtypeThreeRanksFifos) {
+  if (kThreadSanitizer) GTEST_SKIP() << "processes share no memory ThreadSanitizer can see; the thread ranks cover it";
+  ScopedEnv fifos("ACCORD_SINGLE_COPY", "0");
+  for (const auto& f : run_processes(3, every_dtype_and_op, 300)) ADD_FAILURE() << f;
+}
+
 }  // namespace
 }  // namespace accord::testing
 

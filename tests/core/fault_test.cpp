@@ -64,11 +64,24 @@ void expect_survivors_ok(const std::vector<std::string>& failures) {
     if (f.rfind("rank 3:", 0) != 0) ADD_FAILURE() << f;
 }
 
-std::string survivor_sees_remote(accord_comm_t comm, int rank, size_t count, int calls) {
-  std::vector<float> buf(count, 1.0f);
+// `coll`: which collective each call makes (in place, `count` elements per rank).
+std::string survivor_sees_remote(accord_comm_t comm, int rank, size_t count, int calls,
+                                 const char* coll = "all_reduce") {
+  std::vector<float> buf(count * 4, 1.0f);  // room for 4 ranks' blocks
+  const std::string c = coll;
   for (int i = 1; i <= calls; ++i) {
     auto start = std::chrono::steady_clock::now();
-    accord_status_t s = accord_all_reduce(buf.data(), buf.data(), count, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr);
+    accord_status_t s = ACCORD_SUCCESS;
+    if (c == "all_gather")
+      s = accord_all_gather(buf.data() + static_cast<size_t>(rank) * count, buf.data(), count, ACCORD_FLOAT32, comm,
+                            nullptr);
+    else if (c == "broadcast")
+      s = accord_broadcast(buf.data(), buf.data(), count, ACCORD_FLOAT32, 0, comm, nullptr);
+    else if (c == "reduce_scatter")
+      s = accord_reduce_scatter(buf.data(), buf.data() + static_cast<size_t>(rank) * count, count, ACCORD_FLOAT32,
+                                ACCORD_SUM, comm, nullptr);
+    else
+      s = accord_all_reduce(buf.data(), buf.data(), count, ACCORD_FLOAT32, ACCORD_SUM, comm, nullptr);
     if (s == ACCORD_SUCCESS) continue;
     if (rank == 3) return "victim survived";
     std::string msg = accord_last_error(comm);
@@ -123,6 +136,34 @@ TEST_F(FaultTest, KillDuringSmallAndLargeAllReduce) {
     const size_t count = c.count;
     auto failures = run_processes(4, [count](accord_comm_t comm, int rank, int) {
       return survivor_sees_remote(comm, rank, count, 4);
+    });
+    expect_survivors_ok(failures);
+    ASSERT_EQ(failures.size(), 1u) << c.fault;
+  }
+}
+
+// Note [Single copy] for the other collectives: rank 3 dies before its first post, in a chunk,
+// or after its last; every survivor fails naming it. The broadcast's root is rank 0, which
+// rank 3 reads from (its own block, then writes to the others).
+TEST_F(FaultTest, KillDuringSingleCopyGatherBroadcastAndReduceScatter) {
+  struct Case {
+    const char* coll;
+    const char* fault;
+    size_t count;  // floats per rank
+  } cases[] = {
+      {"all_gather", "coll:3:seq=2:step=2", 1 << 18},                // 1 MiB per rank: its second chunk
+      {"all_gather", "coll:3:seq=2:step=0:how=abort", 1 << 16},      // before its first post
+      {"broadcast", "coll:3:seq=2:step=1", 1 << 20},                 // 4 MiB: its first chunk
+      {"broadcast", "coll:3:seq=3:step=99:how=exit", 1 << 18},       // after its last
+      {"reduce_scatter", "coll:3:seq=2:step=2", 1 << 18},            // 1 MiB per rank: its second chunk
+      {"reduce_scatter", "coll:3:seq=2:step=0:how=abort", 1 << 16},  // before its first post
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.coll) + " " + c.fault);
+    setenv("ACCORD_FAULT", c.fault, 1);
+    setenv("ACCORD_SINGLE_COPY", "1", 1);
+    auto failures = run_processes(4, [&c](accord_comm_t comm, int rank, int) {
+      return survivor_sees_remote(comm, rank, c.count, 4, c.coll);
     });
     expect_survivors_ok(failures);
     ASSERT_EQ(failures.size(), 1u) << c.fault;

@@ -62,6 +62,10 @@ std::vector<std::string> mapped_shm_segments();
 // Entries of a directory, "." and ".." included: /proc/self/fd and /proc/self/task count this
 // process's open files and threads (compare two counts, not a count with a constant).
 size_t count_dir(const char* path);
+// The names of the files in `dir` (not . and ..), and the text of the file at `path`, which
+// take_file then removes (the per-process logs of ACCORD_LOG_FILE=DIR/...-%p).
+std::vector<std::string> files_in(const std::string& dir);
+std::string take_file(const std::string& path);
 void note_rank_process(pid_t pid);
 void forget_rank_processes();
 
