@@ -974,14 +974,18 @@ Status Communicator::plan_call(const CollArgs& a, bool on_device, CallPlan* plan
   ScheduleRequest req;
   req.coll = a.coll;
   plan->single_copy = takes_single_copy(a, bytes, on_device);
+  // Note [Single copy], in place above the window: the FIFOs' schedule is planned too.
+  plan->single_copy_if_in_place = !plan->single_copy && single_copy_ && a.coll == Collective::kAllReduce &&
+                                  !on_device && !has_forced_algo_ && bytes > single_copy_max_;
   req.algo = plan->single_copy ? Algo::kDirect : choose_algo(a, bytes, on_device, &req.chunk_bytes);
-  if (plan->single_copy && log_enabled(LogLevel::kInfo, LogCat::kTune)) {
+  if ((plan->single_copy || plan->single_copy_if_in_place) && log_enabled(LogLevel::kInfo, LogCat::kTune)) {
     auto key = std::make_pair(static_cast<int>(a.coll), 64 - __builtin_clzll(bytes));
     auto it = logged_choices_.find(key);
     if (it == logged_choices_.end() || it->second != -1) {
       logged_choices_[key] = -1;
-      log_message(LogLevel::kInfo, LogCat::kTune, "%s of %zu bytes (%d ranks): single copy (every rank on this host; "
-                  "ACCORD_SINGLE_COPY_MIN %zu to _MAX %zu bytes)", name, bytes, nranks_, single_copy_min_,
+      log_message(LogLevel::kInfo, LogCat::kTune, "%s of %zu bytes (%d ranks): single copy%s (every rank on this host; "
+                  "ACCORD_SINGLE_COPY_MIN %zu to _MAX %zu bytes)", name, bytes, nranks_,
+                  plan->single_copy ? "" : " if every rank is in place, else the plan above", single_copy_min_,
                   single_copy_max_);
     }
   }
@@ -1054,7 +1058,13 @@ Status Communicator::run_on(const CollArgs& a, bool on_device) {
   }
   const CallPlan& plan = memo_plan_;
   if (plan.board) return run_on_board(a, plan);
-  if (plan.single_copy) return run_single_copy(a, plan);
+  if (plan.single_copy) return run_single_copy(a, plan, nullptr);
+  if (plan.single_copy_if_in_place) {
+    bool declined = false;
+    Status s = run_single_copy(a, plan, &declined);
+    if (!declined) return s;
+    --seq_;  // the FIFOs run this call under the same number, on every rank alike
+  }
   ExecArgs x;
   x.input = a.send;
   x.output = a.recv;
@@ -1104,7 +1114,7 @@ Status Communicator::run_on_board(const CollArgs& a, const CallPlan& plan) {
 }
 
 // Note [Single copy] (single_copy.cpp): two board calls, the addresses and the end.
-Status Communicator::run_single_copy(const CollArgs& a, const CallPlan& plan) {
+Status Communicator::run_single_copy(const CollArgs& a, const CallPlan& plan, bool* declined) {
   SingleCopyCall c;
   c.coll = a.coll;
   c.input = a.send;
@@ -1121,9 +1131,16 @@ Status Communicator::run_single_copy(const CollArgs& a, const CallPlan& plan) {
   board_ctx_.operation = collective_name(a.coll);
   c.fault = armed_fault();
   c.fault_step = fault_.step;
+  c.in_place_only = declined != nullptr;
+  c.declined = declined;
   if (single_copy_tmp_.size() < kSingleCopyChunk) single_copy_tmp_.resize(kSingleCopyChunk);
-  return finish_call(execute_single_copy(*shm_->board(), single_copy_peers_, c, single_copy_tmp_.data(),
-                                         &board_ctx_, settings_.timeout_ms));
+  Status s = execute_single_copy(*shm_->board(), single_copy_peers_, c, single_copy_tmp_.data(), &board_ctx_,
+                                 settings_.timeout_ms);
+  if (log_enabled(LogLevel::kDebug, LogCat::kTune) && s.ok() && declined != nullptr)
+    log_message(LogLevel::kDebug, LogCat::kTune, "%s (seq %llu) of %zu bytes: %s", board_ctx_.operation,
+                static_cast<unsigned long long>(seq_), c.bytes,
+                *declined ? "the FIFOs (not every rank in place)" : "single copy (every rank in place)");
+  return finish_call(std::move(s));
 }
 
 // Note [Single copy]: decided from the call and the communicator alone (the window is the

@@ -281,11 +281,13 @@ class Communicator {
     uint32_t tag = 0;
     bool board = false;  // Note [Board]: direct all-reduce on the shm transport's board
     bool single_copy = false;  // Note [Single copy] (single_copy.cpp)
+    bool single_copy_if_in_place = false;  // above its window: if every rank is in place
     size_t stage_bytes = 0;  // its largest reduce-and-send step (ExecArgs::stage)
   };
   Status plan_call(const CollArgs& a, bool on_device, CallPlan* plan);
   Status run_on_board(const CollArgs& a, const CallPlan& plan);
-  Status run_single_copy(const CollArgs& a, const CallPlan& plan);
+  // *declined (in-place-only plans): not every rank was in place, the FIFOs must run the call.
+  Status run_single_copy(const CollArgs& a, const CallPlan& plan, bool* declined);
   // Note [Single copy]: whether this all-reduce takes it (every rank decides alike), and the
   // probe at init that decides whether the job can.
   bool takes_single_copy(const CollArgs& a, size_t bytes, bool on_device) const;

@@ -54,6 +54,11 @@ struct SingleCopyCall {
   uint32_t seq = 0;  // the first of the two board calls it makes (Note [Board])
   const FaultPlan* fault = nullptr;
   long fault_step = -1;
+  // An all-reduce above the window (Note [Single copy], "in place above the window"): taken
+  // only if every rank is in place, which the address posts tell every rank alike; else
+  // *declined and nothing else done (the caller runs the FIFOs' schedule).
+  bool in_place_only = false;
+  bool* declined = nullptr;
 };
 
 // The collective, every rank of the communicator on this host: `peers` has an entry per rank

@@ -508,14 +508,59 @@ TEST(AllReduce, SingleCopyIsAgreedAtInitAndSaysSo) {
         EXPECT_NE(text.find("single copy: off (rank 1: ACCORD_SINGLE_COPY=0)"), std::string::npos)
             << "names the reason; " << name << ":\n" << text;
       }
-      const bool taken_1m = text.find("all_reduce of 1048588 bytes (3 ranks): single copy") != std::string::npos;
+      // Above the window the line says "single copy if every rank is in place", a plan, not a take.
+      const bool taken_1m = text.find("all_reduce of 1048588 bytes (3 ranks): single copy (") != std::string::npos;
       EXPECT_EQ(taken_1m, c.taken_1m) << name << ":\n" << text;
-      const bool taken_64k = text.find("all_reduce of 65532 bytes (3 ranks): single copy") != std::string::npos;
+      const bool taken_64k = text.find("all_reduce of 65532 bytes (3 ranks): single copy (") != std::string::npos;
       EXPECT_EQ(taken_64k, std::strcmp(c.rank1, "1") == 0) << name << ":\n" << text;
     }
     EXPECT_EQ(logs, 3) << "one log per rank process";
   }
   rmdir(dir);
+}
+
+// Note [Single copy], in place above the window: an all-reduce larger than
+// ACCORD_SINGLE_COPY_MAX takes the single copy when every rank calls it in place, and the
+// FIFOs when any rank does not (every rank alike: the next calls stay in step); exact either
+// way. The debug tune log says which, per call.
+TEST(AllReduce, SingleCopyAboveTheWindowOnlyWhereEveryRankIsInPlace) {
+  char dir[] = "/tmp/accord-single-copy-ip-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string log = std::string(dir) + "/log-%p";
+  ScopedEnv level("ACCORD_LOG", "warn,tune:debug");
+  ScopedEnv file("ACCORD_LOG_FILE", log.c_str());
+  ScopedEnv least("ACCORD_SINGLE_COPY_MIN", "16K");
+  ScopedEnv most("ACCORD_SINGLE_COPY_MAX", "64K");
+  const size_t count = (192u << 10) / 4 + 5;  // above the window
+  auto failures = run_processes(
+      3,
+      [&](accord_comm_t comm, int rank, int nranks) {
+        // all in place, all out of place, only rank 0 in place, all in place again
+        const bool places[4][3] = {{true, true, true}, {false, false, false}, {true, false, false}, {true, true, true}};
+        for (int i = 0; i < 4; ++i) {
+          std::string e = check(comm, rank, nranks, ACCORD_INT32, ACCORD_SUM, count, places[i][rank], 4,
+                                static_cast<size_t>(i));
+          if (!e.empty()) return "call " + std::to_string(i) + ": " + e;
+        }
+        return std::string();
+      },
+      120, [](int) { log_reconfigure(); });
+  for (const auto& f : failures) ADD_FAILURE() << f;
+  int logs = 0;
+  for (const std::string& name : files_in(dir)) {
+    const std::string text = take_file(std::string(dir) + "/" + name);
+    if (text.find("in place") == std::string::npos) continue;  // the test process's own log
+    ++logs;
+    // One line per call, in call order.
+    std::vector<std::string> said;
+    for (size_t at = text.find("bytes: "); at != std::string::npos; at = text.find("bytes: ", at + 1))
+      said.push_back(text.substr(at + 7, text.find('\n', at) - at - 7));
+    const std::vector<std::string> want = {"single copy (every rank in place)", "the FIFOs (not every rank in place)",
+                                           "the FIFOs (not every rank in place)", "single copy (every rank in place)"};
+    EXPECT_EQ(said, want) << name << ":\n" << text;
+  }
+  rmdir(dir);
+  EXPECT_EQ(logs, 3) << "one log per rank process";
 }
 
 // Ranks that call a single-copy all-reduce with different counts fail with a mismatch naming
