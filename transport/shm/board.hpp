@@ -12,8 +12,8 @@
 // moves one cache line (the others are neither written nor read). With a single line, 64 B
 // took the FIFOs at twice the board's time (0.49 against 0.24-0.28 us, 2 ranks, Intel Xeon
 // VM) and lost a run to Open MPI beside a busy process (bench/NOTES-2026-11.md); with four,
-// 256 B was the size that did (Note [Board] in bench/NOTES-2026-11.md, "256 B on the board"). Nobody acknowledges:
-// line k % 2 is next written for call k + 2, which starts only after this rank saw every
+// 256 B was the size that did, and eight took it from 0.56 to 0.45 us (bench/NOTES-2026-11.md,
+// "Single copy"). Nobody acknowledges: line k % 2 is next written for call k + 2, which starts only after this rank saw every
 // peer's line of call k + 1, and a peer writes that line only after it finished reading call k
 // (program order, and the release/acquire pair on seq). Every rank must therefore make the
 // same board calls in the same order, which the collective layer guarantees by choosing the
