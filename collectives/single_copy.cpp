@@ -33,7 +33,8 @@
 // with the same bits. In place works: a rank's input block b is read only by
 // the owner of block b, who also writes that rank's output block b, after reading it.
 // Peers that are threads of this process are read and written with plain copies (the board's
-// release and acquire order them). A peer that dies fails the call with its rank named: its
+// release and acquire order them; ThreadSanitizer, which cannot see that order through the
+// board's two mappings, is told it on the buffers' addresses, core/tsan.hpp). A peer that dies fails the call with its rank named: its
 // memory is gone (ESRCH), or it never posts (the board's wait watches its pidfd).
 //
 // The other collectives share the call (SingleCopyRun: the posts, the chunk loop with its
@@ -91,6 +92,7 @@
 #include <cstring>
 
 #include "core/log.hpp"
+#include "core/tsan.hpp"
 
 namespace accord {
 namespace {
@@ -172,6 +174,7 @@ class SingleCopyRun {
   Status begin() {
     fault_point();
     mine_ = Addresses{reinterpret_cast<uintptr_t>(c_.input), reinterpret_cast<uintptr_t>(c_.output), c_.bytes};
+    ACCORD_TSAN_RELEASE(sync_address(mine_));  // core/tsan.hpp: peer threads read these buffers
     board_.post(c_.seq, &mine_, sizeof mine_, c_.tag);
     board_.wake_readers(c_.seq);
     for (int q = 0; q < n; ++q) {
@@ -179,6 +182,7 @@ class SingleCopyRun {
       const BoardLine* line = nullptr;
       ACCORD_TRY(line_of(q, c_.seq, sizeof(Addresses), &line));
       std::memcpy(&at[q], line->data, sizeof(Addresses));
+      ACCORD_TSAN_ACQUIRE(sync_address(at[q]));
       if (at[q].bytes != c_.bytes)
         return error(ACCORD_ERR_MISMATCH,
                      "rank %d: %s (seq %llu) of %zu bytes, but rank %d called it with %llu bytes; the ranks called "
@@ -192,6 +196,10 @@ class SingleCopyRun {
   // Done: no peer may return while this rank still reads or writes its buffers.
   Status end() {
     if (c_.fault != nullptr && c_.fault_step >= step_) trigger_fault(*c_.fault);
+    // This rank's reads and writes of each peer's buffers, released on that peer's address
+    // (alive until the peer has seen this post; a peer may free its own as soon as it returns).
+    for (int q = 0; q < n; ++q)
+      if (q != me) ACCORD_TSAN_RELEASE(sync_address(at[q]));
     board_.post(c_.seq + 1, &mine_, 0, c_.tag);
     board_.wake_readers(c_.seq + 1);
     for (int q = 0; q < n; ++q) {
@@ -199,7 +207,16 @@ class SingleCopyRun {
       const BoardLine* line = nullptr;
       ACCORD_TRY(line_of(q, c_.seq + 1, 0, &line));
     }
+    ACCORD_TSAN_ACQUIRE(sync_address(mine_));
     return Status::success();
+  }
+
+  // Where ThreadSanitizer learns the order the posts give (core/tsan.hpp): a rank's input
+  // buffer, or its output where it passes no input; one address in every thread. The address
+  // post releases on the poster's, its readers acquire there; the end post releases on each
+  // peer's, and each rank acquires on its own once it has every end post.
+  static void* sync_address(const Addresses& a) {
+    return reinterpret_cast<void*>(static_cast<uintptr_t>(a.input != 0 ? a.input : a.output));
   }
 
   const uint8_t* input_of(int q) const { return reinterpret_cast<const uint8_t*>(at[q].input); }

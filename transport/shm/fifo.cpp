@@ -9,17 +9,9 @@
 // two different addresses and carry no order for it. For host FIFOs the slot data is aliased the
 // same way, so it never sees the accesses as one location either. A device FIFO's slot data is
 // one address for both (the receiver's GPU memory), so the order the flags give must be told to
-// the sanitizer by hand: release on the slot's data where a flag is stored, acquire where one is
-// seen. Without -fsanitize=thread these are no-ops.
-#if defined(__SANITIZE_THREAD__)
-extern "C" void __tsan_acquire(void* addr);
-extern "C" void __tsan_release(void* addr);
-#define ACCORD_TSAN_ACQUIRE(p) __tsan_acquire(const_cast<void*>(static_cast<const void*>(p)))
-#define ACCORD_TSAN_RELEASE(p) __tsan_release(const_cast<void*>(static_cast<const void*>(p)))
-#else
-#define ACCORD_TSAN_ACQUIRE(p) static_cast<void>(p)
-#define ACCORD_TSAN_RELEASE(p) static_cast<void>(p)
-#endif
+// the sanitizer by hand (core/tsan.hpp): release on the slot's data where a flag is stored,
+// acquire where one is seen.
+#include "core/tsan.hpp"
 
 namespace accord {
 
