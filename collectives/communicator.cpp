@@ -859,18 +859,22 @@ Algo Communicator::choose_algo(const CollArgs& a, size_t bytes, bool on_device, 
       why = "dissemination";
       break;
   }
-  if (log_enabled(LogLevel::kInfo, LogCat::kTune)) {
-    int bucket = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);
-    auto key = std::make_pair(static_cast<int>(a.coll), bucket);
-    auto it = logged_choices_.find(key);
-    const int code = static_cast<int>(pick) * 64 + (*chunk == chunk_bytes_ ? 0 : 1 + static_cast<int>(*chunk >> 16));
-    if (it == logged_choices_.end() || it->second != code) {
-      logged_choices_[key] = code;
-      log_message(LogLevel::kInfo, LogCat::kTune, "%s of %zu bytes (%d ranks): %s, chunk %zu KiB (%s)",
-                  collective_name(a.coll), bytes, nranks_, algo_name(pick), *chunk >> 10, why.c_str());
-    }
-  }
+  if (new_plan_to_log(a.coll, bytes,
+                      static_cast<int>(pick) * 64 + (*chunk == chunk_bytes_ ? 0 : 1 + static_cast<int>(*chunk >> 16))))
+    log_message(LogLevel::kInfo, LogCat::kTune, "%s of %zu bytes (%d ranks): %s, chunk %zu KiB (%s)",
+                collective_name(a.coll), bytes, nranks_, algo_name(pick), *chunk >> 10, why.c_str());
   return pick;
+}
+
+// The tune log's line on a plan, once per collective, power-of-two size bucket and plan
+// (`code`): whether this one is new there (and then it is recorded).
+bool Communicator::new_plan_to_log(Collective coll, size_t bytes, int code) {
+  if (!log_enabled(LogLevel::kInfo, LogCat::kTune)) return false;
+  const auto key = std::make_pair(static_cast<int>(coll), bytes == 0 ? 0 : 64 - __builtin_clzll(bytes));
+  auto it = logged_choices_.find(key);
+  if (it != logged_choices_.end() && it->second == code) return false;
+  logged_choices_[key] = code;
+  return true;
 }
 
 const Schedule* Communicator::schedule_for(const ScheduleRequest& req, bool mapped) {
@@ -978,17 +982,11 @@ Status Communicator::plan_call(const CollArgs& a, bool on_device, CallPlan* plan
   plan->single_copy_if_in_place = !plan->single_copy && single_copy_ && a.coll == Collective::kAllReduce &&
                                   !on_device && !has_forced_algo_ && bytes > single_copy_max_;
   req.algo = plan->single_copy ? Algo::kDirect : choose_algo(a, bytes, on_device, &req.chunk_bytes);
-  if ((plan->single_copy || plan->single_copy_if_in_place) && log_enabled(LogLevel::kInfo, LogCat::kTune)) {
-    auto key = std::make_pair(static_cast<int>(a.coll), 64 - __builtin_clzll(bytes));
-    auto it = logged_choices_.find(key);
-    if (it == logged_choices_.end() || it->second != -1) {
-      logged_choices_[key] = -1;
-      log_message(LogLevel::kInfo, LogCat::kTune, "%s of %zu bytes (%d ranks): single copy%s (every rank on this host; "
-                  "ACCORD_SINGLE_COPY_MIN %zu to _MAX %zu bytes)", name, bytes, nranks_,
-                  plan->single_copy ? "" : " if every rank is in place, else the plan above", single_copy_min_,
-                  single_copy_max_);
-    }
-  }
+  if ((plan->single_copy || plan->single_copy_if_in_place) && new_plan_to_log(a.coll, bytes, -1))
+    log_message(LogLevel::kInfo, LogCat::kTune, "%s of %zu bytes (%d ranks): single copy%s (every rank on this host; "
+                "ACCORD_SINGLE_COPY_MIN %zu to _MAX %zu bytes)", name, bytes, nranks_,
+                plan->single_copy ? "" : " if every rank is in place, else the plan above", single_copy_min_,
+                single_copy_max_);
   req.host_of = host_of_.data();
   req.rank = rank_;
   req.nranks = nranks_;

@@ -366,6 +366,7 @@ class Communicator {
   CallPlan memo_plan_;
   bool has_forced_algo_ = false;  // ACCORD_ALGO, parsed once
   Algo forced_algo_ = Algo::kRing;
+  bool new_plan_to_log(Collective coll, size_t bytes, int code);  // Note [Tuner model]'s log, once per plan
   std::map<std::pair<int, int>, int> logged_choices_;  // (collective, log2 size) -> algo and chunk, for info logs
   Tuner tuner_;
   mutable std::mutex premul_mu_;  // premul_: created on the caller's thread, read on the worker too

@@ -133,10 +133,6 @@ std::string read_process_memory(pid_t pid, void* local, const void* remote, size
   return move_process_memory(Way::kRead, pid, local, remote, bytes, gone);
 }
 
-std::string write_process_memory(pid_t pid, void* remote, const void* local, size_t bytes, bool* gone) {
-  return move_process_memory(Way::kWrite, pid, const_cast<void*>(local), remote, bytes, gone);
-}
-
 void allow_peers_to_read_memory() {
   FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
   if (f == nullptr) return;

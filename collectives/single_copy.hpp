@@ -28,7 +28,6 @@ struct SingleCopyPeer {
 // Reads `bytes` at `remote` in process `pid` into `local` (process_vm_readv, all of it). "" on
 // success, else why (errno's text); *gone tells a process that no longer exists (ESRCH).
 std::string read_process_memory(pid_t pid, void* local, const void* remote, size_t bytes, bool* gone);
-std::string write_process_memory(pid_t pid, void* remote, const void* local, size_t bytes, bool* gone);
 
 // Where Yama restricts ptrace to descendants (ptrace_scope 1), lets every process of this user
 // read and write this one's memory (prctl PR_SET_PTRACER_ANY), as process_vm_readv needs.
