@@ -4,6 +4,7 @@
 #include "include/accord/accord.h"
 #include "include/accord/accord_device.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -14,6 +15,11 @@
 #include <thread>
 #include <mutex>
 #include <new>
+
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "api/handles.hpp"
 #include "api/launch.hpp"
@@ -165,7 +171,96 @@ accord_status_t run_group(std::vector<std::pair<accord_comm*, CollArgs>> ops) {
 
 }  // namespace
 
+// Note [Calls in flight] (handles.hpp).
+std::atomic<bool> g_abort_fences_calls{false};
+
+namespace {
+
+std::mutex g_slots_mutex;
+std::vector<CallSlot*>& g_slots = *new std::vector<CallSlot*>();  // never freed, like g_retired
+
+// Gives the thread's slot back when the thread exits.
+struct SlotOwner {
+  CallSlot* slot = nullptr;
+  ~SlotOwner() {
+    if (slot == nullptr) return;
+    slot->comm.store(nullptr, std::memory_order_release);
+    slot->taken.store(false, std::memory_order_release);
+  }
+};
+thread_local CallSlot* t_call_slot = nullptr;
+thread_local SlotOwner t_slot_owner;
+
+// A forked child has only the thread that forked, and its own memory map, which is not
+// registered for membarrier (the kernel keeps that per map): the other threads' slots are
+// free again, and the child registers anew or fences every call.
+void register_for_membarrier();
+void slots_before_fork() { g_slots_mutex.lock(); }
+void slots_after_fork_in_parent() { g_slots_mutex.unlock(); }
+void slots_after_fork_in_child() {
+  for (CallSlot* s : g_slots)
+    if (s != t_call_slot) {
+      s->comm.store(nullptr, std::memory_order_relaxed);
+      s->taken.store(false, std::memory_order_relaxed);
+    }
+  g_slots_mutex.unlock();
+  g_abort_fences_calls.store(false, std::memory_order_relaxed);
+  register_for_membarrier();
+}
+
+void register_for_membarrier() {
+#if defined(__SANITIZE_THREAD__)
+  return;  // ThreadSanitizer does not know membarrier: keep the fence on every call
+#else
+  static std::once_flag at_fork;
+  std::call_once(at_fork, [] { pthread_atfork(slots_before_fork, slots_after_fork_in_parent, slots_after_fork_in_child); });
+  const long cmds = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  if (cmds < 0 || (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0 ||
+      (cmds & MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0)
+    return;
+  if (syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0) return;
+  g_abort_fences_calls.store(true, std::memory_order_relaxed);
+#endif
+}
+
+}  // namespace
+
+CallSlot* this_thread_call_slot() {
+  if (t_call_slot != nullptr) return t_call_slot;
+  std::lock_guard<std::mutex> lock(g_slots_mutex);
+  for (CallSlot* s : g_slots)
+    if (!s->taken.load(std::memory_order_acquire)) {
+      t_call_slot = s;
+      break;
+    }
+  if (t_call_slot == nullptr) {
+    t_call_slot = new CallSlot();
+    g_slots.push_back(t_call_slot);
+  }
+  t_call_slot->taken.store(true, std::memory_order_relaxed);
+  t_slot_owner.slot = t_call_slot;
+  return t_call_slot;
+}
+
+void fence_calls_in_flight() {
+  // Registered before the first handle existed, so before any call could skip its fence.
+  if (g_abort_fences_calls.load(std::memory_order_relaxed) &&
+      syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+    LOG_WARN(kCore, "accord_comm_abort: membarrier failed (%s) after it had been registered; a call entering "
+             "just now may not be seen", std::strerror(errno));
+}
+
+bool calls_in_flight(const accord_comm* h) {
+  if (h->active_calls.load(std::memory_order_seq_cst) > 0) return true;
+  std::lock_guard<std::mutex> lock(g_slots_mutex);
+  for (const CallSlot* s : g_slots)
+    if (s->comm.load(std::memory_order_acquire) == h) return true;
+  return false;
+}
+
 accord_comm* new_handle(std::unique_ptr<Communicator> impl) {
+  static std::once_flag registered;
+  std::call_once(registered, register_for_membarrier);
   accord_comm* h = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_handles_mutex);
@@ -374,11 +469,11 @@ accord_status_t accord_comm_abort(accord_comm_t comm) {
       return report(nullptr, error(ACCORD_ERR_INVALID_USAGE, "accord_comm_abort: already destroyed or aborted"));
     comm->impl->abort();
     // Wait (bounded) for calls inside the communicator to leave: they see the abort flag
-    // within one 20 ms sleep slice.
+    // within one 20 ms sleep slice (Note [Calls in flight]).
+    fence_calls_in_flight();
     Deadline deadline = Deadline::after_ms(5000);
-    while (comm->active_calls.load(std::memory_order_seq_cst) > 0 && !deadline.expired())
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (comm->active_calls.load() > 0) {
+    while (calls_in_flight(comm) && !deadline.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (calls_in_flight(comm)) {
       // A call is stuck outside our waits (e.g. in the user's own code path); keep the
       // communicator's memory rather than free it under that call.
       (void)comm->impl.release();
