@@ -463,8 +463,13 @@ bool stream_direct(uint8_t* dst0, uint8_t* dst1, const uint8_t* a, const uint8_t
     if (dst1 != nullptr) slot_copy_impl(dst1, a, n * kS);
     return true;
   }
-  // Note [Copies into a peer's slot]: dst1 in one copy, from the block path.
-  if (dst1 != nullptr) return false;
+  // Note [Streaming with a slot]: with dst1 (a peer's FIFO slot), the result goes there from
+  // the registers in the same pass, by ordinary stores, though each fetches its line from the
+  // peer's core first (Note [Copies into a peer's slot]). The alternatives cost a pass more:
+  // the block path's `rep movsb` of each 4 KiB block took a 2-rank all-reduce out of place at
+  // 64 and 128 MiB to 0.95 and 0.90x of this loop (6e24fe8), and the whole result into a stage
+  // then one `rep movsb` to 0.91 and 0.86x; non-temporal stores into the slot ran as these
+  // (Intel Xeon VM, bench/NOTES-2026-11.md, "64-128 MiB out of place").
   const auto finish = [&](size_t from, size_t count) {  // ordinary stores
     compute_any<T, Op>(dst0 + from * kS, a + from * kS, b ? b + from * kS : nullptr, count,
                        divisor);
@@ -520,9 +525,9 @@ void reduce_entry(const ReduceArgs& args) {
     return;
   }
 #endif
-  // Streaming to a dst0 misaligned by part of an element, integer averages, and streaming
-  // with dst1: compute a block, then copy it out (dst1 block by block: the whole result is in
-  // no cache to copy it from at the end).
+  // Streaming to a dst0 misaligned by part of an element, and integer averages: compute a
+  // block, then copy it out (dst1 block by block: the whole result is in no cache to copy it
+  // from at the end).
   constexpr size_t kBlockElems = kBlockBytes / kS;
   alignas(64) uint8_t buf[kBlockBytes];
   // End the first block where dst0 reaches a cache-line boundary (when its misalignment is a
