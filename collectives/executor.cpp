@@ -253,7 +253,7 @@ Status execute(const Schedule& schedule, const ExecArgs& args, const PeerLinks& 
 // line is not there at the first look.
 //
 // Note [Own operand off the board]: reading this rank's own line back after posting it cost a
-// 2-rank 8 B call about 60 ns of 0.30 us (Intel Xeon VM: a two-thread model of the call went
+// 2-rank 8 B call about 80 ns of 0.29 us (Intel Xeon VM; a two-thread model of the call went
 // from 144 to 200 ns per call with it), as the peer was fetching that line at the same moment.
 // The input holds the same bytes. In place, the output is written only by the last reduction,
 // which reads each element before it writes it (the kernels allow dst0 to alias an operand

@@ -468,8 +468,9 @@ bool stream_direct(uint8_t* dst0, uint8_t* dst1, const uint8_t* a, const uint8_t
   // peer's core first (Note [Copies into a peer's slot]). The alternatives cost a pass more:
   // the block path's `rep movsb` of each 4 KiB block took a 2-rank all-reduce out of place at
   // 64 and 128 MiB to 0.95 and 0.90x of this loop (6e24fe8), and the whole result into a stage
-  // then one `rep movsb` to 0.91 and 0.86x; non-temporal stores into the slot ran as these
-  // (Intel Xeon VM, bench/NOTES-2026-11.md, "64-128 MiB out of place").
+  // then one `rep movsb` to 0.91 and 0.86x; non-temporal stores into the slot ran the same as
+  // ordinary ones (Intel Xeon VM; bench/NOTES-2026-11.md, "8 B at under half Open MPI's time,
+  // and 64-128 MiB out of place").
   const auto finish = [&](size_t from, size_t count) {  // ordinary stores
     compute_any<T, Op>(dst0 + from * kS, a + from * kS, b ? b + from * kS : nullptr, count,
                        divisor);
