@@ -342,14 +342,22 @@ TEST(ApiErrors, DifferentCallsOnTheBoardAreAMismatchEverywhere) {
   }
 }
 
+// Two ranks as threads of this process: comms[0] and comms[1] of one new id.
+bool init_pair(accord_comm_t comms[2]) {
+  accord_unique_id_t id;
+  if (accord_get_unique_id(&id) != ACCORD_SUCCESS) return false;
+  comms[0] = comms[1] = nullptr;
+  bool ok1 = false;
+  std::thread init1([&] { ok1 = accord_comm_init_rank(&comms[1], 2, id, 1) == ACCORD_SUCCESS; });
+  const bool ok0 = accord_comm_init_rank(&comms[0], 2, id, 0) == ACCORD_SUCCESS;
+  init1.join();
+  return ok0 && ok1;
+}
+
 TEST(ApiErrors, AbortFromAnotherThreadWakesABlockedCall) {
   ScopedEnv t("ACCORD_TIMEOUT_MS", "60000");
-  accord_unique_id_t id;
-  ASSERT_EQ(accord_get_unique_id(&id), ACCORD_SUCCESS);
-  accord_comm_t comms[2] = {nullptr, nullptr};
-  std::thread init1([&] { ASSERT_EQ(accord_comm_init_rank(&comms[1], 2, id, 1), ACCORD_SUCCESS); });
-  ASSERT_EQ(accord_comm_init_rank(&comms[0], 2, id, 0), ACCORD_SUCCESS);
-  init1.join();
+  accord_comm_t comms[2];
+  ASSERT_TRUE(init_pair(comms));
   float x[16] = {};
   accord_status_t got = ACCORD_SUCCESS;
   std::string msg;
@@ -387,12 +395,8 @@ TEST(ApiErrors, AbortFromAnotherThreadWakesABlockedCall) {
 TEST(ApiErrors, AbortRacingCallsThatEnterBackToBackFreesNothingUnderThem) {
   ScopedEnv t("ACCORD_TIMEOUT_MS", "20000");
   for (int cycle = 0; cycle < 20; ++cycle) {
-    accord_unique_id_t id;
-    ASSERT_EQ(accord_get_unique_id(&id), ACCORD_SUCCESS);
-    accord_comm_t comms[2] = {nullptr, nullptr};
-    std::thread init1([&] { ASSERT_EQ(accord_comm_init_rank(&comms[1], 2, id, 1), ACCORD_SUCCESS); });
-    ASSERT_EQ(accord_comm_init_rank(&comms[0], 2, id, 0), ACCORD_SUCCESS);
-    init1.join();
+    accord_comm_t comms[2];
+    ASSERT_TRUE(init_pair(comms)) << "cycle " << cycle;
     std::atomic<long> calls0{0};
     std::atomic<bool> stop1{false};
     accord_status_t last0 = ACCORD_SUCCESS, odd0 = ACCORD_SUCCESS;
@@ -433,12 +437,8 @@ TEST(ApiErrors, AbortRacingCallsThatEnterBackToBackFreesNothingUnderThem) {
   std::thread busy_parent_thread([] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
   const pid_t child = fork();
   if (child == 0) {
-    accord_unique_id_t id;
-    accord_comm_t comms[2] = {nullptr, nullptr};
-    bool ok = accord_get_unique_id(&id) == ACCORD_SUCCESS;
-    std::thread init1([&] { ok = accord_comm_init_rank(&comms[1], 2, id, 1) == ACCORD_SUCCESS && ok; });
-    ok = accord_comm_init_rank(&comms[0], 2, id, 0) == ACCORD_SUCCESS && ok;
-    init1.join();
+    accord_comm_t comms[2];
+    bool ok = init_pair(comms);
     const auto t0 = std::chrono::steady_clock::now();
     ok = ok && accord_comm_abort(comms[0]) == ACCORD_SUCCESS;
     ok = ok && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2);
