@@ -209,11 +209,11 @@ void slots_after_fork_in_child() {
 }
 
 void register_for_membarrier() {
+  static std::once_flag at_fork;
+  std::call_once(at_fork, [] { pthread_atfork(slots_before_fork, slots_after_fork_in_parent, slots_after_fork_in_child); });
 #if defined(__SANITIZE_THREAD__)
   return;  // ThreadSanitizer does not know membarrier: keep the fence on every call
 #else
-  static std::once_flag at_fork;
-  std::call_once(at_fork, [] { pthread_atfork(slots_before_fork, slots_after_fork_in_parent, slots_after_fork_in_child); });
   const long cmds = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
   if (cmds < 0 || (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0 ||
       (cmds & MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0)

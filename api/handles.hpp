@@ -12,6 +12,7 @@
 
 #include "collectives/communicator.hpp"
 #include "core/status.hpp"
+#include "transport/wait.hpp"
 
 struct accord_comm {
   std::atomic<uint64_t> magic{0};
@@ -76,7 +77,7 @@ class CallGuard {
       if (g_abort_fences_calls.load(std::memory_order_relaxed))
         std::atomic_signal_fence(std::memory_order_seq_cst);  // the compiler's order only
       else
-        std::atomic_thread_fence(std::memory_order_seq_cst);
+        full_fence();  // transport/wait.hpp, Note [Fence without mfence]
       slot_ = slot;
     } else {
       h_->active_calls.fetch_add(1, std::memory_order_seq_cst);
