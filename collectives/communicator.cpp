@@ -48,7 +48,6 @@ std::string shm_domain(const Settings& s, int rank) {
   return format("%llx:%llx", static_cast<unsigned long long>(st.st_dev),
                 static_cast<unsigned long long>(st.st_ino));
 }
-bool shm_off(const std::string& domain) { return domain.rfind("off:", 0) == 0; }
 
 // Note [Process identity]: a rank's process is its pid, its pid namespace and a token, never
 // the pid alone. Containers that share the host's name and /dev/shm but have pid namespaces
@@ -216,7 +215,7 @@ Status Communicator::init(const InitSpec& spec) {
   host_of_ = {0};
   if (nranks_ == 1) {
     if (local.ok()) log_store_mode("a communicator of one rank: no probe");
-    return local.ok() ? setup_device(spec.device) : local;
+    return local.ok() ? engine_.setup_device(spec.device) : local;
   }
   {
     void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
@@ -237,30 +236,30 @@ Status Communicator::init(const InitSpec& spec) {
   if (s.ok()) s = connect_transports(store.get(), deadline);
   if (s.ok()) s = decide_stores(store.get(), deadline);
   if (s.ok()) s = decide_single_copy(store.get(), deadline);
-  if (s.ok()) s = setup_device(spec.device);
-  if (s.ok()) s = gather_gpus(store.get(), deadline);
-  if (s.ok()) s = share_sim_slices(store.get(), deadline);
+  if (s.ok()) s = engine_.setup_device(spec.device);
+  if (s.ok()) s = engine_.gather_gpus(store.get(), deadline);
+  if (s.ok()) s = engine_.share_sim_slices(store.get(), deadline);
   if (s.ok()) {
-    compute_ring();
-    find_gpu_sharers();
+    engine_.compute_ring();
+    engine_.find_gpu_sharers();
   }
-  if (s.ok()) s = connect_device_fifos(store.get(), deadline);
-  if (s.ok()) s = setup_direct(store.get(), deadline);
+  if (s.ok()) s = engine_.connect_device_fifos(store.get(), deadline);
+  if (s.ok()) s = engine_.setup_direct(store.get(), deadline);
   // Note [Device init barrier]: no rank may launch a collective kernel while another rank of
   // the job is still in its device setup: a kernel of this process would spin on a peer whose
   // thread waits in cudaHostRegister or cudaMalloc for the device to go idle (the simulation
   // enforces that rule: Note [Simulated CUDA rules]). So every rank passes this round last.
-  if (s.ok() && std::any_of(device_of_.begin(), device_of_.end(), [](int d) { return d >= 0; })) {
+  if (s.ok() && engine_.job_has_gpus()) {
     std::vector<std::string> unused;
     s = store->all_gather("gpu_ready", rank_, nranks_, "1", &unused, deadline);
   }
   if (s.ok() && shm_ != nullptr) shm_->warm_fifos();  // Note [FIFO lines at init]
-  if (s.ok()) warn_shared_gpu();
-  if (s.ok() && device_ >= 0)
+  if (s.ok()) engine_.warn_shared_gpu();
+  if (s.ok() && engine_.device() >= 0)
     for (int peer : local_ranks_)
-      if (peer != rank_ && device_of_[static_cast<size_t>(peer)] >= 0)
+      if (peer != rank_ && engine_.has_gpu(peer))
         LOG_INFO(kGpu, "rank %d: pair %d-%d: %s", rank_, std::min(rank_, peer), std::max(rank_, peer),
-                 device_pair(std::min(rank_, peer), std::max(rank_, peer)).c_str());
+                 engine_.device_pair(std::min(rank_, peer), std::max(rank_, peer)).c_str());
   if (!s.ok()) {
     // Unless the failure came from the store itself (another rank's), tell the others why;
     // then, in the store's process, stay until they know (Note [A rank that fails alone at
@@ -523,7 +522,7 @@ void Communicator::group_by_host(const std::vector<std::string>& infos, std::vec
     if (at->second == static_cast<int>(per_host.size())) per_host.push_back(0);
     ++per_host[static_cast<size_t>(at->second)];
     if (key != my_key) {
-      if (f[0] == mine[0] && !shm_off(f[2]) && !shm_off(mine[2])) apart.push_back(r);
+      if (f[0] == mine[0] && !shm_domain_off(f[2]) && !shm_domain_off(mine[2])) apart.push_back(r);
       remote_ranks_.push_back(r);
       continue;
     }
@@ -572,8 +571,7 @@ Status Communicator::connect_remote(StoreClient* store, Deadline deadline) {
     // what the kernels sent for up to ACCORD_TIMEOUT_MS (the peer's kernel may still need it).
     options.store_prefix = "tcpdev/";
     options.linger_ms = std::max<int64_t>(options.linger_ms, settings_.timeout_ms);
-    ACCORD_TRY(TcpTransport::setup(store, rank_, nranks_, remote_ranks_, options, deadline, &tcp_dev_)
-                   .prefix("GPU data over TCP: "));
+    ACCORD_TRY(engine_.connect_tcp(store, options, deadline));
   }
   LOG_INFO(kInit, "rank %d: TCP to %zu ranks on other hosts over %s (%s), %d sockets per peer", rank_,
            remote_ranks_.size(), tcp_->interface_name().c_str(), tcp_->listen_address().to_string().c_str(),
@@ -581,38 +579,12 @@ Status Communicator::connect_remote(StoreClient* store, Deadline deadline) {
   return Status::success();
 }
 
-// GPU buffers move through the shared-memory slots (registered with the device runtime) or the
-// device FIFOs; to ranks over TCP through pinned FIFOs and pump threads (Note [Device data over
-// TCP]). A remote rank without them (it has no GPU) cannot take part: refused at once.
-Status Communicator::check_device_peers(const CollArgs& a) const {
-  int missing = 0, peer = -1;
-  for (int r : remote_ranks_) {
-    if (static_cast<size_t>(r) < dev_route_of_.size() &&
-        dev_route_of_[static_cast<size_t>(r)] == static_cast<int>(DeviceRoute::kTcpStaged))
-      continue;
-    if (peer < 0) peer = r;
-    ++missing;
-  }
-  if (missing == 0) return Status::success();
-  const std::string& domain = shm_domains_.at(static_cast<size_t>(peer));
-  const char* why = hosts_.at(static_cast<size_t>(peer)) != hosts_.at(static_cast<size_t>(rank_))
-                        ? "another host"
-                    : shm_off(domain) || shm_off(shm_domains_.at(static_cast<size_t>(rank_)))
-                        ? "ACCORD_SHM_DISABLE=1"
-                        : "another /dev/shm";
-  return error(ACCORD_ERR_UNSUPPORTED,
-               "rank %d: %s on GPU buffers: rank %d (and %d more) is reached over TCP (%s) and "
-               "runs on no GPU, so it cannot take GPU buffers; give every rank a GPU, or pass host "
-               "buffers (stream NULL)",
-               rank_, collective_name(a.coll), peer, missing - 1, why);
-}
-
 std::string Communicator::plan() const {
   auto short_host = [](const std::string& h) { return h.substr(0, h.find('/')); };
   std::string out;
-  if (!ring_.empty()) {
+  if (!engine_.ring().empty()) {
     out += "ring order (all-reduce ring, broadcast/reduce chains on GPUs):";
-    for (int r : ring_) out += format(" %d", r);
+    for (int r : engine_.ring()) out += format(" %d", r);
     out += "\n";
   }
   for (int a = 0; a < nranks_; ++a)
@@ -621,26 +593,22 @@ std::string Communicator::plan() const {
       const std::string& hb = hosts_.at(static_cast<size_t>(b));
       const std::string& da = shm_domains_.at(static_cast<size_t>(a));
       const std::string& db = shm_domains_.at(static_cast<size_t>(b));
-      const bool gpus = device_of_.size() == static_cast<size_t>(nranks_) &&
-                        device_of_[static_cast<size_t>(a)] >= 0 && device_of_[static_cast<size_t>(b)] >= 0;
+      const bool gpus = engine_.has_gpu(a) && engine_.has_gpu(b);
       if (ha == hb && da == db && gpus)
-        out += format("pair %d-%d: %s\n", a, b, device_pair(a, b).c_str());
+        out += format("pair %d-%d: %s\n", a, b, engine_.device_pair(a, b).c_str());
       else if (ha == hb && da == db)
         out += format("pair %d-%d: shm (same host %s, shared memory)\n", a, b, short_host(ha).c_str());
       else if (ha == hb)
         out +=
             format("pair %d-%d: tcp (same host %s, %s, %d sockets%s)\n", a, b, short_host(ha).c_str(),
-                   shm_off(da) || shm_off(db) ? "ACCORD_SHM_DISABLE=1" : "but another /dev/shm",
-                   tcp_nsocks(), gpus && tcp_dev_ ? "; GPU buffers staged through pinned host memory" : "");
+                   shm_domain_off(da) || shm_domain_off(db) ? "ACCORD_SHM_DISABLE=1" : "but another /dev/shm",
+                   tcp_nsocks(), gpus && engine_.has_tcp_data() ? "; GPU buffers staged through pinned host memory" : "");
       else
         out += format("pair %d-%d: tcp (different hosts %s and %s, %d sockets%s)\n", a, b, short_host(ha).c_str(),
                       short_host(hb).c_str(), tcp_nsocks(),
-                      gpus && tcp_dev_ ? "; GPU buffers staged through pinned host memory" : "");
+                      gpus && engine_.has_tcp_data() ? "; GPU buffers staged through pinned host memory" : "");
     }
-  out += direct_plan_;
-  // Note [User buffers mapped into peers]: what registration has mapped so far.
-  if (direct_ != nullptr && users_ != nullptr) out += users_->describe();
-  return out;
+  return out + engine_.plan_lines();
 }
 
 Status Communicator::validate(const CollArgs& args) const {
@@ -703,7 +671,7 @@ Communicator::~Communicator() {
     worker_cv_.notify_all();
     worker_.join();
   }
-  release_device();
+  engine_.release();
   if (fault_.at("destroy", rank_)) trigger_fault(fault_);
   publish_departure();
   for (int fd : links_.pidfd)
@@ -892,8 +860,8 @@ const Schedule* Communicator::schedule_for(const ScheduleRequest& req, bool mapp
     if (!build_schedule(req, &s)) return nullptr;
     if (mapped)  // built over ring positions: peers become the ranks at those positions
       for (Step& st : s.steps) {
-        if (st.send_peer >= 0) st.send_peer = ring_[static_cast<size_t>(st.send_peer)];
-        if (st.recv_peer >= 0) st.recv_peer = ring_[static_cast<size_t>(st.recv_peer)];
+        if (st.send_peer >= 0) st.send_peer = engine_.ring()[static_cast<size_t>(st.send_peer)];
+        if (st.recv_peer >= 0) st.recv_peer = engine_.ring()[static_cast<size_t>(st.recv_peer)];
       }
     it = schedules_.emplace(key, std::move(s)).first;
   }
@@ -1004,11 +972,11 @@ Status Communicator::plan_call(const CollArgs& a, bool on_device, CallPlan* plan
       req.in_place = a.send == a.recv;
   }
   // Note [Ring order]: on GPUs, rings and chains run in the topology's best ring order.
-  const bool mapped = on_device && !ring_.empty() &&
+  const bool mapped = on_device && !engine_.ring().empty() &&
                       ((a.coll == Collective::kAllReduce && req.algo == Algo::kRing) || req.algo == Algo::kChain);
   if (mapped) {
-    req.rank = pos_of_[static_cast<size_t>(rank_)];
-    req.root = pos_of_[static_cast<size_t>(a.root)];
+    req.rank = engine_.pos_of()[static_cast<size_t>(rank_)];
+    req.root = engine_.pos_of()[static_cast<size_t>(a.root)];
   }
   // Note [Board]: decided from the call and the communicator alone, so every rank agrees.
   plan->board = a.coll == Collective::kAllReduce && req.algo == Algo::kDirect && !on_device &&
@@ -1256,6 +1224,26 @@ Status Communicator::decide_single_copy(StoreClient* store, Deadline deadline) {
            "ACCORD_SINGLE_COPY=0 turns it off)",
            rank_, single_copy_min_, single_copy_max_);
   return Status::success();
+}
+
+// Note [Departures] (wait.hpp). After the engine's release: the kernels have ended (or were
+// given up on), so DevCtl::done is the last device call this rank completed. Nothing is
+// published after an error or an abort: peers then report the exit as a death, as before, and
+// name the first culprit through the death notes.
+void Communicator::publish_departure() {
+  if (shm_ == nullptr || abort_.load(std::memory_order_acquire)) return;
+  if (engine_.has_kernels()) engine_.adopt_kernel_error();
+  if (sticky_code_.load(std::memory_order_acquire) != ACCORD_SUCCESS) return;
+  shm_->depart(rank_, seq_, engine_.device_done());
+}
+
+void Communicator::set_sticky(const Status& s) {
+  std::lock_guard<std::mutex> lock(sticky_mu_);
+  if (sticky_code_.load() != ACCORD_SUCCESS) return;
+  sticky_ = s;
+  sticky_code_.store(s.code(), std::memory_order_release);
+  leave_death_note(s);
+  LOG_WARN(kColl, "%s", s.message().c_str());
 }
 
 const FaultPlan* Communicator::armed_fault() const {

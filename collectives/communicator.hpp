@@ -19,9 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "collectives/device/dev_call.hpp"
-#include "collectives/device/direct.hpp"
-#include "collectives/device/user_buffers.hpp"
+#include "collectives/device/engine.hpp"
 #include "collectives/executor.hpp"
 #include "collectives/schedule.hpp"
 #include "collectives/single_copy.hpp"
@@ -62,11 +60,14 @@ struct CollArgs {
   int root = 0;  // the peer for kSend and kRecv
 };
 
+// Note [Shared memory domain] (communicator.cpp): a rank's domain under ACCORD_SHM_DISABLE=1.
+inline bool shm_domain_off(const std::string& domain) { return domain.rfind("off:", 0) == 0; }
+
 inline bool is_point_to_point(Collective c) {
   return c == Collective::kSend || c == Collective::kRecv;
 }
 
-// Whether MPS runs for this process's CUDA clients: its control pipe exists (device_path.cpp,
+// Whether MPS runs for this process's CUDA clients: its control pipe exists (device/engine.cpp,
 // Note [Shared GPU warnings]).
 bool mps_running();
 
@@ -83,38 +84,31 @@ class Communicator {
   // inside one group: Note [Point-to-point progress] (collectives/point_to_point.cpp).
   Status run_point_to_point(const std::vector<CollArgs>& ops);
 
-  // ---- the device path (collectives/device_path.cpp) ----
-  int device() const { return device_; }
+  // ---- the device path: the engine (collectives/device/engine.hpp, Note [Device engine]) ----
+  int device() const { return engine_.device(); }
   // Whether the call's buffers are device memory of this communicator's GPU (true) or host
   // memory (false); a buffer of another GPU, or a mix, is ACCORD_ERR_INVALID_ARGUMENT.
-  Status classify(const CollArgs& args, bool* on_device) const {
-    *on_device = false;
-    // Host-only, and no CUDA to ask about pointers: nothing to look at (every call asks).
-    if (rt_ == nullptr && probe_rt_ == nullptr) return Status::success();
-    ACCORD_TRY(classify_buffers(args, on_device));
-    return *on_device ? check_device_peers(args) : Status::success();
-  }
+  Status classify(const CollArgs& args, bool* on_device) const { return engine_.classify(args, on_device); }
   // NCCL semantics: checks the call and launches it as one kernel on the caller's stream;
-  // returns once enqueued (Note [Kernels on the caller's stream], device_path.cpp).
-  Status enqueue_device(const CollArgs& args, void* user_stream);
+  // returns once enqueued (Note [Kernels on the caller's stream], device/engine.cpp).
+  Status enqueue_device(const CollArgs& args, void* user_stream) { return engine_.enqueue_device(args, user_stream); }
   // Sends and receives on device buffers (one call, or a group's for this communicator) as
   // one kernel on the caller's stream: Note [Point-to-point schedules] (point_to_point.cpp).
-  Status enqueue_device_p2p(const std::vector<CollArgs>& ops, void* user_stream);
+  Status enqueue_device_p2p(const std::vector<CollArgs>& ops, void* user_stream) {
+    return engine_.enqueue_device_p2p(ops, user_stream);
+  }
   // Note [User buffers mapped into peers] (device/user_buffers.cpp): registers the caller's
   // device buffer [ptr, ptr + bytes): every peer maps the allocation holding it. Collective
   // where the job has the direct protocol and ranks in several processes (every rank
   // registers, and deregisters, at the same point of its calls); a record otherwise. The
   // handle is never 0.
-  Status register_buffer(void* ptr, size_t bytes, uint64_t* handle);
-  Status deregister_buffer(uint64_t handle);
+  Status register_buffer(void* ptr, size_t bytes, uint64_t* handle) { return engine_.register_buffer(ptr, bytes, handle); }
+  Status deregister_buffer(uint64_t handle) { return engine_.deregister_buffer(handle); }
   // Rank r's buffer of a registration as this rank addresses it (its IPC mapping, or its
   // pointer); null: none (not mapped, unknown). For tests.
-  const void* registered_buffer(uint64_t handle, int r) {
-    std::lock_guard<std::mutex> lock(users_mu_);
-    return users_ == nullptr ? nullptr : users_->peer_buffer(handle, r);
-  }
-  // The device transport to `peer`: "p2p", "ipc", "host-staged", or null (none).
-  const char* device_channel(int peer) const;
+  const void* registered_buffer(uint64_t handle, int r) { return engine_.registered_buffer(handle, r); }
+  // The device transport to `peer`: "p2p", "ipc", "host-staged", "tcp-staged", or null (none).
+  const char* device_channel(int peer) const { return engine_.device_channel(peer); }
 
   // "pair A-B: TRANSPORT (reason)" for every pair of ranks (same on every rank).
   std::string plan() const;
@@ -142,8 +136,8 @@ class Communicator {
   // kernel recorded (Note [Device watchdog]) counts as soon as its stream has passed it.
   accord_status_t sticky_error() {
     const accord_status_t code = sticky_code_.load(std::memory_order_acquire);
-    if (code != ACCORD_SUCCESS || ctl_host_ == nullptr) return code;
-    adopt_kernel_error();
+    if (code != ACCORD_SUCCESS || !engine_.has_kernels()) return code;
+    engine_.adopt_kernel_error();
     return sticky_code_.load(std::memory_order_acquire);
   }
   // Its message (written once, before sticky_error turns non-zero). Any thread.
@@ -166,86 +160,8 @@ class Communicator {
   bool premul_of(int op, PreMul* out) const;
   Status premul_scalar(const PreMul& pm, uint64_t* bits);
   Status run_premul_host(const CollArgs& args);
-  Status setup_device(int requested);
-  Status register_slots();
-  Status warm_up_kernel();  // Note [Warm-up launch] (device_path.cpp)
-  // Note [One stream per rank] (device_path.cpp): the process-wide table of streams that carry
-  // collectives, and the refusal of a stream another rank of this communicator uses.
-  void find_gpu_sharers();
-  void warn_shared_gpu() const;  // Note [Shared GPU warnings] (device_path.cpp)
-  const std::string& job_key() const;  // built once (Note [One stream per rank])
-  Status check_stream_owner(void* user_stream, const char* name) const;
-  void note_stream_use(void* user_stream, uint64_t seq);
-  void forget_stream_uses();
-  Status classify_buffers(const CollArgs& args, bool* on_device) const;
-  Status check_device_peers(const CollArgs& args) const;
-  Status refuse_device_buffers(const CollArgs& args) const;
-  void release_device();
-  void compute_ring();
-  // Note [Device FIFOs]: how GPU ranks a and b (on this host) exchange device buffers, and why.
-  enum class DeviceRoute { kHostStaged, kP2p, kIpc, kTcpStaged };
-  DeviceRoute device_route(int a, int b, std::string* why) const;
-  // Note [GPU identity] (device_path.cpp): every rank's GPU as the ranks told each other at
-  // init; what every route is decided from.
-  struct GpuFacts {
-    int ordinal = -1;                // as the rank's own process numbers it
-    std::string uuid;                // or the bus id, where the runtime has no UUID
-    std::string bus;                 // canonical_bus_id
-    std::vector<std::string> peers;  // bus ids it can peer with both ways (peer_bus_ids)
-  };
-  Status gather_gpus(StoreClient* store, Deadline deadline);
-  bool same_gpu(int a, int b) const;
-  std::string gpu_label(int r) const;  // "GPU 3", or with the bus id when numberings differ
-  std::string device_pair(int a, int b) const;
-  Status connect_device_fifos(StoreClient* store, Deadline deadline);
-  // Note [Device data over TCP] (device_tcp.cpp): GPU buffers to ranks over TCP staged
-  // through pinned host FIFOs that pump threads drive.
-  struct TcpPump {
-    int peer = -1;
-    void* out = nullptr;  // pinned FIFO the kernel sends into; the send pump drains it
-    void* in = nullptr;   // pinned FIFO the recv pump fills; the kernel receives from it
-    std::thread send, recv;
-    std::mutex mu;
-    Status failure;  // the first failure of either pump (guarded by mu)
-    std::atomic<bool> failed{false};
-  };
-  Status add_tcp_pump(int peer, size_t fifo_bytes, void** out_fifo, void** in_fifo);
-  void start_tcp_pumps();
-  void stop_tcp_pumps();
-  void pump_send(TcpPump* p);
-  void pump_recv(TcpPump* p);
-  Status pump_failure(int peer);  // success: its pumps are well (or it has none)
-  void pump_failed(TcpPump* p, Status s, const char* what);
-  Status upload_peers(const std::vector<dev::DevPeer>& peers);
-  Status setup_direct(StoreClient* store, Deadline deadline);  // Note [Direct or FIFO] (device/direct_path.cpp)
-  Status setup_engine(StoreClient* store, Deadline deadline, dev::ProtoMode mode, const std::vector<uint8_t*>& staging,
-                      const std::string& staged_why);
-  // Note [Shared GPU sync] (device/gpu_sync.cpp): whether the direct protocol hands off through
-  // the stream (true) or in the kernel, the same on every rank (collective over the store).
-  Status choose_gpu_sync(StoreClient* store, Deadline deadline, bool* wait, std::string* why);
-  bool gpu_time_sliced() const;  // this rank's GPU is shared by processes without MPS
-  Status share_sim_slices(StoreClient* store, Deadline deadline);  // Note [Simulated time slices of a job]
-  bool prepare_direct(const CollArgs& a, size_t elem_bytes, dev::DevLaunch* launch);
-  Status wrap_stream(void* user_stream, Stream* out);  // device_path.cpp
-  Status check_device_call(void* user_stream, const char* name);
-  Status reserve_steps(size_t bytes, uint64_t seq, size_t* offset);
-  Status device_stream(void* user_stream, const char* name, Stream* out);
-  Status launch_schedule(const char* name, const Schedule& sched, dev::DevLaunch* launch, Stream us,
-                         void* user_stream, bool direct = false);
-  // Note [Waiting point-to-point] (point_to_point.cpp).
-  Status launch_p2p_waiting(const char* name, const Schedule& sched, const dev::DevLaunch& launch, Stream us,
-                            void* user_stream);
-  Status queued_in_part(const std::string& what, const Status& failed);  // point_to_point.cpp
-  void start_watchdog();
-  void stop_watchdog();
-  void watchdog_loop();
-  // Note [Device watchdog]: the failure a kernel recorded in DevCtl, as a Status (success:
-  // none); and the first failure of the device path made the communicator's error.
-  Status kernel_error();
-  void adopt_kernel_error();
-  unsigned kernel_blocks_limit() const;  // device_path.cpp, Note [Blocks]
-  uint32_t call_blocks(const Schedule& sched) const;
-  std::string dead_peer_note() const;  // device_path.cpp
+  // The communicator's error (first failure wins), from any thread: the caller's, the device
+  // engine's watchdog (Note [Device engine]).
   void set_sticky(const Status& s);
   Status configure();  // this rank's own settings, checked alone
   Status agree_on_settings(StoreClient* store, Deadline deadline);  // Note [Settings every rank shares]
@@ -257,15 +173,6 @@ class Communicator {
   // Note [Departures] (wait.hpp): at a clean destroy, tells the local peers which calls this
   // rank completed, so that its exit is not taken for a death.
   void publish_departure();
-  void let_go_of_peer_memory();  // Note [Freeing memory peers map] (device_path.cpp)
-  // Note [User buffers mapped into peers]: the registrations (created at the first), and one
-  // exchange of their records over the host all-gather.
-  dev::UserBuffers* user_buffers();
-  Status exchange_user_records(const dev::UserBufferRecord& mine, const char* what,
-                               std::vector<dev::UserBufferRecord>* all);
-  // Until every kernel this rank queued has ended (ACCORD_TIMEOUT_MS at most).
-  Status wait_for_kernels(const char* what);
-  Status join_fifo_hold(StoreClient* store, Deadline deadline);
   Status check_args(const CollArgs& a, size_t* in_bytes, size_t* out_bytes) const;
   // ACCORD_CHECK=1: all ranks exchange what they were asked to do and fail alike on a difference.
   Status check_consistency(const CollArgs& a);
@@ -309,13 +216,6 @@ class Communicator {
   StoreEndpoint endpoint_;  // the job's bootstrap address and secret (TCP authenticates with it)
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<TcpTransport> tcp_;  // ranks on other hosts (remote_ranks_); null if none
-  // The same ranks' device data, on sockets of its own (Note [Device data over TCP]): null
-  // unless some rank of the job may run on a GPU. Its pumps, and whether they are to stop.
-  std::unique_ptr<TcpTransport> tcp_dev_;
-  std::vector<std::unique_ptr<TcpPump>> pumps_;
-  std::atomic<int> pumps_stop_{0};  // 1: drain what the kernels wrote, then stop; 2: stop now
-  std::atomic<bool> pumps_abort_{false};  // the TCP waits' abort flag
-  std::atomic<int> send_pumps_running_{0};
   bool job_may_use_gpu_ = false;  // some rank's info carries " g" (set by connect_transports)
   PeerLinks links_;
   std::vector<int> local_ranks_;    // on this host and /dev/shm, including this rank: shared memory
@@ -372,81 +272,18 @@ class Communicator {
   mutable std::mutex premul_mu_;  // premul_: created on the caller's thread, read on the worker too
   std::vector<PreMul> premul_;
   std::unordered_map<size_t, std::pair<Algo, size_t>> tune_cache_;  // all-reduce bytes * 2 + on_device -> algorithm, chunk
-  bool oversubscribed_ = false;
-  bool may_use_gpu_ = false;  // init: this rank may get a GPU (reserve device FIFOs in its segment)  // more ranks on this host than CPUs to run them (the tuner's model)
-  // Device path: the process's runtime, this rank's GPU (-1: host only), every rank's GPU.
-  DeviceRuntime* rt_ = nullptr;
-  DeviceRuntime* probe_rt_ = nullptr;  // host-only communicator, CUDA present: refuses device buffers
-  int device_ = -1;
-  std::vector<int> device_of_;      // every rank's GPU ordinal, in its own process's numbering
-  std::vector<GpuFacts> gpus_;      // Note [GPU identity]; empty with one rank
-  bool numberings_differ_ = false;  // some GPU has two ordinals, or one ordinal two GPUs
-  void* grid_dev_ = nullptr;        // DevCall::grid, inside counts_dev_
-  unsigned max_blocks_ = 1;         // Note [Blocks]
-  std::string gpu_sharers_;         // ranks of this process on this GPU ("0 and 1"), empty if alone
-  mutable std::string job_key_;     // job_key(), once built
-  std::vector<int> ring_, pos_of_;  // Note [Ring order]: position -> rank, rank -> position; empty: rank order
-  Stream stream_;            // the communicator's own (non-blocking) stream: init-time copies
-  void* dev_scratch_ = nullptr;  // kReduceAll with 3+ ranks: one slot's bytes
-  std::vector<void*> registered_;  // host memory given to register_host
-  // Note [Device FIFOs]: the route to each peer (DeviceRoute, -1: none), this rank's FIFOs in
-  // GPU memory, the peers' it opened from IPC handles, the DevPeer table and the counts.
-  std::vector<int> dev_route_of_;
-  std::vector<void*> dev_fifo_mem_;
-  // Note [Waiting point-to-point]: per peer, the slot headers of its FIFO to this rank (this
-  // rank's GPU memory; null: not a p2p or ipc route), and the messages sent to it and received
-  // from it by the waiting point-to-point path (the FIFO counts, as the host queued them).
-  std::vector<uint8_t*> dev_recv_headers_;
-  std::vector<uint32_t> p2p_sent_, p2p_recvd_;
-  std::vector<void*> ipc_opened_;
-  // Note [Freeing memory peers map]: where dev_fifo_mem_ goes at destroy when no direct engine
-  // holds it: this process's ranks of the job free their FIFOs together, the last of them.
-  std::shared_ptr<dev::ProcessHold> fifo_hold_;
-  std::unique_ptr<dev::DirectEngine> direct_;  // Note [Direct protocol]; null: FIFOs for every call
-  std::string direct_plan_;                     // the plan's "device protocol" line
-  std::unique_ptr<dev::UserBuffers> users_;     // Note [User buffers mapped into peers]
-  uint64_t user_seq_ = 0;                       // registration exchanges so far (the next handle - 1)
-  std::mutex users_mu_;                         // register/deregister from several threads
-  void* peers_dev_ = nullptr;
-  void* counts_dev_ = nullptr;
-  // Note [Kernels on the caller's stream]: the kernels' control block (pinned; host and device
-  // addresses), the step ring (Note [Step ring]), calls launched, the stream of the last one
-  // and the event recorded after every launch, which a switch of streams waits for (Note
-  // [Kernel order]).
-  void* ctl_host_ = nullptr;
-  void* ctl_dev_ = nullptr;
-  void* ring_host_ = nullptr;
-  void* ring_dev_ = nullptr;
-  size_t ring_pos_ = 0;
-  struct RingRecord {
-    uint64_t seq;
-    size_t start;
-  };
-  std::deque<RingRecord> ring_records_;
-  uint64_t dev_seq_ = 0;
-  Stream last_stream_;
-  Event order_event_;
-  // The caller's streams, wrapped once. An entry is only used while the caller passes that
-  // handle again (so it is alive); a destroyed stream's entry is never touched (Note [Kernel
-  // order]), and a new stream that gets the same handle value is the same wrapped value.
-  std::map<void*, Stream> user_streams_;
-  // Note [Device watchdog]: the calls in flight (seq, name), guarded by watch_mu_.
-  struct InFlight {
-    uint64_t seq = 0;
-    const char* name = "";
-  };
-  std::thread watchdog_;
-  std::mutex watch_mu_;
-  std::condition_variable watch_cv_;
-  std::deque<InFlight> inflight_;
-  std::deque<InFlight> recent_;  // the last 64 calls launched, to name a failed one
-  bool watch_stop_ = false;
+  bool oversubscribed_ = false;  // more ranks on this host than CPUs to run them (the tuner's model)
+  bool may_use_gpu_ = false;  // init: this rank may get a GPU (reserve device FIFOs in its segment)
   // Group worker (accord_group_end) and device worker.
   std::thread worker_;
   std::mutex worker_mutex_;
   std::condition_variable worker_cv_;
   std::deque<std::function<void()>> worker_jobs_;
   bool worker_stop_ = false;
+  // Note [Device engine]: declared last, so that every member it refers to is built before it
+  // and destroyed after it.
+  friend class DeviceEngine;
+  DeviceEngine engine_{*this};
 };
 
 }  // namespace accord

@@ -21,7 +21,7 @@
 // Note [Point-to-point schedules]: on device buffers the same batch (one send or receive, or
 // a group's for this communicator) is a schedule (point_to_point_schedule, algorithms/
 // point_to_point.cpp) in the same rounds, run as one collective kernel on the caller's stream
-// (Note [Kernels on the caller's stream], device_path.cpp) through the device FIFOs of every
+// (Note [Kernels on the caller's stream], device/engine.cpp) through the device FIFOs of every
 // route (one GPU, p2p, ipc, host-staged). Its steps name their buffers by address
 // (Buf::kAddress) and carry their call's tag, so the kernel checks every message as the host
 // path does: a count or dtype that differs from the peer's is a mismatch naming the rank, the
@@ -107,7 +107,7 @@ static Status check_self_pairs(int rank, size_t nsends, size_t nrecvs, SendOf se
   return Status::success();
 }
 
-Status Communicator::enqueue_device_p2p(const std::vector<CollArgs>& ops, void* user_stream) {
+Status DeviceEngine::enqueue_device_p2p(const std::vector<CollArgs>& ops, void* user_stream) {
   RankScope scope(rank_, nranks_);
   const char* name = ops.size() == 1 ? collective_name(ops[0].coll) : "send/recv group";
   Stream us;
@@ -116,7 +116,7 @@ Status Communicator::enqueue_device_p2p(const std::vector<CollArgs>& ops, void* 
   std::vector<Pending> self_sends, self_recvs;
   for (const CollArgs& a : ops) {
     size_t in_bytes = 0, out_bytes = 0;
-    ACCORD_TRY(check_args(a, &in_bytes, &out_bytes));
+    ACCORD_TRY(comm_.check_args(a, &in_bytes, &out_bytes));
     if (a.count == 0) continue;  // nothing to match: NCCL's zero-byte calls complete at once
     const bool send = a.coll == Collective::kSend;
     const int peer = a.root;
@@ -148,7 +148,7 @@ Status Communicator::enqueue_device_p2p(const std::vector<CollArgs>& ops, void* 
   return launch_schedule(name, sched, &launch, us, user_stream);
 }
 
-Status Communicator::launch_p2p_waiting(const char* name, const Schedule& sched, const dev::DevLaunch& launch,
+Status DeviceEngine::launch_p2p_waiting(const char* name, const Schedule& sched, const dev::DevLaunch& launch,
                                         Stream us, void* user_stream) {
   const std::vector<Step>& steps = sched.steps;
   auto* ctl = static_cast<dev::DevCtl*>(ctl_dev_);
@@ -211,11 +211,11 @@ Status Communicator::launch_p2p_waiting(const char* name, const Schedule& sched,
 // Some of a call's kernels and waits are queued (the waiting and staged forms, Note [Waiting
 // protocol]; a waiting batch, Note [Waiting point-to-point]), then `failed`: its peers may be
 // in it already, and this rank's rounds or counts no longer match theirs.
-Status Communicator::queued_in_part(const std::string& what, const Status& failed) {
+Status DeviceEngine::queued_in_part(const std::string& what, const Status& failed) {
   Status s(failed.code(), format("rank %d: %s on GPU %d: queued in part, then: %s; the communicator cannot go on: "
                                  "destroy it and create a new one%s",
                                  rank_, what.c_str(), device_, failed.message().c_str(), dead_peer_note().c_str()));
-  set_sticky(s);
+  comm_.set_sticky(s);
   __atomic_store_n(&static_cast<dev::DevCtl*>(ctl_host_)->abort, 1u, __ATOMIC_RELEASE);
   direct_->release_waits();
   return s;

@@ -66,7 +66,7 @@ Status Communicator::premul_scalar(const PreMul& pm, uint64_t* bits) {
   *bits = pm.value;
   if (pm.immediate) return Status::success();
   const size_t esize = accord_dtype_size(static_cast<accord_datatype_t>(pm.dtype));
-  DeviceRuntime* rt = rt_ != nullptr ? rt_ : probe_rt_;
+  DeviceRuntime* rt = engine_.pointer_runtime();
   PointerInfo info;
   if (rt != nullptr && rt->pointer_info(pm.ptr, &info).ok() && info.kind == MemoryKind::kDevice)
     return rt->copy(CopyKind::kDeviceToHost, info.device, bits, pm.ptr, esize)

@@ -279,7 +279,7 @@ else
 fi
 
 # Processes sharing a GPU run their kernels at the same time only under MPS; the library looks
-# for its control pipe as CUDA does (collectives/device_path.cpp, mps_running).
+# for its control pipe as CUDA does (collectives/device/engine.cpp, mps_running).
 mps=0
 [ -e "${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}/control" ] && mps=1
 if [ $gpu_kind = sim ]; then

@@ -249,7 +249,7 @@ Status check_wait(const WaitContext& ctx, const char* waiting_for) {
   uint64_t left_after = 0;
   // A rank that has published its departure has left even while it still lives: its destroy
   // may wait for this very rank to let go of its GPU memory (Note [Freeing memory peers map],
-  // collectives/device_path.cpp).
+  // collectives/device/engine.cpp).
   auto look = [&](int r, int fd) {
     const Departure* d = ctx.departures != nullptr ? ctx.departures[r] : nullptr;
     if (d == nullptr || d->left.load(std::memory_order_acquire) == 0) {

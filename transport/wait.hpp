@@ -141,7 +141,7 @@ int job_cpus(const std::vector<std::string>& masks);
 // calls are numbered per rank, not in step (WaitContext::seq_clock kNone): there, a departed
 // rank is an error only when it is the peer awaited. A published departure counts even while
 // the rank still lives: its destroy may wait for this rank to let go of its GPU memory (Note
-// [Freeing memory peers map], collectives/device_path.cpp) and publishes first, so that a peer
+// [Freeing memory peers map], collectives/device/engine.cpp) and publishes first, so that a peer
 // stuck in a call it never makes fails at once. A rank killed, or exiting with an
 // error, publishes nothing and is reported dead as before. wait_for looks at the data once
 // more before it returns such an error: data posted just before an exit counts.

@@ -18,10 +18,10 @@
 //  - each end keeps its own count (messages sent / received) in its own device memory
 //    (DevFifo::count), so consecutive kernels go on where the last one stopped.
 // Kernels of one communicator run one after another (the communicator orders them, Note
-// [Kernel order] in device_path.cpp), so each count has one writer at a time.
+// [Kernel order] in engine.cpp), so each count has one writer at a time.
 //
 // Note [Blocks]: a large call runs as DevCall::nblocks blocks (one is the default for small
-// ones; device_path.cpp chooses). Every block runs every step and moves its own slice of each
+// ones; engine.cpp chooses). Every block runs every step and moves its own slice of each
 // step's bytes (16-byte multiples, in order of block index); every block waits on the same
 // flags. A message is whole when every block has written its slice, so the last block to do
 // so (an arrival counter per slot, DevFifo::arrive, in this rank's GPU memory, which that

@@ -238,7 +238,7 @@ struct CudaLanes {
 // it (p.call, p.steps), and taking the address of a plain by-value parameter makes every
 // thread copy all of DevLaunch (896 bytes) into its local memory (an 824-832 byte stack
 // frame, close to the 1 KiB default stack; growing the stack at a launch waits for the
-// device, Note [Warm-up launch] in device_path.cpp). Grid constants are read in place.
+// device, Note [Warm-up launch] in engine.cpp). Grid constants are read in place.
 __global__ void __launch_bounds__(kCollectiveThreads)
     collective_kernel_fn(const __grid_constant__ DevLaunch p) {
   __shared__ uint64_t share_buf;

@@ -2,7 +2,7 @@
 // scratch, allocated at init and mapped into every peer, the choice between the direct
 // protocol and the FIFO schedule for a call, and the direct part of a launch. The
 // communicator owns one when every pair of its ranks can address each other's GPU memory
-// (device_path.cpp / direct_path.cpp decide; Note [Direct or FIFO]), or, in its staged form
+// (engine.cpp / direct_path.cpp decide; Note [Direct or FIFO]), or, in its staged form
 // (Note [Staged protocol], direct_staged.cpp), when some pair of a job on one host cannot.
 #pragma once
 
@@ -124,7 +124,7 @@ class DirectEngine {
   // Logs a call's choice at info level, once per protocol and power of two of the size.
   void log_choice(Collective coll, size_t bytes, uint32_t proto, const std::string& why);
 
-  // Note [Freeing memory peers map] (device_path.cpp). Once this rank's kernels are done:
+  // Note [Freeing memory peers map] (engine.cpp). Once this rank's kernels are done:
   // closes its mappings of the peers' memory and hands its own scratch (and `more`: other
   // device memory that peers address) to the ranks of this process in the job. True when it
   // was the last of them: the caller then waits until the other processes' ranks let go too,

@@ -19,7 +19,7 @@ namespace accord {
 // (device_of_, pid_of_, the topology, ACCORD_DEVICE_PROTO, which init compares across ranks),
 // so every rank makes the same choice without another round; and each call's choice depends
 // only on the call (direct.cpp, DirectEngine::choose), so the ranks agree on it too.
-Status Communicator::setup_direct(StoreClient* store, Deadline deadline) {
+Status DeviceEngine::setup_direct(StoreClient* store, Deadline deadline) {
   direct_plan_.clear();
   dev::ProtoMode mode = dev::ProtoMode::kAuto;
   (void)dev::parse_proto_mode(settings_.device_proto, &mode);  // checked in configure()
@@ -68,7 +68,7 @@ Status Communicator::setup_direct(StoreClient* store, Deadline deadline) {
 }
 
 // The direct engine, or with `staging` (every rank's area) its staged form, and the plan's lines.
-Status Communicator::setup_engine(StoreClient* store, Deadline deadline, dev::ProtoMode mode,
+Status DeviceEngine::setup_engine(StoreClient* store, Deadline deadline, dev::ProtoMode mode,
                                   const std::vector<uint8_t*>& staging, const std::string& staged_why) {
   dev::DirectSetup s;
   s.rt = rt_;
@@ -110,7 +110,7 @@ Status Communicator::setup_engine(StoreClient* store, Deadline deadline, dev::Pr
   return Status::success();
 }
 
-bool Communicator::prepare_direct(const CollArgs& a, size_t elem_bytes, dev::DevLaunch* launch) {
+bool DeviceEngine::prepare_direct(const CollArgs& a, size_t elem_bytes, dev::DevLaunch* launch) {
   if (direct_ == nullptr) return false;
   const size_t bytes = a.count * elem_bytes;
   std::string why;
@@ -135,7 +135,7 @@ bool Communicator::prepare_direct(const CollArgs& a, size_t elem_bytes, dev::Dev
 }
 
 // Note [User buffers mapped into peers] (device/user_buffers.cpp): the communicator's side.
-dev::UserBuffers* Communicator::user_buffers() {
+dev::UserBuffers* DeviceEngine::user_buffers() {
   if (users_ != nullptr) return users_.get();
   std::vector<bool> ipc(static_cast<size_t>(nranks_), false);
   std::vector<std::string> owner(static_cast<size_t>(nranks_));
@@ -151,22 +151,22 @@ dev::UserBuffers* Communicator::user_buffers() {
   return users_.get();
 }
 
-Status Communicator::exchange_user_records(const dev::UserBufferRecord& mine, const char* what,
+Status DeviceEngine::exchange_user_records(const dev::UserBufferRecord& mine, const char* what,
                                            std::vector<dev::UserBufferRecord>* all) {
   all->assign(static_cast<size_t>(nranks_), dev::UserBufferRecord{});
   CollArgs a{Collective::kAllGather, &mine, all->data(), sizeof mine, ACCORD_UINT8, ACCORD_SUM, 0};
   // Behind the device calls already queued on the worker, as any host call (api/accord.cpp).
-  Status st = device_ >= 0 ? run_async({a}).get() : run(a);
+  Status st = device_ >= 0 ? comm_.run_async({a}).get() : comm_.run(a);
   ACCORD_TRY(st.prefix(format("rank %d: %s (collective on Accord: every rank registers and deregisters at the same "
                               "point of its calls; Note [User buffers mapped into peers]): ",
                               rank_, what)));
   Status agreed = users_->check(*all, mine, what);
   // Ranks at different calls: the channels are out of step (a failed collective's state).
-  if (agreed.code() == ACCORD_ERR_INVALID_USAGE) set_sticky(agreed);
+  if (agreed.code() == ACCORD_ERR_INVALID_USAGE) comm_.set_sticky(agreed);
   return agreed;
 }
 
-Status Communicator::register_buffer(void* ptr, size_t bytes, uint64_t* handle) {
+Status DeviceEngine::register_buffer(void* ptr, size_t bytes, uint64_t* handle) {
   *handle = 0;
   std::lock_guard<std::mutex> lock(users_mu_);
   dev::UserBuffers* u = user_buffers();
@@ -187,7 +187,7 @@ Status Communicator::register_buffer(void* ptr, size_t bytes, uint64_t* handle) 
   }
   Status opened = u->open(all, handle);
   if (!opened.ok()) {  // the peers registered it: this rank's slots no longer match theirs
-    if (u->exchanges()) set_sticky(opened);
+    if (u->exchanges()) comm_.set_sticky(opened);
     return opened;
   }
   std::vector<const uint8_t*> buffers;
@@ -195,7 +195,7 @@ Status Communicator::register_buffer(void* ptr, size_t bytes, uint64_t* handle) 
   if (direct_ != nullptr && slot >= 0) {  // Note [Registered inputs]: no kernel reads a free slot
     Status st = direct_->set_user_slot(slot, buffers, stream_);
     if (!st.ok()) {
-      set_sticky(st);  // the peers count on this rank's table
+      comm_.set_sticky(st);  // the peers count on this rank's table
       return st;
     }
   }
@@ -205,7 +205,7 @@ Status Communicator::register_buffer(void* ptr, size_t bytes, uint64_t* handle) 
   return Status::success();
 }
 
-Status Communicator::deregister_buffer(uint64_t handle) {
+Status DeviceEngine::deregister_buffer(uint64_t handle) {
   std::lock_guard<std::mutex> lock(users_mu_);
   if (users_ == nullptr || !users_->known(handle))
     return error(ACCORD_ERR_INVALID_ARGUMENT,
@@ -226,13 +226,13 @@ Status Communicator::deregister_buffer(uint64_t handle) {
   return closed;
 }
 
-Status Communicator::wait_for_kernels(const char* what) {
+Status DeviceEngine::wait_for_kernels(const char* what) {
   auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
   if (ctl == nullptr || dev_seq_ == 0) return Status::success();
   const uint64_t want = dev_seq_;
   const Deadline deadline = Deadline::after_ms(settings_.timeout_ms);
   while (__atomic_load_n(&ctl->done, __ATOMIC_ACQUIRE) < want) {
-    if (sticky_error() != ACCORD_SUCCESS) return sticky_status().prefix(format("rank %d: %s: ", rank_, what));
+    if (comm_.sticky_error() != ACCORD_SUCCESS) return comm_.sticky_status().prefix(format("rank %d: %s: ", rank_, what));
     if (abort_.load(std::memory_order_acquire))
       return error(ACCORD_ERR_ABORTED, "rank %d: %s: the communicator was aborted", rank_, what);
     if (deadline.expired())

@@ -62,7 +62,7 @@ bool parse_gpu_sync(const std::string& text, GpuSync* out) {
 }
 }  // namespace dev
 
-bool Communicator::gpu_time_sliced() const {
+bool DeviceEngine::gpu_time_sliced() const {
   if (device_ < 0) return false;
   bool shared = false;
   for (int r : local_ranks_)
@@ -73,7 +73,7 @@ bool Communicator::gpu_time_sliced() const {
   return !mps_running();
 }
 
-Status Communicator::share_sim_slices(StoreClient* store, Deadline deadline) {
+Status DeviceEngine::share_sim_slices(StoreClient* store, Deadline deadline) {
   auto* sim = dynamic_cast<SimulatedRuntime*>(rt_);
   if (device_ < 0 || sim == nullptr) return Status::success();
   int lowest = -1;
@@ -93,7 +93,7 @@ Status Communicator::share_sim_slices(StoreClient* store, Deadline deadline) {
   return Status::success();
 }
 
-Status Communicator::choose_gpu_sync(StoreClient* store, Deadline deadline, bool* wait,
+Status DeviceEngine::choose_gpu_sync(StoreClient* store, Deadline deadline, bool* wait,
                                      std::string* why) {
   dev::GpuSync mode = dev::GpuSync::kAuto;
   (void)dev::parse_gpu_sync(settings_.shared_gpu_sync, &mode);  // checked in configure()

@@ -1,5 +1,5 @@
 // The device memory of one process's ranks of a job, freed by the last to let go
-// (process_hold.hpp; Note [Freeing memory peers map] in collectives/device_path.cpp).
+// (process_hold.hpp; Note [Freeing memory peers map] in collectives/device/engine.cpp).
 #include "collectives/device/process_hold.hpp"
 
 #include <map>

@@ -1,4 +1,4 @@
-// Note [Freeing memory peers map] (collectives/device_path.cpp): the device memory that the
+// Note [Freeing memory peers map] (collectives/device/engine.cpp): the device memory that the
 // ranks of one process in one job let their peers address, kept until the last of them lets go.
 #pragma once
 

@@ -50,7 +50,7 @@ namespace accord::dev {
 //    the owner may free its buffer (the simulation makes a free while another process has it
 //    open an error: Note [Simulated IPC importers]).
 //  * Destroy with registrations live closes their mappings with the scratch's
-//    (Communicator::let_go_of_peer_memory) before this rank says it let go, and a rank's
+//    (DeviceEngine::let_go_of_peer_memory) before this rank says it let go, and a rank's
 //    destroy waits until its peers have let go (Note [Freeing memory peers map]): after destroy
 //    returns the user may free a buffer it registered. Freeing a buffer while it is still
 //    registered with a live communicator is a usage error (ncclMemFree refuses it).

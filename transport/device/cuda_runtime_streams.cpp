@@ -359,7 +359,7 @@ constexpr unsigned kWriteValueDefault = 0;      // CU_STREAM_WRITE_VALUE_DEFAULT
 }  // namespace
 
 // A stream held until a host thread sets a flag (the first device path's "stream gate"; the
-// kernel design of collectives/device_path.cpp no longer uses it, tests still hold streams
+// kernel design of collectives/device/engine.cpp no longer uses it, tests still hold streams
 // with it). Where the driver has 64-bit stream memory operations and the flag is one of
 // new_flag's mapped pinned flags, the GPU waits for it itself (cuStreamWaitValue64, "flag -
 // value >= 0" as signed 64-bit: the ticket only grows). Otherwise a host function polls it,

@@ -146,7 +146,7 @@ class DeviceRuntime {
   virtual Status device_by_bus_id(const std::string& pci_bus_id, int* out) const;
   // The PCI bus ids of the other GPUs that `device` can peer with in both directions: the
   // fact each rank publishes at init so that every rank decides every route alike (Note [GPU
-  // identity], collectives/device_path.cpp). This default asks can_access_peer about the
+  // identity], collectives/device/engine.cpp). This default asks can_access_peer about the
   // devices this process sees; a runtime that knows the whole machine lists the others too.
   virtual Status peer_bus_ids(int device, std::vector<std::string>* out);
 

@@ -147,7 +147,7 @@ class SimulatedRuntime final : public DeviceRuntime {
   // Note [Simulated time slices]: GPU `device`'s counts (this process's ordinal; zero when
   // the model is off or the GPU is not visible).
   sim::SliceCounts slice_counts(int device) const;
-  // Note [Simulated time slices of a job] (collectives/device_path.cpp): the handle of this
+  // Note [Simulated time slices of a job] (collectives/device/engine.cpp): the handle of this
   // runtime's table (empty when the model is off), and a switch to another process's table
   // (TimeSlices::open), for the kernels launched from now on.
   std::string slices_handle() const;

@@ -26,7 +26,7 @@
 // settings (ACCORD_SIM_TIMESLICE_US), TimeSlices::process_table()). Processes that are not
 // forked from a common parent (mpirun, torchrun) each start with a table of their own; a
 // communicator's init then makes every rank on the host use the table of its lowest rank with
-// a GPU (Note [Simulated time slices of a job], device_path.cpp), opened through
+// a GPU (Note [Simulated time slices of a job], device/engine.cpp), opened through
 // /proc/<pid>/fd/<fd> as the simulated IPC handles are.
 #pragma once
 

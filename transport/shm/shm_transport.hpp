@@ -92,7 +92,7 @@ class ShmTransport {
     d->left.store(1, std::memory_order_release);
   }
 
-  // Note [Freeing memory peers map] (collectives/device_path.cpp): per rank, at
+  // Note [Freeing memory peers map] (collectives/device/engine.cpp): per rank, at
   // kReleaseOffset of its segment's header page (zero-filled: not yet), set once the rank
   // no longer touches any peer's device memory (its kernels are done, its mappings closed).
   static constexpr size_t kReleaseOffset = 128;

@@ -84,7 +84,7 @@ class TcpPeer {
   int fd(size_t s) const { return socks_[s].fd.get(); }
 
   // Note [TCP rings in the caller's memory]: a caller that drives one peer's traffic itself (the
-  // GPU data pumps, Note [Device data over TCP] in collectives/device_tcp.cpp) gives the peer
+  // GPU data pumps, Note [Device data over TCP] in collectives/device/engine_tcp.cpp) gives the peer
   // its own memory for the rings before the first message either way: `tx` and `rx` hold nslots
   // slots of slot_bytes each, `stride` bytes apart (the pinned FIFOs' data areas). The progress
   // thread then writes messages straight from the slots the caller filled and reads them

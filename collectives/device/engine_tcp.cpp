@@ -37,7 +37,7 @@
 // the peer's kernel takes all but the last nslots. A pump that
 // fails (the peer's sockets closed: it died, or it was destroyed while this rank still
 // waited) records why; the watchdog fails the collective that waits for that peer
-// (Communicator::pump_failure), and not one that no longer needs it.
+// (DeviceEngine::pump_failure), and not one that no longer needs it.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -69,7 +69,12 @@ bool poll_until(Ready ready, Stop stop, Busy busy) {
 
 }  // namespace
 
-Status Communicator::add_tcp_pump(int peer, size_t fifo_bytes, void** out_fifo, void** in_fifo) {
+Status DeviceEngine::connect_tcp(StoreClient* store, const TcpOptions& options, Deadline deadline) {
+  return TcpTransport::setup(store, rank_, nranks_, remote_ranks_, options, deadline, &tcp_dev_)
+      .prefix("GPU data over TCP: ");
+}
+
+Status DeviceEngine::add_tcp_pump(int peer, size_t fifo_bytes, void** out_fifo, void** in_fifo) {
   auto p = std::make_unique<TcpPump>();
   p->peer = peer;
   const std::string where = format("rank %d: FIFOs in pinned host memory for GPU data to rank %d over TCP: ", rank_, peer);
@@ -98,7 +103,7 @@ Status Communicator::add_tcp_pump(int peer, size_t fifo_bytes, void** out_fifo, 
   return Status::success();
 }
 
-void Communicator::start_tcp_pumps() {
+void DeviceEngine::start_tcp_pumps() {
   for (auto& p : pumps_) {
     TcpPump* pump = p.get();
     send_pumps_running_.fetch_add(1, std::memory_order_acq_rel);
@@ -113,7 +118,7 @@ void Communicator::start_tcp_pumps() {
              rank_, pumps_.size(), pumps_.size() == 1 ? "" : "s");
 }
 
-void Communicator::stop_tcp_pumps() {
+void DeviceEngine::stop_tcp_pumps() {
   if (pumps_.empty()) return;
   // Send pumps first post what the kernels wrote (they never wait for the transport, but a
   // stuck one is not waited for past ACCORD_TIMEOUT_MS); then every pump is told to stop.
@@ -137,7 +142,7 @@ void Communicator::stop_tcp_pumps() {
   pumps_.clear();
 }
 
-Status Communicator::pump_failure(int peer) {
+Status DeviceEngine::pump_failure(int peer) {
   for (auto& p : pumps_)
     if (p->peer == peer && p->failed.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lock(p->mu);
@@ -146,7 +151,7 @@ Status Communicator::pump_failure(int peer) {
   return Status::success();
 }
 
-void Communicator::pump_failed(TcpPump* p, Status s, const char* what) {
+void DeviceEngine::pump_failed(TcpPump* p, Status s, const char* what) {
   std::lock_guard<std::mutex> lock(p->mu);
   p->failure = std::move(s).prefix(format("rank %d: %s rank %d over TCP: ", rank_, what, p->peer));
   p->failed.store(true, std::memory_order_release);
@@ -166,7 +171,7 @@ WaitContext pump_context(int rank, int peer, const std::atomic<bool>* abort, con
 
 // Message m of "out" goes out of its slot as it is (the TCP ring is the FIFO); the slot is
 // released to the kernel once the transport has written it to the sockets.
-void Communicator::pump_send(TcpPump* p) {
+void DeviceEngine::pump_send(TcpPump* p) {
   RankScope scope(rank_, nranks_);
   FifoView out(p->out, shape_, nullptr);
   SendChannel* tcp = tcp_dev_->sender(p->peer);
@@ -212,7 +217,7 @@ void Communicator::pump_send(TcpPump* p) {
 // FIFO): the pump first waits until the kernel has released message m - nslots and hands that
 // slot to the transport (release_to), then sleeps until message m is complete and publishes its
 // header.
-void Communicator::pump_recv(TcpPump* p) {
+void DeviceEngine::pump_recv(TcpPump* p) {
   RankScope scope(rank_, nranks_);
   FifoView in(p->in, shape_, nullptr);
   TcpPeer* tp = tcp_dev_->peer(p->peer);

@@ -1,5 +1,6 @@
-// The device path of a communicator: which GPU it runs on, the memory space of each call, the
-// per-pair device transport, and NCCL-style asynchronous collectives on the caller's stream.
+// The device path of a communicator (DeviceEngine, engine.hpp; Note [Device engine]): which
+// GPU it runs on, the memory space of each call, the per-pair device transport, and NCCL-style
+// asynchronous collectives on the caller's stream.
 //
 // Note [Kernels on the caller's stream]: a collective on device buffers is one kernel launch
 // on the caller's stream (collectives/device/dev_call.hpp, Note [One protocol, two executors]):
@@ -13,13 +14,13 @@
 // a timeout, a dead peer or accord_comm_abort makes it set DevCtl::abort, the kernel gives up
 // at its next wait, the stream goes on, and accord_comm_get_async_error says what happened.
 //
-// Transports (Communicator::device_route): ranks on one GPU, or on GPUs that peer, keep their
+// Transports (DeviceEngine::device_route): ranks on one GPU, or on GPUs that peer, keep their
 // FIFOs in the receiver's GPU memory: "p2p" within one process (a pointer), "ipc" across
 // processes (a CUDA IPC handle through the bootstrap store). The other pairs are host-staged:
 // the FIFO is in the receiver's shared-memory segment, registered with the device runtime and
 // written and read by the kernels directly. Pairs over TCP (other hosts, ACCORD_SHM_DISABLE=1)
 // are tcp-staged: pinned FIFOs of this rank that pump threads connect to the peer's over sockets
-// (Note [Device data over TCP], device_tcp.cpp).
+// (Note [Device data over TCP], engine_tcp.cpp).
 #include <dlfcn.h>
 #include <poll.h>
 #include <unistd.h>
@@ -51,7 +52,63 @@ constexpr size_t kStepRingBytes = size_t{8} << 20;
 // Scratch beyond one slot: each of up to 1024 blocks rounds its part up to 16 bytes (Note [Blocks]).
 constexpr size_t kScratchBlockSlack = 16 * 1024;
 
-Status Communicator::setup_device(int requested) {
+DeviceEngine::DeviceEngine(Communicator& comm)
+    : comm_(comm),
+      rank_(comm.rank_),
+      nranks_(comm.nranks_),
+      settings_(comm.settings_),
+      shape_(comm.shape_),
+      endpoint_(comm.endpoint_),
+      shm_(comm.shm_),
+      links_(comm.links_),
+      local_ranks_(comm.local_ranks_),
+      remote_ranks_(comm.remote_ranks_),
+      hosts_(comm.hosts_),
+      shm_domains_(comm.shm_domains_),
+      pid_of_(comm.pid_of_),
+      proc_of_(comm.proc_of_),
+      pidns_of_(comm.pidns_of_),
+      nhosts_(comm.nhosts_),
+      abort_(comm.abort_) {}
+
+bool DeviceEngine::job_has_gpus() const {
+  return std::any_of(device_of_.begin(), device_of_.end(), [](int d) { return d >= 0; });
+}
+
+std::string DeviceEngine::plan_lines() const {
+  std::string out = direct_plan_;
+  // Note [User buffers mapped into peers]: what registration has mapped so far.
+  if (direct_ != nullptr && users_ != nullptr) out += users_->describe();
+  return out;
+}
+
+// GPU buffers move through the shared-memory slots (registered with the device runtime) or the
+// device FIFOs; to ranks over TCP through pinned FIFOs and pump threads (Note [Device data over
+// TCP]). A remote rank without them (it has no GPU) cannot take part: refused at once.
+Status DeviceEngine::check_device_peers(const CollArgs& a) const {
+  int missing = 0, peer = -1;
+  for (int r : remote_ranks_) {
+    if (static_cast<size_t>(r) < dev_route_of_.size() &&
+        dev_route_of_[static_cast<size_t>(r)] == static_cast<int>(DeviceRoute::kTcpStaged))
+      continue;
+    if (peer < 0) peer = r;
+    ++missing;
+  }
+  if (missing == 0) return Status::success();
+  const std::string& domain = shm_domains_.at(static_cast<size_t>(peer));
+  const char* why = hosts_.at(static_cast<size_t>(peer)) != hosts_.at(static_cast<size_t>(rank_))
+                        ? "another host"
+                    : shm_domain_off(domain) || shm_domain_off(shm_domains_.at(static_cast<size_t>(rank_)))
+                        ? "ACCORD_SHM_DISABLE=1"
+                        : "another /dev/shm";
+  return error(ACCORD_ERR_UNSUPPORTED,
+               "rank %d: %s on GPU buffers: rank %d (and %d more) is reached over TCP (%s) and "
+               "runs on no GPU, so it cannot take GPU buffers; give every rank a GPU, or pass host "
+               "buffers (stream NULL)",
+               rank_, collective_name(a.coll), peer, missing - 1, why);
+}
+
+Status DeviceEngine::setup_device(int requested) {
   device_of_.assign(static_cast<size_t>(nranks_), -1);
   bool wanted = requested >= 0 || settings_.device >= 0 || !settings_.sim_topo.empty();
   int current = -1;
@@ -121,7 +178,7 @@ Status Communicator::setup_device(int requested) {
 // that waits for this one. It also proves the kernel runs on this GPU: it writes
 // DevCtl::started, which is set to a value no launch writes first. seq 0 leaves the
 // counters as a communicator with no collective has them.
-Status Communicator::warm_up_kernel() {
+Status DeviceEngine::warm_up_kernel() {
   auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
   __atomic_store_n(&ctl->started, ~uint64_t{0}, __ATOMIC_RELEASE);
   dev::DevLaunch launch;
@@ -145,7 +202,7 @@ Status Communicator::warm_up_kernel() {
   return Status::success();
 }
 
-Status Communicator::register_slots() {
+Status DeviceEngine::register_slots() {
   if (shm_ == nullptr) return Status::success();
   for (const ShmTransport::Mapping& m : shm_->mappings()) {
     ACCORD_TRY(
@@ -156,8 +213,9 @@ Status Communicator::register_slots() {
   return Status::success();
 }
 
-void Communicator::release_device() {
-  if (rt_ == nullptr) return;
+void DeviceEngine::release() {
+  if (released_ || rt_ == nullptr) return;
+  released_ = true;
   forget_stream_uses();
   stop_watchdog();
   auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
@@ -212,7 +270,7 @@ void Communicator::release_device() {
 
 // The hold of this process's ranks of the job that have a GPU (Note [Freeing memory peers
 // map]): its name is 128 random bits that the lowest of them puts in the job's store.
-Status Communicator::join_fifo_hold(StoreClient* store, Deadline deadline) {
+Status DeviceEngine::join_fifo_hold(StoreClient* store, Deadline deadline) {
   int lowest = rank_, here = 0;
   for (int r = 0; r < nranks_; ++r)
     if (same_process(rank_, r) && device_of_[static_cast<size_t>(r)] >= 0) {
@@ -251,7 +309,7 @@ Status Communicator::join_fifo_hold(StoreClient* store, Deadline deadline) {
 // memory open an error (Note [Simulated IPC importers], transport/device/sim_memory.hpp).
 // The rank publishes its departure before it waits, so that a peer stuck in a call this rank
 // never makes fails at once and can destroy its own communicator.
-void Communicator::let_go_of_peer_memory() {
+void DeviceEngine::let_go_of_peer_memory() {
   auto maps_mine = [&](int peer) {  // a rank of another process that may map this rank's memory
     return peer != rank_ && static_cast<size_t>(peer) < device_of_.size() && !same_process(rank_, peer) &&
            device_of_[static_cast<size_t>(peer)] >= 0;
@@ -281,7 +339,7 @@ void Communicator::let_go_of_peer_memory() {
   if (last && exported && shm_ != nullptr) {
     // A peer that waits in a call this rank never makes must learn now that it left, not
     // after this wait (Note [Departures]); publishing twice is harmless.
-    publish_departure();
+    comm_.publish_departure();
     const bool aborted = abort_.load(std::memory_order_acquire);
     const Deadline deadline = Deadline::after_ms(aborted ? 1000 : settings_.timeout_ms);
     for (int peer : local_ranks_) {
@@ -320,7 +378,7 @@ void Communicator::let_go_of_peer_memory() {
 // computes the same order from the same inputs. Reduce-scatter and all-gather keep rank order
 // (their output layout is by rank). Only with the simulated runtime for now (the System is
 // its own); with CUDA the order stays by rank until the detected topology is wired in.
-void Communicator::compute_ring() {
+void DeviceEngine::compute_ring() {
   ring_.clear();
   pos_of_.clear();
   auto* sim = dynamic_cast<const SimulatedRuntime*>(rt_);
@@ -367,7 +425,7 @@ static std::string rank_list(const std::vector<int>& ranks) {
 
 // The ranks of this process on this rank's GPU (Note [One stream per rank]), as rank_list
 // gives them; empty when this rank is alone on it.
-void Communicator::find_gpu_sharers() {
+void DeviceEngine::find_gpu_sharers() {
   gpu_sharers_.clear();
   if (device_ < 0) return;
   std::vector<int> on_gpu;
@@ -397,7 +455,7 @@ bool mps_running() {
   return access(control.c_str(), F_OK) == 0;
 }
 
-void Communicator::warn_shared_gpu() const {
+void DeviceEngine::warn_shared_gpu() const {
   if (device_ < 0 || settings_.p2p_disable) return;  // ACCORD_P2P_DISABLE: every pair host-staged
   std::vector<int> here, others;  // ranks on this GPU: of this process, of other processes
   for (int r : local_ranks_)
@@ -469,19 +527,19 @@ void Communicator::warn_shared_gpu() const {
 //  - else host-staged, and so are processes in different pid namespaces (Note [Process
 //    identity]: containers; CUDA IPC between them is not relied on until tried on hardware).
 // ACCORD_P2P_DISABLE=1 makes every pair host-staged.
-bool Communicator::same_gpu(int a, int b) const {
+bool DeviceEngine::same_gpu(int a, int b) const {
   if (gpus_.empty()) return device_of_[static_cast<size_t>(a)] == device_of_[static_cast<size_t>(b)];
   const GpuFacts &ga = gpus_[static_cast<size_t>(a)], &gb = gpus_[static_cast<size_t>(b)];
   return ga.ordinal >= 0 && gb.ordinal >= 0 && ga.uuid == gb.uuid;
 }
 
-std::string Communicator::gpu_label(int r) const {
+std::string DeviceEngine::gpu_label(int r) const {
   const int ordinal = device_of_[static_cast<size_t>(r)];
   if (!numberings_differ_ || gpus_.empty()) return format("GPU %d", ordinal);
   return format("GPU %d of rank %d (%s)", ordinal, r, gpus_[static_cast<size_t>(r)].bus.c_str());
 }
 
-Status Communicator::gather_gpus(StoreClient* store, Deadline deadline) {
+Status DeviceEngine::gather_gpus(StoreClient* store, Deadline deadline) {
   std::string mine = "-1";
   if (device_ >= 0) {
     DeviceInfo info;
@@ -519,7 +577,7 @@ Status Communicator::gather_gpus(StoreClient* store, Deadline deadline) {
   return Status::success();
 }
 
-Communicator::DeviceRoute Communicator::device_route(int a, int b, std::string* why) const {
+DeviceEngine::DeviceRoute DeviceEngine::device_route(int a, int b, std::string* why) const {
   const GpuFacts &ga = gpus_[static_cast<size_t>(a)], &gb = gpus_[static_cast<size_t>(b)];
   const std::string la = gpu_label(a), lb = gpu_label(b);
   const long pa = pid_of_[static_cast<size_t>(a)], pb = pid_of_[static_cast<size_t>(b)];
@@ -592,7 +650,7 @@ Communicator::DeviceRoute Communicator::device_route(int a, int b, std::string* 
   return DeviceRoute::kIpc;
 }
 
-std::string Communicator::device_pair(int a, int b) const {
+std::string DeviceEngine::device_pair(int a, int b) const {
   std::string why;
   const DeviceRoute route = device_route(a, b, &why);
   const char* name = route == DeviceRoute::kP2p ? "p2p" : route == DeviceRoute::kIpc ? "ipc" : "host-staged";
@@ -605,7 +663,7 @@ std::string Communicator::device_pair(int a, int b) const {
 // its multiprocessors: at most half of them, split between those ranks. ACCORD_GPU_BLOCKS caps
 // it (1: the one-block kernel); the runtime may cap it lower (the simulation runs a block per
 // host thread); the dynamic shared memory of the counts (8 bytes a rank) must fit CUDA's 48 KiB.
-unsigned Communicator::kernel_blocks_limit() const {
+unsigned DeviceEngine::kernel_blocks_limit() const {
   if (settings_.gpu_blocks <= 1 || nranks_ > 4096) return 1;
   unsigned limit = static_cast<unsigned>(std::min<int64_t>(settings_.gpu_blocks, 1024));
   limit = std::min(limit, rt_->max_kernel_blocks());
@@ -623,7 +681,7 @@ unsigned Communicator::kernel_blocks_limit() const {
 // bus, and 16 blocks halved the bandwidth of 2 ranks on one H200 (16 MiB: 1.95 GB/s against
 // 4.07 with one block, bench/NOTES-2026-11.md).
 constexpr uint64_t kBytesPerBlock = 16 << 10;
-uint32_t Communicator::call_blocks(const Schedule& sched) const {
+uint32_t DeviceEngine::call_blocks(const Schedule& sched) const {
   const unsigned limit = max_blocks_;
   if (limit <= 1) return 1;
   auto staged = [&](int peer) {
@@ -646,7 +704,7 @@ uint32_t Communicator::call_blocks(const Schedule& sched) const {
 // host-staged ones. It opens each peer's FIFO toward it in turn. Every rank decides each pair's
 // route from the same inputs (device_route), so both ends agree without another round. The
 // result is the DevPeer table the kernels read (dev_call.hpp), copied to GPU memory once.
-Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline) {
+Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline) {
   if (device_ < 0) return Status::success();
   ACCORD_TRY(join_fifo_hold(store, deadline));
   dev_route_of_.assign(static_cast<size_t>(nranks_), -1);
@@ -795,7 +853,7 @@ Status Communicator::connect_device_fifos(StoreClient* store, Deadline deadline)
 
 // The DevPeer table into GPU memory, through the communicator's own (non-blocking) stream: a
 // synchronous copy would run on the legacy default stream and wait for the users' streams.
-Status Communicator::upload_peers(const std::vector<dev::DevPeer>& peers) {
+Status DeviceEngine::upload_peers(const std::vector<dev::DevPeer>& peers) {
   const size_t bytes = sizeof(dev::DevPeer) * peers.size();
   if (bytes == 0) return Status::success();
   void* staging = nullptr;
@@ -808,7 +866,7 @@ Status Communicator::upload_peers(const std::vector<dev::DevPeer>& peers) {
   return s.prefix(format("rank %d: device FIFO table: ", rank_));
 }
 
-const char* Communicator::device_channel(int peer) const {
+const char* DeviceEngine::device_channel(int peer) const {
   if (peer < 0 || static_cast<size_t>(peer) >= dev_route_of_.size()) return nullptr;
   switch (dev_route_of_[static_cast<size_t>(peer)]) {
     case static_cast<int>(DeviceRoute::kP2p):
@@ -826,7 +884,7 @@ const char* Communicator::device_channel(int peer) const {
 
 // A host-only communicator in a process with GPUs: a device buffer would be read by the host
 // path (a crash on real GPUs), so it is refused with what to do instead.
-Status Communicator::refuse_device_buffers(const CollArgs& a) const {
+Status DeviceEngine::refuse_device_buffers(const CollArgs& a) const {
   if (probe_rt_ == nullptr) return Status::success();
   for (const void* p : {a.send, static_cast<const void*>(a.recv)}) {
     PointerInfo info;
@@ -842,7 +900,7 @@ Status Communicator::refuse_device_buffers(const CollArgs& a) const {
   return Status::success();
 }
 
-Status Communicator::classify_buffers(const CollArgs& a, bool* on_device) const {
+Status DeviceEngine::classify_buffers(const CollArgs& a, bool* on_device) const {
   *on_device = false;
   if (a.count == 0 || a.coll == Collective::kBarrier) return Status::success();
   if (rt_ == nullptr) return refuse_device_buffers(a);
@@ -882,7 +940,7 @@ Status Communicator::classify_buffers(const CollArgs& a, bool* on_device) const 
 // a record's space is reused once DevCtl::done shows its kernel ended. The wait for space is
 // on the host and reads only pinned memory: it can only be long when many collectives queue
 // behind one that cannot progress, and then it ends at the timeout with an error.
-Status Communicator::reserve_steps(size_t bytes, uint64_t seq, size_t* offset) {
+Status DeviceEngine::reserve_steps(size_t bytes, uint64_t seq, size_t* offset) {
   bytes = (bytes + 63) & ~size_t{63};
   if (bytes > kStepRingBytes)
     return error(ACCORD_ERR_UNSUPPORTED, "rank %d: a collective of %zu schedule steps on GPU %d is more than "
@@ -942,7 +1000,7 @@ namespace {
 constexpr uintptr_t kCudaStreamLegacy = 0x1;     // cudaStreamLegacy
 constexpr uintptr_t kCudaStreamPerThread = 0x2;  // cudaStreamPerThread
 struct StreamUse {
-  const void* comm = nullptr;  // the Communicator
+  const void* comm = nullptr;  // the DeviceEngine (one per communicator)
   std::string job;             // the communicator's job (store endpoint and secret)
   int rank = 0;
   const dev::DevCtl* ctl = nullptr;  // pinned, never freed (release_device)
@@ -960,14 +1018,14 @@ bool in_flight(const StreamUse& u) {
 
 // Every device collective compares it (check_stream_owner, note_stream_use): built at the first
 // one, when the endpoint is long set, instead of formatting the secret in hex at every call.
-const std::string& Communicator::job_key() const {
+const std::string& DeviceEngine::job_key() const {
   if (job_key_.empty())
     job_key_ =
         endpoint_.addr.to_string() + "/" + to_hex(endpoint_.secret.data(), endpoint_.secret.size());
   return job_key_;
 }
 
-Status Communicator::check_stream_owner(void* user_stream, const char* name) const {
+Status DeviceEngine::check_stream_owner(void* user_stream, const char* name) const {
   const auto handle = reinterpret_cast<uintptr_t>(user_stream);
   if ((handle == kCudaStreamLegacy || handle == kCudaStreamPerThread) && !gpu_sharers_.empty())
     return error(
@@ -996,7 +1054,7 @@ Status Communicator::check_stream_owner(void* user_stream, const char* name) con
   return Status::success();
 }
 
-void Communicator::note_stream_use(void* user_stream, uint64_t seq) {
+void DeviceEngine::note_stream_use(void* user_stream, uint64_t seq) {
   std::lock_guard<std::mutex> lock(g_stream_uses_mu);
   auto& uses = stream_uses();
   for (auto it = uses.begin(); it != uses.end();) {  // only collectives in flight matter
@@ -1009,7 +1067,7 @@ void Communicator::note_stream_use(void* user_stream, uint64_t seq) {
                StreamUse{this, job_key(), rank_, static_cast<const dev::DevCtl*>(ctl_host_), seq});
 }
 
-void Communicator::forget_stream_uses() {
+void DeviceEngine::forget_stream_uses() {
   std::lock_guard<std::mutex> lock(g_stream_uses_mu);
   auto& uses = stream_uses();
   for (auto it = uses.begin(); it != uses.end();)
@@ -1022,7 +1080,7 @@ void Communicator::forget_stream_uses() {
 // unusable. The fault comes while the dead process is still being torn down (its memory is
 // freed before its pidfd signals), so the survivor's next call saw the CUDA error alone: this
 // waits up to 2 s for a peer's death to show. Only ever on a failure path.
-std::string Communicator::dead_peer_note() const {
+std::string DeviceEngine::dead_peer_note() const {
   std::vector<pollfd> fds;
   std::vector<int> ranks;
   for (int r = 0; r < nranks_ && static_cast<size_t>(r) < links_.pidfd.size(); ++r) {
@@ -1042,7 +1100,7 @@ std::string Communicator::dead_peer_note() const {
 }
 
 // The runtime's stream for a caller's stream handle, wrapped once.
-Status Communicator::wrap_stream(void* user_stream, Stream* out) {
+Status DeviceEngine::wrap_stream(void* user_stream, Stream* out) {
   auto it = user_streams_.find(user_stream);
   if (it != user_streams_.end()) {
     *out = it->second;
@@ -1054,13 +1112,13 @@ Status Communicator::wrap_stream(void* user_stream, Stream* out) {
 }
 
 // What every device call checks first: the communicator is usable and there is a stream.
-Status Communicator::check_device_call(void* user_stream, const char* name) {
-  const accord_status_t sticky = sticky_error();
+Status DeviceEngine::check_device_call(void* user_stream, const char* name) {
+  const accord_status_t sticky = comm_.sticky_error();
   if (sticky != ACCORD_SUCCESS)
     return error(sticky,
                  "rank %d: %s refused: this communicator failed earlier and cannot be used again "
                  "(destroy it and create a new one). The earlier error: %s",
-                 rank_, name, sticky_status().message().c_str());
+                 rank_, name, comm_.sticky_status().message().c_str());
   if (user_stream == nullptr)
     return error(ACCORD_ERR_INVALID_ARGUMENT,
                  "rank %d: %s: device buffers need a stream of GPU %d (a cudaStream_t, "
@@ -1070,7 +1128,7 @@ Status Communicator::check_device_call(void* user_stream, const char* name) {
 }
 
 // The caller's stream of a device call, wrapped, after the checks every device call makes.
-Status Communicator::device_stream(void* user_stream, const char* name, Stream* out) {
+Status DeviceEngine::device_stream(void* user_stream, const char* name, Stream* out) {
   ACCORD_TRY(check_device_call(user_stream, name));
   ACCORD_TRY(check_stream_owner(user_stream, name));
   Stream us;
@@ -1091,12 +1149,12 @@ Status Communicator::device_stream(void* user_stream, const char* name, Stream* 
   return Status::success();
 }
 
-Status Communicator::enqueue_device(const CollArgs& call, void* user_stream) {
+Status DeviceEngine::enqueue_device(const CollArgs& call, void* user_stream) {
   RankScope scope(rank_, nranks_);
   const char* name = collective_name(call.coll);
   // Note [Pre-multiplied sum]: planned as the sum it is; the kernel scales as it reads.
   CollArgs a = call;
-  PreMul pm;
+  Communicator::PreMul pm;
   const bool premul = reduces(a.coll) && a.op >= ACCORD_NUM_OPS;
   // One rank: every collective is a copy of its input into its output, or nothing in place.
   // The copy engine moves it at the GPU's memory bandwidth; there is no peer to wait for, so no
@@ -1105,7 +1163,7 @@ Status Communicator::enqueue_device(const CollArgs& call, void* user_stream) {
   if (nranks_ == 1 && !premul) {
     ACCORD_TRY(check_device_call(user_stream, name));
     size_t in_bytes = 0, out_bytes = 0;
-    ACCORD_TRY(check_args(a, &in_bytes, &out_bytes));
+    ACCORD_TRY(comm_.check_args(a, &in_bytes, &out_bytes));
     if (out_bytes == 0 || a.send == a.recv) return Status::success();
     Stream one;
     ACCORD_TRY(wrap_stream(user_stream, &one).prefix(format("rank %d: %s: ", rank_, name)));
@@ -1116,13 +1174,13 @@ Status Communicator::enqueue_device(const CollArgs& call, void* user_stream) {
   ACCORD_TRY(device_stream(user_stream, name, &us));
   if (premul) {
     size_t in_bytes = 0, out_bytes = 0;
-    ACCORD_TRY(check_args(a, &in_bytes, &out_bytes));
-    if (!premul_of(a.op, &pm))
+    ACCORD_TRY(comm_.check_args(a, &in_bytes, &out_bytes));
+    if (!comm_.premul_of(a.op, &pm))
       return error(ACCORD_ERR_INVALID_ARGUMENT, "rank %d: %s: op %d was destroyed", rank_, name, a.op);
     a.op = ACCORD_SUM;
   }
-  CallPlan plan;
-  ACCORD_TRY(plan_call(a, true, &plan));
+  Communicator::CallPlan plan;
+  ACCORD_TRY(comm_.plan_call(a, true, &plan));
   if (plan.schedule == nullptr) return Status::success();  // nothing to move
   const Schedule& sched = *plan.schedule;
   if (sched.scratch_bytes > 0 && sched.scratch_bytes > (dev_scratch_ != nullptr ? shape_.slot_bytes : 0))
@@ -1153,7 +1211,7 @@ Status Communicator::enqueue_device(const CollArgs& call, void* user_stream) {
 // Launches `sched` as one collective kernel on `us` (the caller's `user_stream`); `launch`
 // holds the call's own fields (dtype, op, divisor, element size, tag, buffers), the rest is
 // filled here.
-Status Communicator::launch_schedule(const char* name, const Schedule& sched, dev::DevLaunch* launch,
+Status DeviceEngine::launch_schedule(const char* name, const Schedule& sched, dev::DevLaunch* launch,
                                      Stream us, void* user_stream, bool direct) {
   const uint64_t seq = dev_seq_ + 1;
   dev::DevCall& c = launch->call;
@@ -1243,7 +1301,7 @@ Status Communicator::launch_schedule(const char* name, const Schedule& sched, de
                "collective after this one: destroy it and create a new one%s",
                rank_, name, static_cast<unsigned long long>(seq), device_, s.message().c_str(),
                dead_peer_note().c_str()));
-    set_sticky(s);
+    comm_.set_sticky(s);
     return s;
   }
   return Status::success();
@@ -1255,12 +1313,12 @@ Status Communicator::launch_schedule(const char* name, const Schedule& sched, de
 // that died, a kernel that has run for ACCORD_TIMEOUT_MS, or accord_comm_abort makes it set
 // DevCtl::abort (every kernel of the communicator then gives up and ends), and the first such
 // failure becomes the communicator's error, named with the rank, the peer and the call.
-void Communicator::start_watchdog() {
+void DeviceEngine::start_watchdog() {
   if (watchdog_.joinable()) return;
   watchdog_ = std::thread([this] { watchdog_loop(); });
 }
 
-void Communicator::stop_watchdog() {
+void DeviceEngine::stop_watchdog() {
   if (!watchdog_.joinable()) return;
   {
     std::lock_guard<std::mutex> lock(watch_mu_);
@@ -1270,7 +1328,7 @@ void Communicator::stop_watchdog() {
   watchdog_.join();
 }
 
-Status Communicator::kernel_error() {
+Status DeviceEngine::kernel_error() {
   auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
   const uint64_t err_seq = __atomic_load_n(&ctl->err_seq, __ATOMIC_ACQUIRE);
   if (err_seq == 0) return Status::success();
@@ -1300,34 +1358,17 @@ Status Communicator::kernel_error() {
                p2p ? "" : "; run with ACCORD_CHECK=1 to name the difference");
 }
 
-// Note [Departures] (wait.hpp). After release_device: the kernels have ended (or were given
-// up on), so DevCtl::done is the last device call this rank completed. Nothing is published
-// after an error or an abort: peers then report the exit as a death, as before, and name the
-// first culprit through the death notes.
-void Communicator::publish_departure() {
-  if (shm_ == nullptr || abort_.load(std::memory_order_acquire)) return;
-  if (ctl_host_ != nullptr) adopt_kernel_error();
-  if (sticky_code_.load(std::memory_order_acquire) != ACCORD_SUCCESS) return;
-  const auto* ctl = static_cast<const dev::DevCtl*>(ctl_host_);
-  const uint64_t device_done = ctl != nullptr ? __atomic_load_n(&ctl->done, __ATOMIC_ACQUIRE) : 0;
-  shm_->depart(rank_, seq_, device_done);
-}
-
-void Communicator::adopt_kernel_error() {
+void DeviceEngine::adopt_kernel_error() {
   Status s = kernel_error();
-  if (!s.ok()) set_sticky(s);
+  if (!s.ok()) comm_.set_sticky(s);
 }
 
-void Communicator::set_sticky(const Status& s) {
-  std::lock_guard<std::mutex> lock(sticky_mu_);
-  if (sticky_code_.load() != ACCORD_SUCCESS) return;
-  sticky_ = s;
-  sticky_code_.store(s.code(), std::memory_order_release);
-  leave_death_note(s);
-  LOG_WARN(kColl, "%s", s.message().c_str());
+uint64_t DeviceEngine::device_done() const {
+  const auto* ctl = static_cast<const dev::DevCtl*>(ctl_host_);
+  return ctl != nullptr ? __atomic_load_n(&ctl->done, __ATOMIC_ACQUIRE) : 0;
 }
 
-void Communicator::watchdog_loop() {
+void DeviceEngine::watchdog_loop() {
   auto* ctl = static_cast<dev::DevCtl*>(ctl_host_);
   uint64_t started_seen = 0;
   Deadline deadline = Deadline::after_ms(settings_.timeout_ms);
@@ -1371,7 +1412,7 @@ void Communicator::watchdog_loop() {
     if (!failure.ok()) {
       // The error first, then the abort: a caller whose stream passes the aborted kernel finds
       // the error already there.
-      set_sticky(failure);
+      comm_.set_sticky(failure);
       __atomic_store_n(&ctl->abort, 1u, __ATOMIC_RELEASE);
       if (direct_ != nullptr) direct_->release_waits();  // Note [Waiting protocol]: no stream waits on
     }

@@ -1,0 +1,300 @@
+// The device engine: everything a communicator does with GPU buffers, beside the host executor
+// (collectives/executor.hpp). Note [Device engine].
+//
+// Note [Device engine]: a communicator (collectives/communicator.hpp) owns one DeviceEngine and
+// calls it; the engine holds the device half of the communicator's state: the GPU this rank
+// runs on and every rank's (Note [GPU identity]), the route to every peer (Note [Device FIFOs]),
+// the FIFOs or the direct engine's mapped buffers (Note [Direct or FIFO]), the registered user
+// buffers, the kernels' control block and step ring, the streams the caller hands in (Note [One
+// stream per rank], Note [Kernel order]), the watchdog thread (Note [Device watchdog]) and the
+// pump threads of GPU data over TCP (Note [Device data over TCP]).
+// What it reads of its communicator, it reads through references bound at construction to the
+// communicator's members (the job: rank, ranks, settings, FIFO shape, hosts and processes,
+// shared-memory transport, host links, abort flag), which the communicator's init fills in
+// before it calls the engine, and which outlive the engine (it is a member of the
+// communicator, declared after them). What it asks of the communicator is a short list of
+// calls: planning a call as the host path does (plan_call, check_args, the pre-multiplied
+// sums' scalars) and the communicator's error (set_sticky, leave_death_note,
+// publish_departure). The engine never touches the host path's state (schedules' memo, board,
+// single copy, host scratch).
+// Method definitions: collectives/device/engine.cpp (setup, routes, launches, watchdog),
+// engine_tcp.cpp (TCP pumps), direct_path.cpp (the direct engine and user buffers), gpu_sync.cpp
+// (spin or wait), and collectives/point_to_point.cpp (point-to-point on device buffers, beside
+// the host form it shares its checks with).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/device/dev_call.hpp"
+#include "collectives/device/direct.hpp"
+#include "collectives/device/process_hold.hpp"
+#include "collectives/device/user_buffers.hpp"
+#include "collectives/executor.hpp"
+#include "collectives/schedule.hpp"
+#include "core/settings.hpp"
+#include "core/status.hpp"
+#include "transport/bootstrap/store.hpp"
+#include "transport/device/device_runtime.hpp"
+#include "transport/shm/shm_transport.hpp"
+#include "transport/tcp/tcp_transport.hpp"
+
+namespace accord {
+
+class Communicator;
+struct CollArgs;
+
+class DeviceEngine {
+ public:
+  // Binds the references to `comm`'s job (Note [Device engine]); touches nothing else.
+  explicit DeviceEngine(Communicator& comm);
+  ~DeviceEngine() { release(); }
+  DeviceEngine(const DeviceEngine&) = delete;
+  DeviceEngine& operator=(const DeviceEngine&) = delete;
+
+  // ---- init, called by Communicator::init in this order ----
+  // Note [Device data over TCP] (engine_tcp.cpp): the sockets of GPU data to the ranks over TCP.
+  Status connect_tcp(StoreClient* store, const TcpOptions& options, Deadline deadline);
+  Status setup_device(int requested);
+  Status gather_gpus(StoreClient* store, Deadline deadline);  // Note [GPU identity]
+  Status share_sim_slices(StoreClient* store, Deadline deadline);  // Note [Simulated time slices of a job]
+  void compute_ring();       // Note [Ring order]
+  void find_gpu_sharers();   // Note [One stream per rank]
+  Status connect_device_fifos(StoreClient* store, Deadline deadline);
+  Status setup_direct(StoreClient* store, Deadline deadline);  // Note [Direct or FIFO] (direct_path.cpp)
+  void warn_shared_gpu() const;  // Note [Shared GPU warnings]
+  // Destroy: waits for this rank's kernels, lets go of the memory peers map, stops the threads.
+  // Once; later calls do nothing.
+  void release();
+
+  // ---- what the communicator asks ----
+  int device() const { return device_; }
+  // Whether rank r has a GPU (false before setup_device, and for a host-only job).
+  bool has_gpu(int r) const {
+    return r >= 0 && static_cast<size_t>(r) < device_of_.size() && device_of_[static_cast<size_t>(r)] >= 0;
+  }
+  bool job_has_gpus() const;
+  // Note [Ring order]: position -> rank, rank -> position; empty: rank order.
+  const std::vector<int>& ring() const { return ring_; }
+  const std::vector<int>& pos_of() const { return pos_of_; }
+  // How GPU ranks a and b (a < b, both on this host) exchange device buffers, and why.
+  std::string device_pair(int a, int b) const;
+  // The device transport to `peer`: "p2p", "ipc", "host-staged", "tcp-staged", or null (none).
+  const char* device_channel(int peer) const;
+  bool has_tcp_data() const { return tcp_dev_ != nullptr; }
+  // The plan's device lines: the protocol, and the user buffers registration has mapped.
+  std::string plan_lines() const;
+  // Note [Pre-multiplied sum]: the runtime that can say where a scalar pointer points (the
+  // host-only communicator's probe in a process with CUDA), or null.
+  DeviceRuntime* pointer_runtime() const { return rt_ != nullptr ? rt_ : probe_rt_; }
+
+  // Communicator::classify: whether the call's buffers are this GPU's memory.
+  Status classify(const CollArgs& args, bool* on_device) const {
+    *on_device = false;
+    // Host-only, and no CUDA to ask about pointers: nothing to look at (every call asks).
+    if (rt_ == nullptr && probe_rt_ == nullptr) return Status::success();
+    ACCORD_TRY(classify_buffers(args, on_device));
+    return *on_device ? check_device_peers(args) : Status::success();
+  }
+  Status enqueue_device(const CollArgs& args, void* user_stream);
+  Status enqueue_device_p2p(const std::vector<CollArgs>& ops, void* user_stream);
+  Status register_buffer(void* ptr, size_t bytes, uint64_t* handle);
+  Status deregister_buffer(uint64_t handle);
+  const void* registered_buffer(uint64_t handle, int r) {
+    std::lock_guard<std::mutex> lock(users_mu_);
+    return users_ == nullptr ? nullptr : users_->peer_buffer(handle, r);
+  }
+
+  // Note [Device watchdog]: whether kernels may have recorded a failure (a GPU communicator),
+  // and that failure made the communicator's error.
+  bool has_kernels() const { return ctl_host_ != nullptr; }
+  void adopt_kernel_error();
+  // The last device call this rank completed (DevCtl::done; 0 without a GPU): Note [Departures].
+  uint64_t device_done() const;
+
+ private:
+  Communicator& comm_;
+  // ---- the communicator's job, read only (Note [Device engine]) ----
+  const int& rank_;
+  const int& nranks_;
+  const Settings& settings_;
+  const FifoShape& shape_;
+  const StoreEndpoint& endpoint_;
+  const std::unique_ptr<ShmTransport>& shm_;
+  const PeerLinks& links_;
+  const std::vector<int>& local_ranks_;
+  const std::vector<int>& remote_ranks_;
+  const std::vector<std::string>& hosts_;
+  const std::vector<std::string>& shm_domains_;
+  const std::vector<long>& pid_of_;
+  const std::vector<std::string>& proc_of_;
+  const std::vector<std::string>& pidns_of_;
+  const int& nhosts_;
+  const std::atomic<bool>& abort_;
+  bool same_process(int a, int b) const {
+    return proc_of_.empty() ? a == b : proc_of_[static_cast<size_t>(a)] == proc_of_[static_cast<size_t>(b)];
+  }
+
+  Status register_slots();
+  Status warm_up_kernel();  // Note [Warm-up launch] (engine.cpp)
+  const std::string& job_key() const;  // built once (Note [One stream per rank])
+  Status check_stream_owner(void* user_stream, const char* name) const;
+  void note_stream_use(void* user_stream, uint64_t seq);
+  void forget_stream_uses();
+  Status classify_buffers(const CollArgs& args, bool* on_device) const;
+  Status check_device_peers(const CollArgs& args) const;
+  Status refuse_device_buffers(const CollArgs& args) const;
+  // Note [Device FIFOs]: how GPU ranks a and b (on this host) exchange device buffers, and why.
+  enum class DeviceRoute { kHostStaged, kP2p, kIpc, kTcpStaged };
+  DeviceRoute device_route(int a, int b, std::string* why) const;
+  // Note [GPU identity] (engine.cpp): every rank's GPU as the ranks told each other at init;
+  // what every route is decided from.
+  struct GpuFacts {
+    int ordinal = -1;                // as the rank's own process numbers it
+    std::string uuid;                // or the bus id, where the runtime has no UUID
+    std::string bus;                 // canonical_bus_id
+    std::vector<std::string> peers;  // bus ids it can peer with both ways (peer_bus_ids)
+  };
+  bool same_gpu(int a, int b) const;
+  std::string gpu_label(int r) const;  // "GPU 3", or with the bus id when numberings differ
+  // Note [Device data over TCP] (engine_tcp.cpp): GPU buffers to ranks over TCP staged
+  // through pinned host FIFOs that pump threads drive.
+  struct TcpPump {
+    int peer = -1;
+    void* out = nullptr;  // pinned FIFO the kernel sends into; the send pump drains it
+    void* in = nullptr;   // pinned FIFO the recv pump fills; the kernel receives from it
+    std::thread send, recv;
+    std::mutex mu;
+    Status failure;  // the first failure of either pump (guarded by mu)
+    std::atomic<bool> failed{false};
+  };
+  Status add_tcp_pump(int peer, size_t fifo_bytes, void** out_fifo, void** in_fifo);
+  void start_tcp_pumps();
+  void stop_tcp_pumps();
+  void pump_send(TcpPump* p);
+  void pump_recv(TcpPump* p);
+  Status pump_failure(int peer);  // success: its pumps are well (or it has none)
+  void pump_failed(TcpPump* p, Status s, const char* what);
+  Status upload_peers(const std::vector<dev::DevPeer>& peers);
+  Status setup_engine(StoreClient* store, Deadline deadline, dev::ProtoMode mode, const std::vector<uint8_t*>& staging,
+                      const std::string& staged_why);
+  // Note [Shared GPU sync] (device/gpu_sync.cpp): whether the direct protocol hands off through
+  // the stream (true) or in the kernel, the same on every rank (collective over the store).
+  Status choose_gpu_sync(StoreClient* store, Deadline deadline, bool* wait, std::string* why);
+  bool gpu_time_sliced() const;  // this rank's GPU is shared by processes without MPS
+  bool prepare_direct(const CollArgs& a, size_t elem_bytes, dev::DevLaunch* launch);
+  Status wrap_stream(void* user_stream, Stream* out);
+  Status check_device_call(void* user_stream, const char* name);
+  Status reserve_steps(size_t bytes, uint64_t seq, size_t* offset);
+  Status device_stream(void* user_stream, const char* name, Stream* out);
+  Status launch_schedule(const char* name, const Schedule& sched, dev::DevLaunch* launch, Stream us,
+                         void* user_stream, bool direct = false);
+  // Note [Waiting point-to-point] (point_to_point.cpp).
+  Status launch_p2p_waiting(const char* name, const Schedule& sched, const dev::DevLaunch& launch, Stream us,
+                            void* user_stream);
+  Status queued_in_part(const std::string& what, const Status& failed);  // point_to_point.cpp
+  void start_watchdog();
+  void stop_watchdog();
+  void watchdog_loop();
+  // Note [Device watchdog]: the failure a kernel recorded in DevCtl, as a Status (success:
+  // none).
+  Status kernel_error();
+  unsigned kernel_blocks_limit() const;  // engine.cpp, Note [Blocks]
+  uint32_t call_blocks(const Schedule& sched) const;
+  std::string dead_peer_note() const;  // engine.cpp
+  void let_go_of_peer_memory();  // Note [Freeing memory peers map] (engine.cpp)
+  // Note [User buffers mapped into peers]: the registrations (created at the first), and one
+  // exchange of their records over the host all-gather.
+  dev::UserBuffers* user_buffers();
+  Status exchange_user_records(const dev::UserBufferRecord& mine, const char* what,
+                               std::vector<dev::UserBufferRecord>* all);
+  // Until every kernel this rank queued has ended (ACCORD_TIMEOUT_MS at most).
+  Status wait_for_kernels(const char* what);
+  Status join_fifo_hold(StoreClient* store, Deadline deadline);
+
+  bool released_ = false;
+  // The GPU data sockets to the ranks over TCP (Note [Device data over TCP]): null unless some
+  // rank of the job may run on a GPU. Its pumps, and whether they are to stop.
+  std::unique_ptr<TcpTransport> tcp_dev_;
+  std::vector<std::unique_ptr<TcpPump>> pumps_;
+  std::atomic<int> pumps_stop_{0};  // 1: drain what the kernels wrote, then stop; 2: stop now
+  std::atomic<bool> pumps_abort_{false};  // the TCP waits' abort flag
+  std::atomic<int> send_pumps_running_{0};
+  // The process's runtime, this rank's GPU (-1: host only), every rank's GPU.
+  DeviceRuntime* rt_ = nullptr;
+  DeviceRuntime* probe_rt_ = nullptr;  // host-only communicator, CUDA present: refuses device buffers
+  int device_ = -1;
+  std::vector<int> device_of_;      // every rank's GPU ordinal, in its own process's numbering
+  std::vector<GpuFacts> gpus_;      // Note [GPU identity]; empty with one rank
+  bool numberings_differ_ = false;  // some GPU has two ordinals, or one ordinal two GPUs
+  void* grid_dev_ = nullptr;        // DevCall::grid, inside counts_dev_
+  unsigned max_blocks_ = 1;         // Note [Blocks]
+  std::string gpu_sharers_;         // ranks of this process on this GPU ("0 and 1"), empty if alone
+  mutable std::string job_key_;     // job_key(), once built
+  std::vector<int> ring_, pos_of_;  // Note [Ring order]: position -> rank, rank -> position; empty: rank order
+  Stream stream_;            // the engine's own (non-blocking) stream: init-time copies
+  void* dev_scratch_ = nullptr;  // kReduceAll with 3+ ranks: one slot's bytes
+  std::vector<void*> registered_;  // host memory given to register_host
+  // Note [Device FIFOs]: the route to each peer (DeviceRoute, -1: none), this rank's FIFOs in
+  // GPU memory, the peers' it opened from IPC handles, the DevPeer table and the counts.
+  std::vector<int> dev_route_of_;
+  std::vector<void*> dev_fifo_mem_;
+  // Note [Waiting point-to-point]: per peer, the slot headers of its FIFO to this rank (this
+  // rank's GPU memory; null: not a p2p or ipc route), and the messages sent to it and received
+  // from it by the waiting point-to-point path (the FIFO counts, as the host queued them).
+  std::vector<uint8_t*> dev_recv_headers_;
+  std::vector<uint32_t> p2p_sent_, p2p_recvd_;
+  std::vector<void*> ipc_opened_;
+  // Note [Freeing memory peers map]: where dev_fifo_mem_ goes at destroy when no direct engine
+  // holds it: this process's ranks of the job free their FIFOs together, the last of them.
+  std::shared_ptr<dev::ProcessHold> fifo_hold_;
+  std::unique_ptr<dev::DirectEngine> direct_;  // Note [Direct protocol]; null: FIFOs for every call
+  std::string direct_plan_;                     // the plan's "device protocol" line
+  std::unique_ptr<dev::UserBuffers> users_;     // Note [User buffers mapped into peers]
+  uint64_t user_seq_ = 0;                       // registration exchanges so far (the next handle - 1)
+  std::mutex users_mu_;                         // register/deregister from several threads
+  void* peers_dev_ = nullptr;
+  void* counts_dev_ = nullptr;
+  // Note [Kernels on the caller's stream]: the kernels' control block (pinned; host and device
+  // addresses), the step ring (Note [Step ring]), calls launched, the stream of the last one
+  // and the event recorded after every launch, which a switch of streams waits for (Note
+  // [Kernel order]).
+  void* ctl_host_ = nullptr;
+  void* ctl_dev_ = nullptr;
+  void* ring_host_ = nullptr;
+  void* ring_dev_ = nullptr;
+  size_t ring_pos_ = 0;
+  struct RingRecord {
+    uint64_t seq;
+    size_t start;
+  };
+  std::deque<RingRecord> ring_records_;
+  uint64_t dev_seq_ = 0;
+  Stream last_stream_;
+  Event order_event_;
+  // The caller's streams, wrapped once. An entry is only used while the caller passes that
+  // handle again (so it is alive); a destroyed stream's entry is never touched (Note [Kernel
+  // order]), and a new stream that gets the same handle value is the same wrapped value.
+  std::map<void*, Stream> user_streams_;
+  // Note [Device watchdog]: the calls in flight (seq, name), guarded by watch_mu_.
+  struct InFlight {
+    uint64_t seq = 0;
+    const char* name = "";
+  };
+  std::thread watchdog_;
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  std::deque<InFlight> inflight_;
+  std::deque<InFlight> recent_;  // the last 64 calls launched, to name a failed one
+  bool watch_stop_ = false;
+};
+
+}  // namespace accord
