@@ -43,6 +43,26 @@
 #             non-parallel tests running one at a time, so it needs a call of its own), with the caller's ACCORD_LOG and
 #             ACCORD_TIMEOUT_MS, not this script's
 #   all2      the same, 2 at once (not in the default list)
+#   targets   every GPU target of issues 33, 34, 35 and 37 with NVIDIA's nccl-tests, unchanged
+#             (NT_DIR, /opt/nt by default: ../shared/device/README.md), then the table of them
+#             (scripts/gpu_targets.py: LOG_DIR/targets.md). It is these steps, in this order, each
+#             also a step of its own (not in the default list; about 8 minutes on an H200 when
+#             nothing hangs: give it GPU_CHECK_SECONDS=480 and a call of its own):
+#             t_one     1 process, all_reduce 8 B, Accord then the real NCCL (PyTorch's wheel)
+#             t_mps2    2 processes on GPU 0 (MPS): all_reduce 8 B-128 MiB, sendrecv, alltoall,
+#                       all_gather, reduce_scatter, broadcast, reduce 8 B-64 MiB
+#             t_mps4    4 processes (MPS): all_reduce, sendrecv, alltoall 8 B-64 MiB
+#             t_staged  ACCORD_P2P_DISABLE=1, 2 processes (MPS): all_reduce 8 B-64 MiB
+#             t_torch   examples/torch_p2p.py, 2 processes: Accord (CUDA tensors, MPS), Gloo (CPU)
+#             t_tcp     ACCORD_SHM_DISABLE=1, 2 processes (MPS): all_reduce 64 MiB of GPU buffers
+#                       (nccl-tests), then of host buffers (Accord's all_reduce_perf)
+#             t_slice   no MPS: all_reduce 8 B-128 MiB with 2 processes, 8 B with 4
+#             t_kill_slice  no MPS: kill -9 of one of 2 ranks mid all-reduce
+#             t_ddp_slice   no MPS: examples/pytorch_ddp.py, 2 processes, Accord then Gloo: ms a
+#                       step, and the losses compared rank by rank (scripts/compare_losses.py)
+#             t_ncu     no MPS, ACCORD_SHARED_GPU_SYNC=wait: ncu of rank 0's collective kernels
+#                       in all_reduce 128 MiB (SpeedOfLight, MemoryWorkloadAnalysis)
+#             t_demo    ./scripts/demo.sh, and its seconds after the build
 # Where the machine has one GPU every multi-rank step shares it (ACCORD_DEVICE=0).
 set -u
 build=${1:?usage: gpu-check.sh BUILD_DIR LOG_DIR [STEP...]}
@@ -146,6 +166,58 @@ ddp_check() {
 export -f ddp_check  # for step's bash -c, with the variables it reads
 export build logs
 
+# The targets steps' helpers: NVIDIA's nccl-tests on Accord (build/nccl/libnccl.so.2 first) or on
+# the real NCCL (PyTorch's wheel), under mpirun with every process on GPU 0.
+nt=${NT_DIR:-/opt/nt}
+accord_nt=(env LD_LIBRARY_PATH="$build/nccl:${LD_LIBRARY_PATH:-}")
+nt_mpi() {  # nt_mpi STEP NP PROGRAM ARGS... (extra mpirun options in NT_X, an array)
+  local name=$1 np=$2 prog=$3
+  shift 3
+  step "$name" ${NT_LIMIT:-60} "${prog}_perf" "${accord_nt[@]}" "${mpi[@]}" -x NCCL_TESTS_DEVICE=0 "${NT_X[@]}" \
+    -np "$np" "$nt/${prog}_perf" -g 1 "$@"
+}
+NT_X=()
+real_nccl_lib() {
+  python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0] + "/lib")' 2>/dev/null
+}
+# The no-MPS DDP comparison: the example on 2 processes sharing GPU 0, Accord then Gloo.
+ddp_slice_check() {
+  local out=$logs/t_ddp_slice rc=0
+  local run=(python3 -m torch.distributed.run --master-port 29563 --nproc-per-node 2)
+  local args=(examples/pytorch_ddp.py --device cuda --steps "${DDP_STEPS:-300}" --quiet)
+  mkdir -p "$out"
+  echo "--- 2 processes on GPU 0, no MPS, Accord"
+  env LD_PRELOAD="$build/nccl/libaccord_nccl.so" "${run[@]}" "${args[@]}" --backend nccl --out "$out/accord2" || rc=1
+  echo "--- 2 processes on GPU 0, no MPS, Gloo"; "${run[@]}" "${args[@]}" --backend gloo --out "$out/gloo2" || rc=1
+  for r in 0 1; do
+    if python3 scripts/compare_losses.py "$out/accord2.rank$r" "$out/gloo2.rank$r"; then
+      echo "losses rank $r: equal"
+    else
+      echo "losses rank $r: different"; rc=1
+    fi
+  done
+  grep -H "ms a step" "$out"/*.rank*
+  return $rc
+}
+# demo.sh, and its seconds after the build: its summary's total less its build steps'.
+demo_check() {
+  local out=$logs/demo.out rc
+  ./scripts/demo.sh >"$out" 2>&1
+  rc=$?
+  tail -n 8 "$out"
+  local built total
+  built=$(sed -n 's/^\[[0-9]\/[0-9]\] .*: done in \([0-9]*\) s$/\1/p' "$out" | awk '{ s += $1 } END { print s + 0 }')
+  total=$(sed -n 's/^=== Summary (\([0-9]*\) s.*/\1/p' "$out")
+  echo "demo rc $rc; demo seconds after the build: $((${total:-0} - built))"
+  return $rc
+}
+export -f ddp_slice_check demo_check
+expand_targets() {
+  echo t_one t_mps2 t_mps4 t_staged t_torch t_tcp t_slice t_kill_slice t_ddp_slice t_ncu t_demo
+}
+steps=$(for s in $steps; do [ "$s" = targets ] && expand_targets || echo "$s"; done)
+ran_targets=0
+
 perf=$build/bench/all_reduce_perf
 gdb=$(command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv,noheader
@@ -200,11 +272,55 @@ for s in $steps; do
              --num-processes 4 --repeat 3 --no-rebuild ;;
     all12|all2) step "$s" ${ALL_LIMIT:-570} "build/(tests|trainer|bench)" "${plain[@]}" meson test -C "$build" \
              --repeat 3 --num-processes ${s#all} --print-errorlogs --no-rebuild ;;
+    t_one) ran_targets=1
+      step t_one_accord 30 all_reduce_perf "${accord_nt[@]}" "$nt/all_reduce_perf" -g 1 -b 8 -e 8 -n 2000 -w 200
+      lib=$(real_nccl_lib)
+      step t_one_nccl 30 all_reduce_perf env LD_LIBRARY_PATH="${lib:-/nonexistent}:${LD_LIBRARY_PATH:-}" \
+        "$nt/all_reduce_perf" -g 1 -b 8 -e 8 -n 2000 -w 200 ;;
+    t_mps2) ran_targets=1; mps_on
+      nt_mpi t_mps2_all_reduce 2 all_reduce -b 8 -e 128M -f 4 -n 20 -w 5
+      for c in sendrecv alltoall all_gather reduce_scatter broadcast reduce; do
+        nt_mpi "t_mps2_$c" 2 "$c" -b 8 -e 64M -f 8 -n 20 -w 5
+      done ;;
+    t_mps4) ran_targets=1; mps_on
+      for c in all_reduce sendrecv alltoall; do nt_mpi "t_mps4_$c" 4 "$c" -b 8 -e 64M -f 8 -n 20 -w 5; done ;;
+    t_staged) ran_targets=1; mps_on
+      NT_X=(-x ACCORD_P2P_DISABLE=1); nt_mpi t_staged_all_reduce 2 all_reduce -b 8 -e 64M -f 8 -n 20 -w 5; NT_X=() ;;
+    t_torch) ran_targets=1; mps_on
+      step t_torch_p2p_accord 90 torch_p2p env LD_PRELOAD="$build/nccl/libaccord_nccl.so" \
+        python3 -m torch.distributed.run --master-port 29565 --nproc-per-node 2 examples/torch_p2p.py
+      step t_torch_p2p_gloo 90 torch_p2p python3 -m torch.distributed.run --master-port 29567 --nproc-per-node 2 \
+        examples/torch_p2p.py --backend gloo --device cpu ;;
+    t_tcp) ran_targets=1; mps_on
+      NT_X=(-x ACCORD_SHM_DISABLE=1); nt_mpi t_tcp_device 2 all_reduce -b 64M -e 64M -n 10 -w 2; NT_X=()
+      step t_tcp_host 60 all_reduce_perf "${mpi[@]}" -x ACCORD_SHM_DISABLE=1 -np 2 "$perf" -b 64M -e 64M -n 10 -w 2 ;;
+    t_slice) ran_targets=1; mps_off
+      NT_LIMIT=120 nt_mpi t_slice2_all_reduce 2 all_reduce -b 8 -e 128M -f 16 -n 10 -w 2
+      NT_LIMIT=90 nt_mpi t_slice4_all_reduce 4 all_reduce -b 8 -e 8 -n 20 -w 2 ;;
+    t_kill_slice) ran_targets=1; mps_off  # as kill, without MPS
+      step t_kill_slice 60 all_reduce_perf bash -c "export ACCORD_DEVICE=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29535
+        RANK=0 $perf -g 1 -b 64M -e 64M -n 100000 -w 1 & p0=\$!
+        RANK=1 $perf -g 1 -b 64M -e 64M -n 100000 -w 1 & p1=\$!
+        sleep 8; kill -9 \$p1; t=\$(date +%s%N); wait \$p0; rc=\$?
+        echo rank 0 exit \$rc, \$(( (\$(date +%s%N) - t) / 1000000 )) ms after the kill; [ \$rc != 0 ]" ;;
+    t_ddp_slice) ran_targets=1; mps_off; step t_ddp_slice 240 pytorch_ddp ddp_slice_check ;;
+    t_ncu) ran_targets=1; mps_off
+      step t_ncu 150 all_reduce_perf "${accord_nt[@]}" "${mpi[@]}" -x NCCL_TESTS_DEVICE=0 \
+        -x ACCORD_SHARED_GPU_SYNC=wait -np 2 bash -c "if [ \$OMPI_COMM_WORLD_RANK = 0 ]; then
+          exec ncu --kernel-name regex:collective_kernel --launch-skip 4 --launch-count 3 --section SpeedOfLight \
+            --section MemoryWorkloadAnalysis $nt/all_reduce_perf -g 1 -b 128M -e 128M -n 4 -w 1 -c 0
+        else exec $nt/all_reduce_perf -g 1 -b 128M -e 128M -n 4 -w 1 -c 0; fi" ;;
+    t_demo) ran_targets=1; mps_off; step t_demo 240 demo.sh demo_check ;;
     *) echo "unknown step $s"; summary+=("$s: unknown step"); bad=$((bad + 1)) ;;
   esac
 done
 mps_off
 echo "=== summary"
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | tee "$logs/summary.txt"
+if ((ran_targets)); then
+  python3 "$(dirname "$0")/gpu_targets.py" "$logs" \
+    --device "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)" \
+    --date "$(date -u +%F)" | tee "$logs/targets.md"
+fi
 if ((bad > 0)); then echo "gpu-check: $bad step(s) failed, hung, were skipped or unknown"; exit 1; fi
 echo "gpu-check: every step passed"
