@@ -49,7 +49,8 @@
 #             also a step of its own (not in the default list; about 8 minutes on an H200 when
 #             nothing hangs: give it GPU_CHECK_SECONDS=480 and a call of its own):
 #             t_one     1 process, all_reduce 8 B, Accord then the real NCCL (PyTorch's wheel)
-#             t_mps2    2 processes on GPU 0 (MPS): all_reduce 8 B-128 MiB, sendrecv, alltoall,
+#             t_mps2    2 processes on GPU 0 (MPS): all_reduce 8 B-128 MiB (also with -R 1: the
+#                       buffers registered, Note [User buffers mapped into peers]), sendrecv, alltoall,
 #                       all_gather, reduce_scatter, broadcast, reduce 8 B-64 MiB
 #             t_mps4    4 processes (MPS): all_reduce, sendrecv, alltoall 8 B-64 MiB
 #             t_staged  ACCORD_P2P_DISABLE=1, 2 processes (MPS): all_reduce 8 B-64 MiB
@@ -279,6 +280,7 @@ for s in $steps; do
         "$nt/all_reduce_perf" -g 1 -b 8 -e 8 -n 2000 -w 200 ;;
     t_mps2) ran_targets=1; mps_on
       nt_mpi t_mps2_all_reduce 2 all_reduce -b 8 -e 128M -f 4 -n 20 -w 5
+      nt_mpi t_mps2_all_reduce_registered 2 all_reduce -b 8 -e 128M -f 4 -n 20 -w 5 -R 1
       for c in sendrecv alltoall all_gather reduce_scatter broadcast reduce; do
         nt_mpi "t_mps2_$c" 2 "$c" -b 8 -e 64M -f 8 -n 20 -w 5
       done ;;

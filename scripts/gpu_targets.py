@@ -111,6 +111,8 @@ def main():
     # issue 33
     t.nccl(33, f"all_reduce 128 MiB busbw, {mps2}", "t_mps2_all_reduce", 128 * MiB, "busbw", ">=", 400, "GB/s")
     t.nccl(33, f"all_reduce 8 B, {mps2}", "t_mps2_all_reduce", 8, "time", "<=", 10, "us")
+    t.nccl(33, f"all_reduce 128 MiB busbw, {mps2}, buffers registered (-R 1)", "t_mps2_all_reduce_registered",
+           128 * MiB, "busbw", ">=", 400, "GB/s")
     for c in ("all_gather", "reduce_scatter", "broadcast", "reduce"):
         t.nccl(33, f"{c} 64 MiB busbw, {mps2}", f"t_mps2_{c}", 64 * MiB, "busbw", ">=", 300, "GB/s")
     t.nccl(33, f"all_reduce 64 MiB busbw, {mps4}", "t_mps4_all_reduce", 64 * MiB, "busbw", ">=", 250, "GB/s")
