@@ -109,8 +109,20 @@ struct HostLanes {
       }
     }
     k.count = m.count;
-    k.divisor = m.divisor;
+    k.divisor = m.nmore == 0 ? m.divisor : 0;
+    if (m.nmore > 0) k.dst1 = nullptr;
     reduce(k);
+    // Note [Folding in one pass]: the same bits, fold by fold through dst0.
+    for (uint32_t j = 0; j < m.nmore; ++j) {
+      kernels::ReduceArgs r;
+      r.dst0 = m.dst0;
+      r.dst1 = j + 1 == m.nmore ? m.dst1 : nullptr;
+      r.a = m.dst0;
+      r.b = m.more[j];
+      r.count = m.count;
+      r.divisor = j + 1 == m.nmore ? m.divisor : 0;
+      reduce(r);
+    }
   }
   DevStep step(const DevStep* p) { return *p; }
 };

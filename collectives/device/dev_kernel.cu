@@ -71,8 +71,14 @@ __device__ __noinline__ void move_typed(const MoveArgs m) {
   T* d0 = static_cast<T*>(m.dst0);
   T* d1 = static_cast<T*>(m.dst1);
   const size_t n = m.count;
+  // Note [Folding in one pass] (dev_call.hpp): the divisor goes with the last operation.
+  const uint32_t nmore = b != nullptr ? m.nmore : 0;
+  const int32_t div_b = nmore == 0 ? m.divisor : 0;
+  bool more_aligned = true;
+  for (uint32_t j = 0; j < nmore; ++j) more_aligned = more_aligned && aligned16(m.more[j]);
   size_t start = 0;
-  if (aligned16(a) && (b == nullptr || aligned16(b)) && aligned16(d0) && (d1 == nullptr || aligned16(d1))) {
+  if (aligned16(a) && (b == nullptr || aligned16(b)) && aligned16(d0) && (d1 == nullptr || aligned16(d1)) &&
+      more_aligned) {
     constexpr size_t kPer = 16 / sizeof(T);
     const size_t nvec = n / kPer;
     // One vector of each operand per thread at a time: unrolling this loop for every dtype
@@ -91,7 +97,15 @@ __device__ __noinline__ void move_typed(const MoveArgs m) {
 #pragma unroll
         for (size_t k = 0; k < kPer; ++k)
           ex[k] = reduce_elem<T, Op>(premul<T, Op>(ex[k], scale, 1, sv), premul<T, Op>(ey[k], scale, 2, sv),
-                                     m.divisor);
+                                     div_b);
+        for (uint32_t j = 0; j < nmore; ++j) {
+          const uint4 z = __ldcv(reinterpret_cast<const uint4*>(m.more[j]) + v);
+          T ez[kPer];
+          memcpy(ez, &z, 16);
+          const int32_t div = j + 1 == nmore ? m.divisor : 0;
+#pragma unroll
+          for (size_t k = 0; k < kPer; ++k) ex[k] = reduce_elem<T, Op>(ex[k], ez[k], div);
+        }
       } else {
 #pragma unroll
         for (size_t k = 0; k < kPer; ++k) ex[k] = copy_elem<T>(premul<T, Op>(ex[k], scale, 1, sv), m.divisor);
@@ -104,8 +118,10 @@ __device__ __noinline__ void move_typed(const MoveArgs m) {
   }
   for (size_t i = start + threadIdx.x; i < n; i += blockDim.x) {
     T x = premul<T, Op>(load_cv(a + i), scale, 1, sv);
-    x = b != nullptr ? reduce_elem<T, Op>(x, premul<T, Op>(load_cv(b + i), scale, 2, sv), m.divisor)
+    x = b != nullptr ? reduce_elem<T, Op>(x, premul<T, Op>(load_cv(b + i), scale, 2, sv), div_b)
                      : copy_elem<T>(x, m.divisor);
+    for (uint32_t j = 0; j < nmore; ++j)
+      x = reduce_elem<T, Op>(x, load_cv(static_cast<const T*>(m.more[j]) + i), j + 1 == nmore ? m.divisor : 0);
     d0[i] = x;
     if (d1 != nullptr) d1[i] = x;
   }

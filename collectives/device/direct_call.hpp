@@ -267,18 +267,29 @@ class DirectRunner {
   ACCORD_HD void fold(void* dst, uint32_t h, uint64_t at, uint64_t elems) {
     if (elems == 0) return;
     const uint64_t off = at * c_.elem_bytes;
+    fold_sources(dst, elems, [&](int32_t p) -> const void* { return half(p, h) + off; });
+  }
+  // Note [Folding in one pass] (dev_call.hpp): dst = src(0) op src(1) op ... op src(nranks - 1),
+  // in moves of up to 2 + kMoveMoreSources sources; a move after the first folds dst itself
+  // first (its own elements, as the first move split them: the sync orders them).
+  template <class Source>
+  ACCORD_HD void fold_sources(void* dst, uint64_t elems, Source src) {
     MoveArgs m;
     m.dst0 = dst;
-    m.a = half(0, h) + off;
-    m.b = half(1, h) + off;
     m.count = elems;
-    m.divisor = c_.nranks == 2 ? c_.divisor : 0;
-    L_.move(m);
-    for (int32_t p = 2; p < c_.nranks; ++p) {
-      L_.sync();  // a thread may read back what another wrote (alignment changes the split)
-      m.a = dst;
-      m.b = half(p, h) + off;
-      m.divisor = p == c_.nranks - 1 ? c_.divisor : 0;
+    int32_t p = 0;
+    while (p < c_.nranks) {
+      if (p == 0) {
+        m.a = src(0);
+        p = 1;
+      } else {
+        L_.sync();  // a thread may read back what another wrote (alignment changes the split)
+        m.a = dst;
+      }
+      m.b = src(p++);
+      m.nmore = 0;
+      while (p < c_.nranks && m.nmore < kMoveMoreSources) m.more[m.nmore++] = src(p++);
+      m.divisor = p == c_.nranks ? c_.divisor : 0;
       L_.move(m);
     }
   }
@@ -311,20 +322,9 @@ class DirectRunner {
       any = any || user;
     }
     if (elems == 0) return any;
-    MoveArgs m;
-    m.dst0 = dst;
-    m.a = a;
-    m.b = b;
-    m.count = elems;
-    m.divisor = c_.nranks == 2 ? c_.divisor : 0;
-    L_.move(m);
-    for (int32_t p = 2; p < c_.nranks; ++p) {
-      L_.sync();
-      m.a = dst;
-      m.b = source(p, h, s, base, at, &user);
-      m.divisor = p == c_.nranks - 1 ? c_.divisor : 0;
-      L_.move(m);
-    }
+    fold_sources(dst, elems, [&](int32_t p) -> const void* {
+      return p == 0 ? a : p == 1 ? b : source(p, h, s, base, at, &user);
+    });
     return any;
   }
 

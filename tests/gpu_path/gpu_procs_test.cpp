@@ -1602,7 +1602,8 @@ TEST_F(GpuProcsThreads, DirectAllReduceExact) {
   const int gpus = m_.gpus();
   {
     SharedGpuEnv env;
-    for (int n : {2, 3})
+    // 9 ranks: a fold of more sources than one move takes (Note [Folding in one pass]).
+    for (int n : {2, 3, 9})
       for (const auto& f : run_threads(
                n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, expected_proto(m_, nr, true)); }))
         ADD_FAILURE() << n << " ranks on GPU 0: " << f;
