@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -394,7 +395,7 @@ std::string expected_transport(const Machine& m, int a, int b, bool processes) {
 // Note [Direct or FIFO]: a job takes the direct protocol for its all-reduces only when every
 // pair of its ranks addresses the other's GPU memory (ranks on one GPU, or GPUs that all peer),
 // and not with ACCORD_DEVICE_PROTO=fifo. Note [Staged protocol]: a job with a host-staged pair
-// (GPUs that cannot peer, ACCORD_P2P_DISABLE=1) stages its all-reduces through pinned host
+// (GPUs that cannot peer, ACCORD_P2P_DISABLE=1) stages its collectives through pinned host
 // memory instead (auto or ACCORD_DEVICE_PROTO=staged; a forced direct form keeps the FIFOs).
 std::string proto_env() {
   const char* v = std::getenv("ACCORD_DEVICE_PROTO");
@@ -427,7 +428,8 @@ std::string check_proto(const std::string& plan, const std::string& proto) {
   const std::string line =
       at == std::string::npos ? "" : plan.substr(at + head.size(), plan.find('\n', at) - at - head.size());
   const std::string want = proto == "direct"   ? "all_reduce direct"
-                           : proto == "staged" ? "all_reduce staged through pinned host memory by copy engines"
+                           : proto == "staged" ? "all_reduce, reduce_scatter, all_gather, broadcast and reduce staged "
+                                                 "through pinned host memory by copy engines"
                                                : "fifo for every collective";
   if (line.rfind(want, 0) != 0) return "the plan's device protocol should start with '" + want + "'; plan:\n" + plan;
   // Note [Shared GPU sync]: a job told how to hand off says so in its plan.
@@ -626,11 +628,31 @@ std::vector<Case> direct_cases() {
   return cases;
 }
 
-// The direct cases, after the plan says which protocol the job took.
+// Note [Staged protocol]: the staged form of the other four collectives (direct_staged.cpp,
+// staged_in and staged_out: each rank copies in only what its kernel reads) over every dtype
+// and op, roots first, last and in the middle, at direct_cases' sizes.
+void add_staged_cases(std::vector<Case>* cases) {
+  for (size_t count : {size_t{0}, size_t{1}, size_t{7}, kPrime, size_t{65537}})
+    for (bool in_place : {false, true})
+      for (accord_datatype_t d : {ACCORD_INT8, ACCORD_UINT8, ACCORD_INT32, ACCORD_UINT32, ACCORD_INT64, ACCORD_UINT64,
+                                  ACCORD_FLOAT16, ACCORD_BFLOAT16, ACCORD_FLOAT32, ACCORD_FLOAT64}) {
+        int k = 0;  // the roots in turn
+        for (accord_red_op_t op : {ACCORD_SUM, ACCORD_AVG, ACCORD_MAX, ACCORD_MIN, ACCORD_PROD}) {
+          cases->push_back(Case{Coll::kReduceScatter, d, op, count, in_place});
+          cases->push_back(Case{Coll::kReduce, d, op, count, in_place, -(k++ % 3)});
+        }
+        cases->push_back(Case{Coll::kAllGather, d, ACCORD_SUM, count, in_place});
+        cases->push_back(Case{Coll::kBroadcast, d, ACCORD_SUM, count, in_place, -(k++ % 3)});
+      }
+}
+
+// The direct cases, after the plan says which protocol the job took (a staged job: and
+// add_staged_cases).
 std::string direct_job(accord_comm_t c, int r, int n, int gpus, const std::string& proto) {
   const std::string wrong = check_proto(plan_of(c), proto);
   if (!wrong.empty()) return wrong;
   std::vector<Case> cases = direct_cases();
+  if (proto == "staged") add_staged_cases(&cases);
   for (Case& k : cases) k.root = k.root == -1 ? n - 1 : k.root == -2 ? n / 2 : k.root;  // last, middle
   return every_collective(c, r, n, gpus, cases);
 }
@@ -669,6 +691,37 @@ size_t occurrences(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
+}
+
+// Note [Staged protocol]: every rank logs (at info level, DirectEngine::log_choice) which form
+// each collective took: while one lives, its lines go to a file, and staged_everywhere says
+// whether every rank's calls of all five collectives were staged (none on the FIFOs).
+class GpuInfoLog {
+ public:
+  std::string text() const { return file_.text(); }
+
+ private:
+  struct Reconfigure {
+    ~Reconfigure() { log_reconfigure(); }  // last: ACCORD_LOG restored
+  } again_;
+  ScopedEnv level_{"ACCORD_LOG", "warn,gpu:info"};
+  LogFile file_;
+};
+
+std::string staged_everywhere(const std::string& text, int n) {
+  for (int r = 0; r < n; ++r)
+    for (const char* coll : {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"}) {
+      const std::string head = "rank " + std::to_string(r) + ": " + coll + " of ";
+      size_t staged = 0;
+      for (size_t at = text.find(head); at != std::string::npos; at = text.find(head, at + 1)) {
+        const std::string line = text.substr(at, text.find('\n', at) - at);
+        if (line.find(" bytes: staged") == std::string::npos)
+          return std::string(coll) + " did not take the staged form: " + line;
+        ++staged;
+      }
+      if (staged == 0) return "rank " + std::to_string(r) + " logged no " + coll + " (ACCORD_LOG=gpu:info)";
+    }
+  return "";
 }
 
 std::string rank_list(int n) {  // "0 and 1", "0, 1, 2 and 3"
@@ -1027,21 +1080,22 @@ TEST_F(GpuProcsProcesses, GpuBuffersOverTcpTwoHosts) {
 // 2, 3 and 4 ranks sharing GPU 0, then 2 and 4 ranks on GPUs 0..n-1: direct where every pair
 // peers (the DGX-1's GPUs 0-3 are all NVLink; on the 4-GPU machine 0-1 peer, 0-2 cannot, so 4
 // ranks keep the FIFOs, every rank alike).
+// A staged job (Note [Staged protocol]) shows in its log that every collective took that form.
 TEST_F(GpuProcsProcesses, DirectAllReduceExact) {
   const int gpus = m_.gpus();
-  {
-    SharedGpuEnv env;
-    for (int n : {2, 3, 4})
+  for (bool one_gpu : {true, false})
+    for (int n : {2, 3, 4}) {
+      if (!one_gpu && n == 3) continue;
+      std::unique_ptr<SharedGpuEnv> env(one_gpu ? new SharedGpuEnv : nullptr);
+      const std::string proto = expected_proto(m_, n, one_gpu);
+      std::unique_ptr<GpuInfoLog> log(proto == "staged" ? new GpuInfoLog : nullptr);
+      const std::string where = one_gpu ? " ranks on GPU 0: " : " ranks on GPUs 0.." + std::to_string(n - 1) + ": ";
       for (const auto& f : run_processes(
-               n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, expected_proto(m_, nr, true)); },
-               kTimeoutS))
-        ADD_FAILURE() << n << " ranks on GPU 0: " << f;
-  }
-  for (int n : {2, 4})
-    for (const auto& f : run_processes(
-             n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, expected_proto(m_, nr, false)); },
-             kTimeoutS))
-      ADD_FAILURE() << n << " ranks on GPUs 0.." << n - 1 << ": " << f;
+               n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, proto); }, kTimeoutS))
+        ADD_FAILURE() << n << where << f;
+      if (log != nullptr)
+        if (const std::string f = staged_everywhere(log->text(), n); !f.empty()) ADD_FAILURE() << n << where << f;
+    }
 }
 
 // A direct wait polls the abort word as the FIFO waits do: a rank that never comes (stopped)
@@ -1598,18 +1652,21 @@ TEST_F(GpuProcsThreads, RanksSharingOneGpu) {
 }
 
 // The direct cases with the ranks as threads of one process: plain pointers between them.
+// A staged job (Note [Staged protocol]) shows in its log that every collective took that form.
 TEST_F(GpuProcsThreads, DirectAllReduceExact) {
   const int gpus = m_.gpus();
-  {
-    SharedGpuEnv env;
-    for (int n : {2, 3})
-      for (const auto& f : run_threads(
-               n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, expected_proto(m_, nr, true)); }))
-        ADD_FAILURE() << n << " ranks on GPU 0: " << f;
+  for (int n : {2, 3, 4}) {
+    const bool one_gpu = n < 4;
+    std::unique_ptr<SharedGpuEnv> env(one_gpu ? new SharedGpuEnv : nullptr);
+    const std::string proto = expected_proto(m_, n, one_gpu);
+    std::unique_ptr<GpuInfoLog> log(proto == "staged" ? new GpuInfoLog : nullptr);
+    const std::string where = one_gpu ? " ranks on GPU 0: " : " ranks on GPUs 0..3: ";
+    for (const auto& f : run_threads(
+             n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, proto); }))
+      ADD_FAILURE() << n << where << f;
+    if (log != nullptr)
+      if (const std::string f = staged_everywhere(log->text(), n); !f.empty()) ADD_FAILURE() << n << where << f;
   }
-  for (const auto& f : run_threads(
-           4, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, expected_proto(m_, nr, false)); }))
-    ADD_FAILURE() << "4 ranks on GPUs 0..3: " << f;
 }
 
 // Threads of one process address each other's pointers: registration exchanges and opens
