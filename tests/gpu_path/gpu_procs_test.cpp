@@ -1669,6 +1669,57 @@ TEST_F(GpuProcsThreads, DirectAllReduceExact) {
   }
 }
 
+// Note [Staged protocol]: a mismatched call of the other collectives is caught on the device
+// (kDevBadTag: every rank writes its tag in every round, whatever it copies), not a hang or a
+// wrong answer: 2 ranks on GPU 0 whose calls move the same bytes in the same rounds but differ
+// (the broadcast's or the reduce's root, an all-gather against a broadcast). Each rank's
+// asynchronous error is a mismatch naming its peer.
+std::string staged_mismatch(accord_comm_t c, int r, int which) {
+  int dev = -1;
+  accord_status_t s = accord_comm_device(c, &dev);
+  if (s != ACCORD_SUCCESS) return api_error("accord_comm_device", c, s);
+  accord_stream_t stream = nullptr;
+  void *in = nullptr, *out = nullptr;
+  if ((s = accord_stream_create(&stream, dev)) != ACCORD_SUCCESS) return api_error("accord_stream_create", c, s);
+  const size_t count = 1000;
+  if ((s = accord_device_alloc(&in, count * 4, dev)) == ACCORD_SUCCESS) s = accord_device_alloc(&out, 2 * count * 4, dev);
+  // Every rank has allocated before any calls (the simulation's allocations wait for the
+  // process's streams: one rank's would wait for the other's call).
+  if (s == ACCORD_SUCCESS) s = accord_barrier(c, nullptr);
+  const char* what = which == 0 ? "broadcast, root 0 against root 1"
+                     : which == 1 ? "reduce, root 0 against root 1"
+                                  : "all_gather against broadcast";
+  if (s == ACCORD_SUCCESS) {
+    if (which == 0) s = accord_broadcast(in, out, count, ACCORD_FLOAT32, r, c, stream);
+    else if (which == 1) s = accord_reduce(in, out, count, ACCORD_FLOAT32, ACCORD_SUM, r, c, stream);
+    else if (r == 0) s = accord_all_gather(in, out, count, ACCORD_FLOAT32, c, stream);
+    else s = accord_broadcast(in, out, count, ACCORD_FLOAT32, 0, c, stream);
+  }
+  if (s == ACCORD_SUCCESS) (void)accord_stream_synchronize(stream);
+  accord_status_t async = ACCORD_SUCCESS;
+  (void)accord_comm_get_async_error(c, &async);
+  const std::string text = accord_last_error(c);
+  std::string failure;
+  if (s == ACCORD_SUCCESS && async == ACCORD_SUCCESS)
+    failure = std::string(what) + ": the mismatched call succeeded";
+  else if (s == ACCORD_SUCCESS && async != ACCORD_ERR_MISMATCH)
+    failure = std::string(what) + ": expected a mismatch, got " + accord_status_string(async) + ": " + text;
+  else if (text.find("rank " + std::to_string(1 - r)) == std::string::npos)
+    failure = std::string(what) + ": the error does not name rank " + std::to_string(1 - r) + ": " + text;
+  (void)accord_device_free(in);
+  (void)accord_device_free(out);
+  (void)accord_stream_destroy(stream);
+  return failure;
+}
+
+TEST_F(GpuProcsThreads, DirectStagedMismatchCaught) {
+  if (expected_proto(m_, 2, true) != "staged") GTEST_SKIP() << "the job would not be staged";
+  SharedGpuEnv env;
+  for (int which : {0, 1, 2})
+    for (const auto& f : run_threads(2, [&](accord_comm_t c, int r, int) { return staged_mismatch(c, r, which); }))
+      ADD_FAILURE() << f;
+}
+
 // Threads of one process address each other's pointers: registration exchanges and opens
 // nothing (the plan says so), and the collectives stay exact.
 TEST_F(GpuProcsThreads, DirectRegisteredBuffersAsPointers) {
