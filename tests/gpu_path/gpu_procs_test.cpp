@@ -1080,22 +1080,26 @@ TEST_F(GpuProcsProcesses, GpuBuffersOverTcpTwoHosts) {
 // 2, 3 and 4 ranks sharing GPU 0, then 2 and 4 ranks on GPUs 0..n-1: direct where every pair
 // peers (the DGX-1's GPUs 0-3 are all NVLink; on the 4-GPU machine 0-1 peer, 0-2 cannot, so 4
 // ranks keep the FIFOs, every rank alike).
-// A staged job (Note [Staged protocol]) shows in its log that every collective took that form.
+// n ranks on GPU 0 (one_gpu) or on GPUs 0..n-1 run the direct cases through `run`
+// (run_processes or run_threads); a staged job (Note [Staged protocol]) also shows in its log
+// that every collective took that form.
+template <class Run>
+void direct_exact(const Machine& m, int n, bool one_gpu, const Run& run) {
+  std::unique_ptr<SharedGpuEnv> env(one_gpu ? new SharedGpuEnv : nullptr);
+  const std::string proto = expected_proto(m, n, one_gpu);
+  std::unique_ptr<GpuInfoLog> log(proto == "staged" ? new GpuInfoLog : nullptr);
+  const std::string where = one_gpu ? " ranks on GPU 0: " : " ranks on GPUs 0.." + std::to_string(n - 1) + ": ";
+  const int gpus = m.gpus();
+  for (const auto& f : run(n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, proto); }))
+    ADD_FAILURE() << n << where << f;
+  if (log != nullptr)
+    if (const std::string f = staged_everywhere(log->text(), n); !f.empty()) ADD_FAILURE() << n << where << f;
+}
+
 TEST_F(GpuProcsProcesses, DirectAllReduceExact) {
-  const int gpus = m_.gpus();
-  for (bool one_gpu : {true, false})
-    for (int n : {2, 3, 4}) {
-      if (!one_gpu && n == 3) continue;
-      std::unique_ptr<SharedGpuEnv> env(one_gpu ? new SharedGpuEnv : nullptr);
-      const std::string proto = expected_proto(m_, n, one_gpu);
-      std::unique_ptr<GpuInfoLog> log(proto == "staged" ? new GpuInfoLog : nullptr);
-      const std::string where = one_gpu ? " ranks on GPU 0: " : " ranks on GPUs 0.." + std::to_string(n - 1) + ": ";
-      for (const auto& f : run_processes(
-               n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, proto); }, kTimeoutS))
-        ADD_FAILURE() << n << where << f;
-      if (log != nullptr)
-        if (const std::string f = staged_everywhere(log->text(), n); !f.empty()) ADD_FAILURE() << n << where << f;
-    }
+  auto run = [](int n, const RankBody& body) { return run_processes(n, body, kTimeoutS); };
+  for (int n : {2, 3, 4}) direct_exact(m_, n, true, run);
+  for (int n : {2, 4}) direct_exact(m_, n, false, run);
 }
 
 // A direct wait polls the abort word as the FIFO waits do: a rank that never comes (stopped)
@@ -1652,21 +1656,10 @@ TEST_F(GpuProcsThreads, RanksSharingOneGpu) {
 }
 
 // The direct cases with the ranks as threads of one process: plain pointers between them.
-// A staged job (Note [Staged protocol]) shows in its log that every collective took that form.
 TEST_F(GpuProcsThreads, DirectAllReduceExact) {
-  const int gpus = m_.gpus();
-  for (int n : {2, 3, 4}) {
-    const bool one_gpu = n < 4;
-    std::unique_ptr<SharedGpuEnv> env(one_gpu ? new SharedGpuEnv : nullptr);
-    const std::string proto = expected_proto(m_, n, one_gpu);
-    std::unique_ptr<GpuInfoLog> log(proto == "staged" ? new GpuInfoLog : nullptr);
-    const std::string where = one_gpu ? " ranks on GPU 0: " : " ranks on GPUs 0..3: ";
-    for (const auto& f : run_threads(
-             n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, proto); }))
-      ADD_FAILURE() << n << where << f;
-    if (log != nullptr)
-      if (const std::string f = staged_everywhere(log->text(), n); !f.empty()) ADD_FAILURE() << n << where << f;
-  }
+  auto run = [](int n, const RankBody& body) { return run_threads(n, body); };
+  for (int n : {2, 3}) direct_exact(m_, n, true, run);
+  direct_exact(m_, 4, false, run);
 }
 
 // Note [Staged protocol]: a mismatched call of the other collectives is caught on the device
