@@ -111,14 +111,14 @@ const std::vector<Entry>& entries() {
                 "most blocks of a collective kernel (one per 16 KiB of its largest step; 1: one block)"),
       STR_ENTRY("ACCORD_DEVICE_PROTO", device_proto, "auto",
                 "GPU collectives between ranks that address each other's GPU memory: auto (direct loads and "
-                "stores where every pair can; all-reduces staged through pinned host memory by copy engines where "
-                "some pair cannot, other calls on FIFOs), direct, oneshot, twoshot (force a direct form), staged "
-                "(force the staged all-reduce) or fifo"),
+                "stores where every pair can; collectives staged through pinned host memory by copy engines where "
+                "some pair cannot, sends and receives on FIFOs), direct, oneshot, twoshot (force a direct form), "
+                "staged (force the staged protocol) or fifo"),
       SIZE_ENTRY("ACCORD_DIRECT_SCRATCH_BYTES", direct_scratch_bytes, "0",
                  "GPU memory per rank for the direct protocol, mapped into every peer (0: 8 MiB; a call "
                  "larger than half of it runs in rounds)"),
       SIZE_ENTRY("ACCORD_STAGED_BYTES", staged_bytes, "0",
-                 "pinned shared host memory per rank for the staged all-reduce, where ranks on one host have GPUs "
+                 "pinned shared host memory per rank for the staged collectives, where ranks on one host have GPUs "
                  "(0: 4 MiB; each rank also keeps a copy of every rank's halves in its GPU: ranks x this; a call "
                  "larger than half of it runs in rounds)"),
       STR_ENTRY("ACCORD_SHARED_GPU_SYNC", shared_gpu_sync, "auto",

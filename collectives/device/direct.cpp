@@ -205,18 +205,14 @@ uint32_t DirectEngine::choose(Collective coll, size_t bytes, std::string* why) c
     *why = "ACCORD_DEVICE_PROTO=fifo";
     return kProtoFifo;
   }
-  if (staged_) {  // Note [Staged protocol]: all-reduce only, one-shot
-    if (coll != Collective::kAllReduce) {
-      *why = "no staged form; " + staged_why_;
-      return kProtoFifo;
-    }
-    *why = staged_why_;
-    return kProtoOneShot;
-  }
   if (coll != Collective::kAllReduce && coll != Collective::kReduceScatter && coll != Collective::kAllGather &&
       coll != Collective::kBroadcast && coll != Collective::kReduce) {
-    *why = "no direct form";
+    *why = staged_ ? "no staged form" : "no direct form";
     return kProtoFifo;
+  }
+  if (staged_) {  // Note [Staged protocol]: one-shot rounds, every collective
+    *why = staged_why_;
+    return kProtoOneShot;
   }
   if (coll != Collective::kAllReduce) {
     *why = "every pair addresses the other's GPU memory; one synchronization a round (Note [Direct collectives])";
@@ -277,9 +273,9 @@ void DirectEngine::commit(const DevDirect& d) {
 std::string DirectEngine::describe() const {
   if (mode_ == ProtoMode::kFifo) return "device protocol: fifo (ACCORD_DEVICE_PROTO=fifo)\n";
   if (staged_)
-    return format("device protocol: all_reduce staged through pinned host memory by copy engines (one-shot rounds "
-                  "of %zu KiB; each rank's %zu KiB staging area in its shared memory, a copy of every rank's halves "
-                  "in its GPU: %zu KiB); reduce_scatter, all_gather, broadcast, reduce and point-to-point on the "
+    return format("device protocol: all_reduce, reduce_scatter, all_gather, broadcast and reduce staged through "
+                  "pinned host memory by copy engines (one-shot rounds of %zu KiB; each rank's %zu KiB staging area "
+                  "in its shared memory, a copy of every rank's halves in its GPU: %zu KiB); point-to-point on the "
                   "FIFOs (%s)\n",
                   half_bytes_ >> 10, (2 * half_bytes_ + kStagedWordBytes) >> 10,
                   (2 * half_bytes_ * static_cast<size_t>(nranks_)) >> 10, staged_why_.c_str());
@@ -299,9 +295,10 @@ void DirectEngine::log_choice(Collective coll, size_t bytes, uint32_t proto, con
   while ((size_t{1} << (log2 + 1)) <= bytes && log2 < 62) ++log2;
   if (!logged_.insert({proto * 256 + static_cast<uint32_t>(coll), log2}).second) return;
   LOG_INFO(kGpu, "rank %d: %s of %zu bytes: %s (%s)", rank_, collective_name(coll), bytes,
-           staged_ && proto != kProtoFifo                           ? "staged one-shot"
-           : coll == Collective::kAllReduce || proto == kProtoFifo ? proto_name(proto)
-                                                                   : "direct",
+           proto == kProtoFifo                ? proto_name(proto)
+           : coll != Collective::kAllReduce ? (staged_ ? "staged" : "direct")
+           : staged_                        ? "staged one-shot"
+                                            : proto_name(proto),
            why.c_str());
 }
 

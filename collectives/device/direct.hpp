@@ -66,7 +66,7 @@ struct DirectSetup {
   // (Note [Shared GPU sync]): hand-offs between kernels by stream memory operations, and why.
   bool wait = false;
   std::string sync_why;
-  // Note [Staged protocol] (direct_staged.cpp): all-reduces staged through every rank's area
+  // Note [Staged protocol] (direct_staged.cpp): collectives staged through every rank's area
   // of shared host memory (staging, per rank, registered with the runtime) by copy engines,
   // and why; the device memory joins `hold` (the communicator's, Note [Freeing memory peers
   // map]).
@@ -98,8 +98,8 @@ class DirectEngine {
   // kernels were queued leaves the stream unusable for this communicator: *partial says so.
   bool waiting() const { return wait_; }
   Status launch_waiting(const DevLaunch& launch, Stream stream, bool* partial);
-  // Note [Staged protocol]: whether all-reduces are staged through host memory (the other
-  // calls keep the FIFOs), and the launch of one such call (direct_staged.cpp), as
+  // Note [Staged protocol]: whether collectives are staged through host memory (sends and
+  // receives keep the FIFOs), and the launch of one such call (direct_staged.cpp), as
   // launch_waiting.
   bool staged() const { return staged_; }
   Status launch_staged(const DevLaunch& launch, Stream stream, bool* partial);

@@ -14,8 +14,9 @@ namespace accord {
 // Note [Direct or FIFO]: a job uses the direct protocol only where every pair of its ranks can
 // load and store the other's GPU memory (one GPU, or GPUs that peer: device_route p2p or ipc),
 // all ranks on one host with a GPU each; a job on one host with a host-staged pair stages its
-// all-reduces through host memory instead (Note [Staged protocol], direct_staged.cpp) and
-// keeps the FIFOs for the rest; ranks on other hosts keep the FIFO schedule for every call. Every rank decides from the same inputs
+// collectives through host memory instead (Note [Staged protocol], direct_staged.cpp) and
+// keeps the FIFOs for sends and receives; ranks on other hosts keep the FIFO schedule for
+// every call. Every rank decides from the same inputs
 // (device_of_, pid_of_, the topology, ACCORD_DEVICE_PROTO, which init compares across ranks),
 // so every rank makes the same choice without another round; and each call's choice depends
 // only on the call (direct.cpp, DirectEngine::choose), so the ranks agree on it too.
@@ -37,7 +38,7 @@ Status DeviceEngine::setup_direct(StoreClient* store, Deadline deadline) {
         why_not = format("pair %d-%d is host-staged (%s)", a, b, why.c_str());
     }
   // Note [Staged protocol] (device/direct_staged.cpp): a job on one host with a host-staged
-  // pair (or ACCORD_DEVICE_PROTO=staged) stages its all-reduces through the ranks' staging
+  // pair (or ACCORD_DEVICE_PROTO=staged) stages its collectives through the ranks' staging
   // areas, which every segment has when the job may use GPUs.
   const bool on_one_host = mode != dev::ProtoMode::kFifo && static_cast<int>(local_ranks_.size()) == nranks_;
   const bool want_staged = on_one_host && (mode == dev::ProtoMode::kStaged ||
@@ -95,8 +96,9 @@ Status DeviceEngine::setup_engine(StoreClient* store, Deadline deadline, dev::Pr
   ACCORD_TRY(dev::DirectEngine::create(s, &direct_));
   direct_plan_ = direct_->describe();
   // (one line of the plan each, so the log below prints both)
-  direct_plan_ += s.staged ? std::string("GPU hand-offs: staged: all_reduce's kernels never wait on a peer, the "
-                                         "stream copies and waits between them; the FIFO kernels poll\n")
+  direct_plan_ += s.staged ? std::string("GPU hand-offs: staged: the collectives' kernels never wait on a peer, the "
+                                         "stream copies and waits between them; the FIFO kernels (sends, receives) "
+                                         "poll\n")
                            : format("GPU hand-offs: %s (%s)\n",
                                     s.wait ? "wait: kernels never wait on a peer, the stream waits between them "
                                              "(collectives, and sends and receives on the FIFOs)"

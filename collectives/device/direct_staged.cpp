@@ -1,10 +1,12 @@
-// Note [Staged protocol]: all-reduce between ranks on one host whose GPUs cannot all address
+// Note [Staged protocol]: the collectives (all-reduce, reduce-scatter, all-gather, broadcast,
+// reduce, and pre-multiplied sums) between ranks on one host whose GPUs cannot all address
 // each other (a host-staged pair: GPUs that cannot peer, or ACCORD_P2P_DISABLE=1), staged
 // through pinned shared host memory by the copy engines, with no kernel that polls over PCIe
 // (the FIFO kernels store into and poll host memory slot by slot, and more blocks made that
 // slower: issue 33, item 2). It is the waiting protocol (Note [Waiting protocol],
-// direct_call.hpp) over copies: the same one-shot rounds, halves e % 2, kernels per phase and
-// DirectRunner, on device memory that is this rank's own.
+// direct_call.hpp) over copies: the same one-shot rounds (Note [Direct collectives] for the
+// four that are not all-reduces), halves e % 2, kernels per phase and DirectRunner, on device
+// memory that is this rank's own.
 //
 // Memory. Host: each rank's staging area at the end of its shared-memory segment (ShmOptions::
 // staging_bytes, ACCORD_STAGED_BYTES, 4 MiB by default), which every local rank maps and
@@ -17,29 +19,53 @@
 // bits of every other path). Cost per rank: the area in /dev/shm (pinned), and nranks x both
 // halves of GPU memory.
 //
-// Round e of a call (one-shot; n elements), all on the caller's stream:
-//   kernel: A (input -> own device half e % 2; for e > first, run by the kernel before)
-//   copy_async device -> host: own device half e % 2 -> own host half e % 2 (n elements)
+// Round e of a call (n elements a rank, a reduce-scatter's half holding n of every segment),
+// all on the caller's stream:
+//   kernel: A (this rank's part -> own device half e % 2; for e > first, run by the kernel
+//   before)
+//   copy_async device -> host: what some peer's B reads of own device half e % 2 -> the same
+//   bytes of own host half e % 2 (staged_out; nothing: no copy)
 //   stream_write_value32: the call's tag into tag[e % 2][rank], then e into word[rank], of
 //   every peer's area
-//   stream_wait_value32(>= e) on word[p] of this rank's area, for every peer p
-//   copy_async host -> device: peer p's host half e % 2 -> the local copy of p's half e % 2
-//   kernel: B (checks every peer's tag[e % 2], then folds every rank's half e % 2 into the
-//   output), and A of round e + 1
-// Why a host half is not overwritten before every peer copied it: a rank writes its host half
-// e % 2 again in round e + 2, after its stream saw every peer's word reach e + 1; a peer's
-// stream writes its word of round e + 1 after its copies of round e (stream order). The local
-// copies are written and read by this rank's stream alone, in order. A peer is never two
-// rounds ahead (that needs this rank's word of the round between). Words only grow, so nothing
-// resets them; a wait is for >= e with a signed difference (Note [Direct rounds]).
+//   stream_wait_value32(>= e) on word[p] of this rank's area, for every peer p, each followed
+//   by copy_async host -> device: what this rank's B reads of peer p's host half e % 2 -> the
+//   same bytes of the local copy of p's half (staged_in; nothing: no copy)
+//   kernel: B (checks every peer's tag[e % 2], then reads the halves as Note [Direct
+//   collectives] says), and A of round e + 1
+// What moves (in: from each peer p != rank):
+//   all-reduce, all-gather: out all n; in all n of every peer.
+//   reduce-scatter: out every segment but the rank's own (which no peer reads: up to two
+//     copies); in only segment `rank` of every peer (n elements at rank * n, 1 / nranks of the
+//     peer's round), the one B folds.
+//   broadcast: out the root only; in the root's n, by every other rank; the root copies in
+//     nothing (its B reads its own device half).
+//   reduce: out every rank but the root (no peer reads the root's half); in the root only,
+//     every peer's n.
+// A rank that moves nothing still writes its tag and word to every peer and waits for every
+// peer's word, every round: the arguments below rest on the words, not the copies.
+// Why a host half is not overwritten before every peer copied what it needs: a rank writes its
+// host half e % 2 again in round e + 2, after its stream saw every peer's word reach e + 1; a
+// peer's stream writes its word of round e + 1 after its copies of round e (stream order).
+// This holds for each collective alike: a host half's only readers are the peers' copies in
+// of that round, whichever bytes they take (a broadcast's root is its only writer, a reduce's
+// root its only reader). The local copies are written and read by this rank's stream alone, in
+// order: copied in in round e, read by B of round e, copied in again in round e + 2; a local
+// copy (or part of one) that this rank does not copy in is never read by its B (staged_in is
+// what B reads: the root's half for a broadcast, segment `rank` for a reduce-scatter, nothing
+// on a reduce's other ranks). A peer is never two rounds ahead (that needs this rank's word of
+// the round between). Words only grow, so nothing resets them; a wait is for >= e with a
+// signed difference (Note [Direct rounds]).
 // A mismatched call is caught as in the spinning protocol (kDevBadTag): a peer's tag of round
 // e in half e % 2 is its round e's, since it wrote it before its word of round e (stream
 // order), and writes that half's tag again only in round e + 2, after this rank's word of
-// round e + 1, which follows this rank's kernel B of round e. A dead or stopped peer: the watchdog sets DevCtl::abort, then
-// release_waits stores the last waited round into this rank's own words (host memory: a plain
-// store), so the stream's wait ends, and the kernels after it see the abort and do nothing.
-// Pre-multiplied sums take it too (scaled in A, Note [Pre-multiplied sum]); other collectives
-// and point-to-point keep the FIFOs in such a job (choose()), with the spinning kernel.
+// round e + 1, which follows this rank's kernel B of round e. Every rank writes its tags in
+// every round, whatever it copies, so every collective's B checks every peer's. A dead or
+// stopped peer: the watchdog sets DevCtl::abort, then release_waits stores the last waited
+// round into this rank's own words (host memory: a plain store), so the stream's wait ends,
+// and the kernels after it see the abort and do nothing.
+// Pre-multiplied sums take it too (scaled in A, Note [Pre-multiplied sum]); sends, receives
+// and all-to-all keep the FIFOs in such a job, with the spinning kernel (the waiting
+// point-to-point form needs words in a scratch every peer addresses).
 // Not yet met hardware: exactness is proven on the simulated runtime only (HARDWARE_RISKS.md).
 #include <algorithm>
 
@@ -50,11 +76,61 @@
 
 namespace accord::dev {
 
+namespace {
+// Bytes [at, at + bytes) of a half.
+struct StagedPiece {
+  size_t at, bytes;
+};
+// What rank `me` copies in from rank `from`'s host half in a round of `bytes` per rank (a
+// reduce-scatter: per segment): what its kernel B reads of `from`'s half (Note [Direct
+// collectives]). At most one piece; returns how many.
+int staged_in(uint32_t coll, int root, int from, int me, size_t bytes, StagedPiece* out) {
+  if (bytes == 0) return 0;
+  switch (coll) {
+    case kCollReduceScatter:  // its own segment of every rank's round
+      *out = {static_cast<size_t>(me) * bytes, bytes};
+      return 1;
+    case kCollBroadcast:  // the root's, which the root itself reads in its own device half
+      *out = {0, bytes};
+      return from == root ? 1 : 0;
+    case kCollReduce:  // only the root folds
+      *out = {0, bytes};
+      return me == root ? 1 : 0;
+    default:  // all-reduce, all-gather: everything
+      *out = {0, bytes};
+      return 1;
+  }
+}
+// What rank `me` stages out of its device half: every byte some peer copies in (staged_in's
+// union over the peers). At most two pieces; returns how many.
+int staged_out(uint32_t coll, int root, int me, int nranks, size_t bytes, StagedPiece* out) {
+  if (bytes == 0) return 0;
+  switch (coll) {
+    case kCollReduceScatter: {  // every segment but its own
+      int k = 0;
+      const size_t mine = static_cast<size_t>(me) * bytes;
+      if (me > 0) out[k++] = {0, mine};
+      if (me + 1 < nranks) out[k++] = {mine + bytes, static_cast<size_t>(nranks - me - 1) * bytes};
+      return k;
+    }
+    case kCollBroadcast:
+      *out = {0, bytes};
+      return me == root ? 1 : 0;
+    case kCollReduce:  // no peer reads the root's
+      *out = {0, bytes};
+      return me != root ? 1 : 0;
+    default:
+      *out = {0, bytes};
+      return 1;
+  }
+}
+}  // namespace
+
 Status DirectEngine::open_staged(const DirectSetup& s) {
   staged_ = true;
   staged_why_ = s.staged_why;
-  // Its all-reduces wait in the stream anyway (launch_staged); the FIFO calls (sends and
-  // receives, the other collectives) keep the spinning kernel: the waiting point-to-point form
+  // Its collectives wait in the stream anyway (launch_staged); the FIFO calls (sends and
+  // receives) keep the spinning kernel: the waiting point-to-point form
   // (Note [Waiting point-to-point]) needs the direct scratch's words in every peer, which a
   // staged job's pairs cannot address.
   wait_ = false;
@@ -105,13 +181,19 @@ Status DirectEngine::launch_staged(const DevLaunch& launch, Stream stream, bool*
   }
   const size_t es = l.call.elem_bytes;
   auto host_half = [&](int r, uint32_t h) { return staging_[static_cast<size_t>(r)] + kStagedWordBytes + h * half_bytes_; };
-  // Between the kernels of round e (elements of the round: n): out, tell, wait, in.
+  // Between the kernels of round e (elements of the round: n): out, tell, wait, in. Each copy
+  // moves only what a kernel B reads (staged_out, staged_in); a rank with nothing to move
+  // still tells and waits.
   auto exchange = [&](uint32_t e, uint64_t n) -> Status {
     const uint32_t h = e & 1u;
     const size_t bytes = n * es;
     uint8_t* own = scratch_[static_cast<size_t>(rank_)] + h * half_bytes_;
-    ACCORD_TRY(rt_->copy_async(CopyKind::kDeviceToHost, host_half(rank_, h), own, bytes, stream)
-                   .prefix(format("round %u: staging out: ", e)));
+    StagedPiece out[2], in[1];
+    const int nout = staged_out(d.coll, d.root, rank_, nranks_, bytes, out);
+    for (int i = 0; i < nout; ++i)
+      ACCORD_TRY(rt_->copy_async(CopyKind::kDeviceToHost, host_half(rank_, h) + out[i].at, own + out[i].at,
+                                 out[i].bytes, stream)
+                     .prefix(format("round %u: staging out: ", e)));
     for (int r = 0; r < nranks_; ++r) {
       if (r == rank_) continue;
       ACCORD_TRY(rt_->stream_write_value32(stream, tag(r, h, rank_), l.call.tag).prefix(format("round %u: telling rank %d: ", e, r)));
@@ -125,9 +207,11 @@ Status DirectEngine::launch_staged(const DevLaunch& launch, Stream stream, bool*
                      .prefix(format("round %u: ", e)));
       ACCORD_TRY(rt_->stream_wait_value32(stream, word(rank_, r), e, DeviceRuntime::WaitCondition::kGeq)
                      .prefix(format("round %u: waiting for rank %d: ", e, r)));
-      ACCORD_TRY(rt_->copy_async(CopyKind::kHostToDevice, scratch_[static_cast<size_t>(r)] + h * half_bytes_,
-                                 host_half(r, h), bytes, stream)
-                     .prefix(format("round %u: staging in rank %d's half: ", e, r)));
+      const int nin = staged_in(d.coll, d.root, r, rank_, bytes, in);
+      for (int i = 0; i < nin; ++i)
+        ACCORD_TRY(rt_->copy_async(CopyKind::kHostToDevice, scratch_[static_cast<size_t>(r)] + h * half_bytes_ + in[i].at,
+                                   host_half(r, h) + in[i].at, in[i].bytes, stream)
+                       .prefix(format("round %u: staging in rank %d's half: ", e, r)));
     }
     return Status::success();
   };

@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -394,7 +395,7 @@ std::string expected_transport(const Machine& m, int a, int b, bool processes) {
 // Note [Direct or FIFO]: a job takes the direct protocol for its all-reduces only when every
 // pair of its ranks addresses the other's GPU memory (ranks on one GPU, or GPUs that all peer),
 // and not with ACCORD_DEVICE_PROTO=fifo. Note [Staged protocol]: a job with a host-staged pair
-// (GPUs that cannot peer, ACCORD_P2P_DISABLE=1) stages its all-reduces through pinned host
+// (GPUs that cannot peer, ACCORD_P2P_DISABLE=1) stages its collectives through pinned host
 // memory instead (auto or ACCORD_DEVICE_PROTO=staged; a forced direct form keeps the FIFOs).
 std::string proto_env() {
   const char* v = std::getenv("ACCORD_DEVICE_PROTO");
@@ -427,7 +428,8 @@ std::string check_proto(const std::string& plan, const std::string& proto) {
   const std::string line =
       at == std::string::npos ? "" : plan.substr(at + head.size(), plan.find('\n', at) - at - head.size());
   const std::string want = proto == "direct"   ? "all_reduce direct"
-                           : proto == "staged" ? "all_reduce staged through pinned host memory by copy engines"
+                           : proto == "staged" ? "all_reduce, reduce_scatter, all_gather, broadcast and reduce staged "
+                                                 "through pinned host memory by copy engines"
                                                : "fifo for every collective";
   if (line.rfind(want, 0) != 0) return "the plan's device protocol should start with '" + want + "'; plan:\n" + plan;
   // Note [Shared GPU sync]: a job told how to hand off says so in its plan.
@@ -626,11 +628,31 @@ std::vector<Case> direct_cases() {
   return cases;
 }
 
-// The direct cases, after the plan says which protocol the job took.
+// Note [Staged protocol]: the staged form of the other four collectives (direct_staged.cpp,
+// staged_in and staged_out: each rank copies in only what its kernel reads) over every dtype
+// and op, roots first, last and in the middle, at direct_cases' sizes.
+void add_staged_cases(std::vector<Case>* cases) {
+  for (size_t count : {size_t{0}, size_t{1}, size_t{7}, kPrime, size_t{65537}})
+    for (bool in_place : {false, true})
+      for (accord_datatype_t d : {ACCORD_INT8, ACCORD_UINT8, ACCORD_INT32, ACCORD_UINT32, ACCORD_INT64, ACCORD_UINT64,
+                                  ACCORD_FLOAT16, ACCORD_BFLOAT16, ACCORD_FLOAT32, ACCORD_FLOAT64}) {
+        int k = 0;  // the roots in turn
+        for (accord_red_op_t op : {ACCORD_SUM, ACCORD_AVG, ACCORD_MAX, ACCORD_MIN, ACCORD_PROD}) {
+          cases->push_back(Case{Coll::kReduceScatter, d, op, count, in_place});
+          cases->push_back(Case{Coll::kReduce, d, op, count, in_place, -(k++ % 3)});
+        }
+        cases->push_back(Case{Coll::kAllGather, d, ACCORD_SUM, count, in_place});
+        cases->push_back(Case{Coll::kBroadcast, d, ACCORD_SUM, count, in_place, -(k++ % 3)});
+      }
+}
+
+// The direct cases, after the plan says which protocol the job took (a staged job: and
+// add_staged_cases).
 std::string direct_job(accord_comm_t c, int r, int n, int gpus, const std::string& proto) {
   const std::string wrong = check_proto(plan_of(c), proto);
   if (!wrong.empty()) return wrong;
   std::vector<Case> cases = direct_cases();
+  if (proto == "staged") add_staged_cases(&cases);
   for (Case& k : cases) k.root = k.root == -1 ? n - 1 : k.root == -2 ? n / 2 : k.root;  // last, middle
   return every_collective(c, r, n, gpus, cases);
 }
@@ -669,6 +691,37 @@ size_t occurrences(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
+}
+
+// Note [Staged protocol]: every rank logs (at info level, DirectEngine::log_choice) which form
+// each collective took: while one lives, its lines go to a file, and staged_everywhere says
+// whether every rank's calls of all five collectives were staged (none on the FIFOs).
+class GpuInfoLog {
+ public:
+  std::string text() const { return file_.text(); }
+
+ private:
+  struct Reconfigure {
+    ~Reconfigure() { log_reconfigure(); }  // last: ACCORD_LOG restored
+  } again_;
+  ScopedEnv level_{"ACCORD_LOG", "warn,gpu:info"};
+  LogFile file_;
+};
+
+std::string staged_everywhere(const std::string& text, int n) {
+  for (int r = 0; r < n; ++r)
+    for (const char* coll : {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"}) {
+      const std::string head = "rank " + std::to_string(r) + ": " + coll + " of ";
+      size_t staged = 0;
+      for (size_t at = text.find(head); at != std::string::npos; at = text.find(head, at + 1)) {
+        const std::string line = text.substr(at, text.find('\n', at) - at);
+        if (line.find(" bytes: staged") == std::string::npos)
+          return std::string(coll) + " did not take the staged form: " + line;
+        ++staged;
+      }
+      if (staged == 0) return "rank " + std::to_string(r) + " logged no " + coll + " (ACCORD_LOG=gpu:info)";
+    }
+  return "";
 }
 
 std::string rank_list(int n) {  // "0 and 1", "0, 1, 2 and 3"
@@ -1027,21 +1080,26 @@ TEST_F(GpuProcsProcesses, GpuBuffersOverTcpTwoHosts) {
 // 2, 3 and 4 ranks sharing GPU 0, then 2 and 4 ranks on GPUs 0..n-1: direct where every pair
 // peers (the DGX-1's GPUs 0-3 are all NVLink; on the 4-GPU machine 0-1 peer, 0-2 cannot, so 4
 // ranks keep the FIFOs, every rank alike).
+// n ranks on GPU 0 (one_gpu) or on GPUs 0..n-1 run the direct cases through `run`
+// (run_processes or run_threads); a staged job (Note [Staged protocol]) also shows in its log
+// that every collective took that form.
+template <class Run>
+void direct_exact(const Machine& m, int n, bool one_gpu, const Run& run) {
+  std::unique_ptr<SharedGpuEnv> env(one_gpu ? new SharedGpuEnv : nullptr);
+  const std::string proto = expected_proto(m, n, one_gpu);
+  std::unique_ptr<GpuInfoLog> log(proto == "staged" ? new GpuInfoLog : nullptr);
+  const std::string where = one_gpu ? " ranks on GPU 0: " : " ranks on GPUs 0.." + std::to_string(n - 1) + ": ";
+  const int gpus = m.gpus();
+  for (const auto& f : run(n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, proto); }))
+    ADD_FAILURE() << n << where << f;
+  if (log != nullptr)
+    if (const std::string f = staged_everywhere(log->text(), n); !f.empty()) ADD_FAILURE() << n << where << f;
+}
+
 TEST_F(GpuProcsProcesses, DirectAllReduceExact) {
-  const int gpus = m_.gpus();
-  {
-    SharedGpuEnv env;
-    for (int n : {2, 3, 4})
-      for (const auto& f : run_processes(
-               n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, expected_proto(m_, nr, true)); },
-               kTimeoutS))
-        ADD_FAILURE() << n << " ranks on GPU 0: " << f;
-  }
-  for (int n : {2, 4})
-    for (const auto& f : run_processes(
-             n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, expected_proto(m_, nr, false)); },
-             kTimeoutS))
-      ADD_FAILURE() << n << " ranks on GPUs 0.." << n - 1 << ": " << f;
+  auto run = [](int n, const RankBody& body) { return run_processes(n, body, kTimeoutS); };
+  for (int n : {2, 3, 4}) direct_exact(m_, n, true, run);
+  for (int n : {2, 4}) direct_exact(m_, n, false, run);
 }
 
 // A direct wait polls the abort word as the FIFO waits do: a rank that never comes (stopped)
@@ -1599,18 +1657,63 @@ TEST_F(GpuProcsThreads, RanksSharingOneGpu) {
 
 // The direct cases with the ranks as threads of one process: plain pointers between them.
 TEST_F(GpuProcsThreads, DirectAllReduceExact) {
-  const int gpus = m_.gpus();
-  {
-    SharedGpuEnv env;
-    // 9 ranks: a fold of more sources than one move takes (Note [Folding in one pass]).
-    for (int n : {2, 3, 9})
-      for (const auto& f : run_threads(
-               n, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, expected_proto(m_, nr, true)); }))
-        ADD_FAILURE() << n << " ranks on GPU 0: " << f;
+  auto run = [](int n, const RankBody& body) { return run_threads(n, body); };
+  for (int n : {2, 3}) direct_exact(m_, n, true, run);
+  // 9 ranks: a fold of more sources than one move takes (Note [Folding in one pass]); the
+  // direct form only (the staged form folds with the same code, and its cases are many more).
+  if (expected_proto(m_, 9, true) != "staged") direct_exact(m_, 9, true, run);
+  direct_exact(m_, 4, false, run);
+}
+
+// Note [Staged protocol]: a mismatched call of the other collectives is caught on the device
+// (kDevBadTag: every rank writes its tag in every round, whatever it copies), not a hang or a
+// wrong answer: 2 ranks on GPU 0 whose calls move the same bytes in the same rounds but differ
+// (the broadcast's or the reduce's root, an all-gather against a broadcast). Each rank's
+// asynchronous error is a mismatch naming its peer.
+std::string staged_mismatch(accord_comm_t c, int r, int which) {
+  int dev = -1;
+  accord_status_t s = accord_comm_device(c, &dev);
+  if (s != ACCORD_SUCCESS) return api_error("accord_comm_device", c, s);
+  accord_stream_t stream = nullptr;
+  void *in = nullptr, *out = nullptr;
+  if ((s = accord_stream_create(&stream, dev)) != ACCORD_SUCCESS) return api_error("accord_stream_create", c, s);
+  const size_t count = 1000;
+  if ((s = accord_device_alloc(&in, count * 4, dev)) == ACCORD_SUCCESS) s = accord_device_alloc(&out, 2 * count * 4, dev);
+  // Every rank has allocated before any calls (the simulation's allocations wait for the
+  // process's streams: one rank's would wait for the other's call).
+  if (s == ACCORD_SUCCESS) s = accord_barrier(c, nullptr);
+  const char* what = which == 0 ? "broadcast, root 0 against root 1"
+                     : which == 1 ? "reduce, root 0 against root 1"
+                                  : "all_gather against broadcast";
+  if (s == ACCORD_SUCCESS) {
+    if (which == 0) s = accord_broadcast(in, out, count, ACCORD_FLOAT32, r, c, stream);
+    else if (which == 1) s = accord_reduce(in, out, count, ACCORD_FLOAT32, ACCORD_SUM, r, c, stream);
+    else if (r == 0) s = accord_all_gather(in, out, count, ACCORD_FLOAT32, c, stream);
+    else s = accord_broadcast(in, out, count, ACCORD_FLOAT32, 0, c, stream);
   }
-  for (const auto& f : run_threads(
-           4, [&](accord_comm_t c, int r, int nr) { return direct_job(c, r, nr, gpus, expected_proto(m_, nr, false)); }))
-    ADD_FAILURE() << "4 ranks on GPUs 0..3: " << f;
+  if (s == ACCORD_SUCCESS) (void)accord_stream_synchronize(stream);
+  accord_status_t async = ACCORD_SUCCESS;
+  (void)accord_comm_get_async_error(c, &async);
+  const std::string text = accord_last_error(c);
+  std::string failure;
+  if (s == ACCORD_SUCCESS && async == ACCORD_SUCCESS)
+    failure = std::string(what) + ": the mismatched call succeeded";
+  else if (s == ACCORD_SUCCESS && async != ACCORD_ERR_MISMATCH)
+    failure = std::string(what) + ": expected a mismatch, got " + accord_status_string(async) + ": " + text;
+  else if (text.find("rank " + std::to_string(1 - r)) == std::string::npos)
+    failure = std::string(what) + ": the error does not name rank " + std::to_string(1 - r) + ": " + text;
+  (void)accord_device_free(in);
+  (void)accord_device_free(out);
+  (void)accord_stream_destroy(stream);
+  return failure;
+}
+
+TEST_F(GpuProcsThreads, DirectStagedMismatchCaught) {
+  if (expected_proto(m_, 2, true) != "staged") GTEST_SKIP() << "the job would not be staged";
+  SharedGpuEnv env;
+  for (int which : {0, 1, 2})
+    for (const auto& f : run_threads(2, [&](accord_comm_t c, int r, int) { return staged_mismatch(c, r, which); }))
+      ADD_FAILURE() << f;
 }
 
 // Threads of one process address each other's pointers: registration exchanges and opens

@@ -14,7 +14,7 @@
 // After the FIFOs, the segment holds one device-FIFO area per rank (zero-filled; a whole FIFO
 // with ShmOptions::device_fifos, else its control part): the device path's host-staged FIFOs
 // (Note [Device FIFOs], fifo.hpp), so host calls and device calls never share a FIFO.
-// Last, with ShmOptions::staging_bytes, the owner's staging area for the staged all-reduce
+// Last, with ShmOptions::staging_bytes, the owner's staging area for the staged collectives
 // (Note [Staged protocol], collectives/device/direct_staged.cpp): 1 KiB of words, then the
 // data halves.
 #pragma once
