@@ -53,7 +53,8 @@
 #                       buffers registered, Note [User buffers mapped into peers]), sendrecv, alltoall,
 #                       all_gather, reduce_scatter, broadcast, reduce 8 B-64 MiB
 #             t_mps4    4 processes (MPS): all_reduce, sendrecv, alltoall 8 B-64 MiB
-#             t_staged  ACCORD_P2P_DISABLE=1, 2 processes (MPS): all_reduce 8 B-64 MiB
+#             t_staged  ACCORD_P2P_DISABLE=1, 2 processes (MPS): all_reduce, all_gather,
+#                       reduce_scatter, broadcast, reduce 8 B-64 MiB (Note [Staged protocol])
 #             t_torch   examples/torch_p2p.py, 2 processes: Accord (CUDA tensors, MPS), Gloo (CPU)
 #             t_tcp     ACCORD_SHM_DISABLE=1, 2 processes (MPS): all_reduce 64 MiB of GPU buffers
 #                       (nccl-tests), then of host buffers (Accord's all_reduce_perf)
@@ -287,7 +288,11 @@ for s in $steps; do
     t_mps4) ran_targets=1; mps_on
       for c in all_reduce sendrecv alltoall; do nt_mpi "t_mps4_$c" 4 "$c" -b 8 -e 64M -f 8 -n 20 -w 5; done ;;
     t_staged) ran_targets=1; mps_on
-      NT_X=(-x ACCORD_P2P_DISABLE=1); nt_mpi t_staged_all_reduce 2 all_reduce -b 8 -e 64M -f 8 -n 20 -w 5; NT_X=() ;;
+      NT_X=(-x ACCORD_P2P_DISABLE=1)
+      for c in all_reduce all_gather reduce_scatter broadcast reduce; do
+        nt_mpi "t_staged_$c" 2 "$c" -b 8 -e 64M -f 8 -n 20 -w 5
+      done
+      NT_X=() ;;
     t_torch) ran_targets=1; mps_on
       step t_torch_p2p_accord 90 torch_p2p env LD_PRELOAD="$build/nccl/libaccord_nccl.so" \
         python3 -m torch.distributed.run --master-port 29565 --nproc-per-node 2 examples/torch_p2p.py
