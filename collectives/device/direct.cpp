@@ -167,10 +167,21 @@ Status DirectEngine::set_user_slot(int slot, const std::vector<const uint8_t*>& 
   return st.prefix(format("rank %d: the registered buffers' table (slot %d): ", rank_, slot));
 }
 
+// Note [Staged pipeline]: its stream and events, once the kernels are done.
+void DirectEngine::destroy_side() {
+  if (side_.id != 0) (void)rt_->destroy_stream(side_);
+  side_ = Stream{};
+  for (Event* e : {&a_done_, &out_done_[0], &out_done_[1]}) {
+    if (e->id != 0) (void)rt_->destroy_event(*e);
+    *e = Event{};
+  }
+}
+
 DirectEngine::~DirectEngine() {
   if (rt_ == nullptr) return;
   if (rescue_.id != 0) (void)rt_->destroy_stream(rescue_);
   rescue_ = Stream{};
+  destroy_side();
   if (held_ == nullptr) {  // init failed before the peers could address it
     for (void* p : opened_) (void)rt_->ipc_close_handle(p);
     (void)rt_->free_device(table_);
@@ -187,6 +198,7 @@ bool DirectEngine::let_go(const std::vector<void*>& more) {
   // release_waits' stream writes into the peers' scratch: done before the mappings close.
   if (rescue_.id != 0) (void)rt_->destroy_stream(rescue_);
   rescue_ = Stream{};
+  destroy_side();
   for (void* p : opened_) (void)rt_->ipc_close_handle(p);
   opened_.clear();
   std::vector<void*> memory = {table_, mine_};

@@ -140,6 +140,7 @@ class DirectEngine {
   Status upload_table(const std::vector<uint8_t*>& table, const DirectSetup& s);
   Status launch_phase(const DevLaunch& l, Stream stream);  // direct_wait.cpp
   void release_staged();
+  void destroy_side();  // Note [Staged pipeline]
 
   DeviceRuntime* rt_ = nullptr;
   int rank_ = 0;
@@ -167,6 +168,12 @@ class DirectEngine {
   std::string staged_why_;
   std::vector<uint8_t*> staging_;       // [nranks] every rank's staging area, as this process maps it
   std::vector<uint8_t*> staging_dev_;   // the same, as the GPU addresses it (device_address)
+  // Note [Staged pipeline]: the stream that stages out (copies out and tells) beside the
+  // caller's, and its events: A of a round done (on the caller's stream), a round's staging
+  // out done (on side_, by round parity).
+  Stream side_;
+  Event a_done_;
+  Event out_done_[2];
 };
 
 }  // namespace accord::dev
