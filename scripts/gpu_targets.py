@@ -69,6 +69,14 @@ class Table:
     def __init__(self, logs, summary):
         self.logs, self.summary, self.lines, self.unmet = logs, summary, [], 0
 
+    def log(self, step):
+        """A step's log (LOG_DIR/STEP.log), or "" when it has none."""
+        try:
+            with open(os.path.join(self.logs, step + ".log"), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
     def step_note(self, step):
         s = self.summary.get(step)
         return f" (step {s})" if s and not s.startswith("ok") else ""
@@ -131,9 +139,10 @@ def main():
     r = (rows or {}).get(8)
     t.lines.append(f"| 33 | the real NCCL, 1 process, in-place / out-of-place 8 B (reference) | - | "
                    f"{'%g / %g us' % (r['ip_time'], r['time']) if r and r['ip_time'] is not None else 'not measured'} | - |")
-    nccl_logs = sorted(f for f in os.listdir(a.logs) if f.startswith("t_") and f.endswith(".log")
-                       and nccl_rows(os.path.join(a.logs, f))[0])
-    inexact = [f[:-4] for f in nccl_logs if not exact(*nccl_rows(os.path.join(a.logs, f)))]
+    runs = {f[:-4]: nccl_rows(os.path.join(a.logs, f)) for f in sorted(os.listdir(a.logs))
+            if f.startswith("t_") and f.endswith(".log")}
+    nccl_logs = [name for name, (rows, _) in runs.items() if rows]
+    inexact = [name for name in nccl_logs if not exact(*runs[name])]
     t.add("33-35", "every size of every nccl-tests run exact (#wrong 0, out of bounds 0)", "exact",
           f"{len(nccl_logs) - len(inexact)} of {len(nccl_logs)} runs exact" +
           (f"; not: {', '.join(inexact)}" if inexact else "") if nccl_logs else None, not inexact)
@@ -150,27 +159,16 @@ def main():
     else:
         t.add(34, "PyTorch DDP, 2 processes, no MPS: ms a step, Accord against Gloo", "below Gloo's",
               f"{max(acc):.2f} against {max(gloo):.2f} ms", max(acc) < max(gloo))
-    try:
-        with open(os.path.join(a.logs, "t_ddp_slice.log"), errors="replace") as f:
-            text = f.read()
-        equal = [re.search(rf"losses rank {r}: (equal|different)", text) for r in (0, 1)]
-        t.add(35, "examples/pytorch_ddp.py, 2 processes on one GPU: losses, Accord against Gloo", "equal",
-              None if None in equal else ", ".join(f"rank {r} {m.group(1)}" for r, m in enumerate(equal)),
-              None not in equal and all(m.group(1) == "equal" for m in equal), "t_ddp_slice")
-    except OSError:
-        t.add(35, "examples/pytorch_ddp.py, 2 processes on one GPU: losses, Accord against Gloo", "equal", None, None,
-              "t_ddp_slice")
-    try:
-        with open(os.path.join(a.logs, "t_kill_slice.log"), errors="replace") as f:
-            text = f.read()
-        m = re.search(r"rank 0 exit (\d+), (\d+) ms after the kill", text)
-        named = re.search(r"rank 1\b", text.split("=== ", 2)[-1]) is not None
-        t.add(34, "kill -9 of one of 2 processes mid-collective, no MPS", "survivor fails within 2 s naming rank 1",
-              f"exit {m.group(1)} after {m.group(2)} ms; rank 1 {'named' if named else '**not named**'}" if m else None,
-              bool(m) and m.group(1) != "0" and int(m.group(2)) <= 2000 and named, "t_kill_slice")
-    except OSError:
-        t.add(34, "kill -9 of one of 2 processes mid-collective, no MPS", "survivor fails within 2 s naming rank 1",
-              None, None, "t_kill_slice")
+    equal = [re.search(rf"losses rank {r}: (equal|different)", t.log("t_ddp_slice")) for r in (0, 1)]
+    t.add(35, "examples/pytorch_ddp.py, 2 processes on one GPU: losses, Accord against Gloo", "equal",
+          None if None in equal else ", ".join(f"rank {r} {m.group(1)}" for r, m in enumerate(equal)),
+          None not in equal and all(m.group(1) == "equal" for m in equal), "t_ddp_slice")
+    text = t.log("t_kill_slice")
+    m = re.search(r"rank 0 exit (\d+), (\d+) ms after the kill", text)
+    named = re.search(r"rank 1\b", text.split("=== ", 2)[-1]) is not None
+    t.add(34, "kill -9 of one of 2 processes mid-collective, no MPS", "survivor fails within 2 s naming rank 1",
+          f"exit {m.group(1)} after {m.group(2)} ms; rank 1 {'named' if named else '**not named**'}" if m else None,
+          bool(m) and m.group(1) != "0" and int(m.group(2)) <= 2000 and named, "t_kill_slice")
     # issue 35
     for np_, step in ((2, "t_mps2"), (4, "t_mps4")):
         for c in ("sendrecv", "alltoall"):
@@ -181,17 +179,12 @@ def main():
     for c in ("sendrecv", "alltoall"):
         t.nccl(35, f"{c} 64 MiB busbw, {mps2}", f"t_mps2_{c}", 64 * MiB, "busbw", ">=", 200, "GB/s")
     for backend in ("accord", "gloo"):
-        try:
-            with open(os.path.join(a.logs, f"t_torch_p2p_{backend}.log"), errors="replace") as f:
-                text = f.read()
-            done = "all results exact" in text
-            t.add(35, "torch send/recv, batch_isend_irecv, all_to_all_single" +
-                  (", premul_sum on CUDA tensors, 2 processes, Accord" if backend == "accord"
-                   else " on CPU tensors, 2 processes, Gloo (the reference)"), "exact",
-                  "exact" if done else "**not exact, or failed**", done, f"t_torch_p2p_{backend}")
-        except OSError:
-            t.add(35, f"torch point-to-point (examples/torch_p2p.py), 2 processes, {backend}", "exact", None, None,
-                  f"t_torch_p2p_{backend}")
+        text = t.log(f"t_torch_p2p_{backend}")
+        done = "all results exact" in text
+        t.add(35, "torch send/recv, batch_isend_irecv, all_to_all_single" +
+              (", premul_sum on CUDA tensors, 2 processes, Accord" if backend == "accord"
+               else " on CPU tensors, 2 processes, Gloo (the reference)"), "exact",
+              None if not text else "exact" if done else "**not exact, or failed**", done, f"t_torch_p2p_{backend}")
     dev_rows, dev_ok = nccl_rows(os.path.join(a.logs, "t_tcp_device.log"))
     host_rows, _ = nccl_rows(os.path.join(a.logs, "t_tcp_host.log"))
     dv = (dev_rows or {}).get(64 * MiB)
@@ -203,17 +196,15 @@ def main():
               + ("" if exact(dev_rows, dev_ok) else "; **not exact**"), share >= 0.7 and exact(dev_rows, dev_ok))
     else:
         t.add(35, "all_reduce 64 MiB of GPU buffers over TCP, against host buffers", ">= 70 %", None, None, "t_tcp_device")
-    # issue 37
-    try:
-        with open(os.path.join(a.logs, "t_demo.log"), errors="replace") as f:
-            text = f.read()
-        m = re.search(r"demo seconds after the build: (\d+)", text)
-        gpu = re.search(r"^GPU:", text, re.M) is not None and "skipped" not in text.split("GPU:", 1)[-1].split("\n")[0]
-        t.add(37, "./scripts/demo.sh on the GPU machine: GPU sections run, exact", "<= 120 s after the build",
-              f"{m.group(1)} s, GPU sections {'ran' if gpu else '**did not run**'}" if m else None,
-              bool(m) and gpu and int(m.group(1)) <= 120 and "rc 0" in text, "t_demo")
-    except OSError:
-        t.add(37, "./scripts/demo.sh on the GPU machine", "<= 120 s after the build", None, None, "t_demo")
+    # issue 37: demo.sh's summary line is "GPU (NAME): ...; exact" after a run on a GPU, "GPU
+    # (simulated, ...)" on simulated ones, "GPU: skipped (...)" without.
+    text = t.log("t_demo")
+    m = re.search(r"demo seconds after the build: (\d+)", text)
+    line = re.search(r"^GPU \((?!simulated).*$", text, re.M)
+    gpu = line is not None and line.group(0).endswith("exact")
+    t.add(37, "./scripts/demo.sh on the GPU machine: GPU sections run, exact", "<= 120 s after the build",
+          f"{m.group(1)} s, GPU sections {'ran, exact' if gpu else '**did not run, or not exact**'}" if m else None,
+          bool(m) and gpu and int(m.group(1)) <= 120 and re.search(r"^demo rc 0;", text, re.M) is not None, "t_demo")
     head = f"GPU targets{' on ' + a.device if a.device else ''}{', ' + a.date if a.date else ''} " \
            f"(scripts/gpu_targets.py {a.logs})"
     print(head)

@@ -72,7 +72,21 @@ check "DDP against Gloo" "| 34 | PyTorch DDP, 2 processes, no MPS: ms a step, Ac
 check "DDP losses" "| rank 0 equal, rank 1 different | **not met** |"
 check "the kill" "| exit 1 after 840 ms; rank 1 named | met |"
 check "TCP against host buffers" "| 7.5 against 10 GB/s (75%) | met |"
-check "the demo, not run" "| 37 | ./scripts/demo.sh on the GPU machine | <= 120 s after the build | not measured"
+check "the demo, not run" "| 37 | ./scripts/demo.sh on the GPU machine: GPU sections run, exact | <= 120 s after the build | not measured"
+check "torch, not run" "| 35 | torch send/recv, batch_isend_irecv, all_to_all_single on CPU tensors, 2 processes, Gloo (the reference) | exact | not measured"
+# demo.sh's summary (gpu-check.sh's demo_check keeps its tail): a run on a real GPU meets the
+# target; one whose GPU part was simulated or skipped does not.
+demo() {  # demo GPU_LINE: the step's log
+  printf '=== t_demo: demo_check\nhost all-reduce, 2 ranks: ...\n%s\ndemo rc 0; demo seconds after the build: 61\n' "$1" \
+    >"$tmp/logs/t_demo.log"
+  python3 "$scripts/gpu_targets.py" "$tmp/logs" >"$tmp/table"
+}
+demo "GPU (NVIDIA H200): 1 rank 8 us at 8 B; 2 processes on GPU 0 (no MPS) 60 us at 8 B; exact"
+check "the demo on a GPU" "| 61 s, GPU sections ran, exact | met |"
+demo "GPU (simulated, 4 x V100): 1 rank and 2 processes on GPU 0 exact; no GPU times"
+check "the demo on simulated GPUs" "| 61 s, GPU sections **did not run, or not exact** | **not met** |"
+demo "GPU (NVIDIA H200): 1 rank 8 us at 8 B; 2 processes on GPU 0 (MPS) failed; FAILED (section 3)"
+check "the demo's GPU part failed" "| 61 s, GPU sections **did not run, or not exact** | **not met** |"
 # gpu-check.sh's t_one on fake nccl-tests: the logs, summary.txt and targets.md.
 mkdir -p "$tmp/nt" "$tmp/build/nccl" "$tmp/bin"
 cat >"$tmp/nt/all_reduce_perf" <<'EOS'
