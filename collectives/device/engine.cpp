@@ -71,6 +71,8 @@ DeviceEngine::DeviceEngine(Communicator& comm)
       nhosts_(comm.nhosts_),
       abort_(comm.abort_) {}
 
+bool DeviceEngine::same_process(int a, int b) const { return comm_.same_process(a, b); }
+
 bool DeviceEngine::job_has_gpus() const {
   return std::any_of(device_of_.begin(), device_of_.end(), [](int d) { return d >= 0; });
 }

@@ -139,9 +139,7 @@ class DeviceEngine {
   const std::vector<std::string>& pidns_of_;
   const int& nhosts_;
   const std::atomic<bool>& abort_;
-  bool same_process(int a, int b) const {
-    return proc_of_.empty() ? a == b : proc_of_[static_cast<size_t>(a)] == proc_of_[static_cast<size_t>(b)];
-  }
+  bool same_process(int a, int b) const;  // the communicator's (Note [Process identity])
 
   Status register_slots();
   Status warm_up_kernel();  // Note [Warm-up launch] (engine.cpp)
