@@ -167,10 +167,13 @@ Status DirectEngine::set_user_slot(int slot, const std::vector<const uint8_t*>& 
   return st.prefix(format("rank %d: the registered buffers' table (slot %d): ", rank_, slot));
 }
 
-// Note [Staged pipeline]: its stream and events, once the kernels are done.
-void DirectEngine::destroy_side() {
-  if (side_.id != 0) (void)rt_->destroy_stream(side_);
-  side_ = Stream{};
+// release_waits' stream, and the staged pipeline's stream and events (Note [Staged pipeline]),
+// once the kernels are done.
+void DirectEngine::destroy_streams() {
+  for (Stream* st : {&rescue_, &side_}) {
+    if (st->id != 0) (void)rt_->destroy_stream(*st);
+    *st = Stream{};
+  }
   for (Event* e : {&a_done_, &out_done_[0], &out_done_[1]}) {
     if (e->id != 0) (void)rt_->destroy_event(*e);
     *e = Event{};
@@ -179,9 +182,7 @@ void DirectEngine::destroy_side() {
 
 DirectEngine::~DirectEngine() {
   if (rt_ == nullptr) return;
-  if (rescue_.id != 0) (void)rt_->destroy_stream(rescue_);
-  rescue_ = Stream{};
-  destroy_side();
+  destroy_streams();
   if (held_ == nullptr) {  // init failed before the peers could address it
     for (void* p : opened_) (void)rt_->ipc_close_handle(p);
     (void)rt_->free_device(table_);
@@ -196,9 +197,7 @@ bool DirectEngine::let_go(const std::vector<void*>& more) {
   if (let_go_ || held_ == nullptr) return false;
   let_go_ = true;
   // release_waits' stream writes into the peers' scratch: done before the mappings close.
-  if (rescue_.id != 0) (void)rt_->destroy_stream(rescue_);
-  rescue_ = Stream{};
-  destroy_side();
+  destroy_streams();
   for (void* p : opened_) (void)rt_->ipc_close_handle(p);
   opened_.clear();
   std::vector<void*> memory = {table_, mine_};

@@ -140,7 +140,7 @@ class DirectEngine {
   Status upload_table(const std::vector<uint8_t*>& table, const DirectSetup& s);
   Status launch_phase(const DevLaunch& l, Stream stream);  // direct_wait.cpp
   void release_staged();
-  void destroy_side();  // Note [Staged pipeline]
+  void destroy_streams();  // rescue_, side_ and its events
 
   DeviceRuntime* rt_ = nullptr;
   int rank_ = 0;
