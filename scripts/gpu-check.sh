@@ -144,28 +144,40 @@ step() {
 }
 
 # The ddp step: four runs of the example, then the comparisons; fails if any run or comparison does.
-ddp_check() {
-  local out=$logs/ddp rc=0 r
-  local run=(python3 -m torch.distributed.run --master-port 29561)
+# ddp_pair OUT PORT: the example on 2 processes sharing GPU 0, Accord then Gloo, and their losses
+# compared rank by rank ("losses rank R: equal" or "different"); fails if any of it does.
+ddp_pair() {
+  local out=$1 rc=0 r
+  local run=(python3 -m torch.distributed.run --master-port "$2" --nproc-per-node 2)
   local args=(examples/pytorch_ddp.py --device cuda --steps "${DDP_STEPS:-300}" --quiet)
-  local accord=(env LD_PRELOAD="$build/nccl/libaccord_nccl.so")
   mkdir -p "$out"
-  echo "--- 1 process, PyTorch's NCCL"; "${run[@]}" --nproc-per-node 1 "${args[@]}" --backend nccl --out "$out/nccl1" || rc=1
-  echo "--- 1 process, Accord"; "${accord[@]}" "${run[@]}" --nproc-per-node 1 "${args[@]}" --backend nccl \
-    --out "$out/accord1" || rc=1
-  echo "--- 2 processes on GPU 0, Accord"; "${accord[@]}" "${run[@]}" --nproc-per-node 2 "${args[@]}" --backend nccl \
-    --out "$out/accord2" || rc=1
-  echo "--- 2 processes on GPU 0, Gloo"; "${run[@]}" --nproc-per-node 2 "${args[@]}" --backend gloo --out "$out/gloo2" || rc=1
+  echo "--- 2 processes on GPU 0, Accord"
+  env LD_PRELOAD="$build/nccl/libaccord_nccl.so" "${run[@]}" "${args[@]}" --backend nccl --out "$out/accord2" || rc=1
+  echo "--- 2 processes on GPU 0, Gloo"; "${run[@]}" "${args[@]}" --backend gloo --out "$out/gloo2" || rc=1
+  for r in 0 1; do
+    if python3 scripts/compare_losses.py "$out/accord2.rank$r" "$out/gloo2.rank$r"; then
+      echo "losses rank $r: equal"
+    else
+      echo "losses rank $r: different"; rc=1
+    fi
+  done
+  return $rc
+}
+ddp_check() {
+  local out=$logs/ddp rc=0
+  local run=(python3 -m torch.distributed.run --master-port 29561 --nproc-per-node 1)
+  local args=(examples/pytorch_ddp.py --device cuda --steps "${DDP_STEPS:-300}" --quiet)
+  mkdir -p "$out"
+  echo "--- 1 process, PyTorch's NCCL"; "${run[@]}" "${args[@]}" --backend nccl --out "$out/nccl1" || rc=1
+  echo "--- 1 process, Accord"
+  env LD_PRELOAD="$build/nccl/libaccord_nccl.so" "${run[@]}" "${args[@]}" --backend nccl --out "$out/accord1" || rc=1
   echo "--- losses: 1 process, NCCL against Accord"
   python3 scripts/compare_losses.py "$out/nccl1.rank0" "$out/accord1.rank0" || rc=1
-  for r in 0 1; do
-    echo "--- losses: 2 processes, rank $r, Accord against Gloo"
-    python3 scripts/compare_losses.py "$out/accord2.rank$r" "$out/gloo2.rank$r" || rc=1
-  done
+  ddp_pair "$out" 29561 || rc=1
   grep -H "ms a step" "$out"/*.rank*
   return $rc
 }
-export -f ddp_check  # for step's bash -c, with the variables it reads
+export -f ddp_pair ddp_check  # for step's bash -c, with the variables it reads
 export build logs
 
 # The targets steps' helpers: NVIDIA's nccl-tests on Accord (build/nccl/libnccl.so.2 first) or on
@@ -182,24 +194,28 @@ NT_X=()
 real_nccl_lib() {
   python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0] + "/lib")' 2>/dev/null
 }
-# The no-MPS DDP comparison: the example on 2 processes sharing GPU 0, Accord then Gloo.
+# The no-MPS DDP comparison: ddp_pair, ms a step of each.
 ddp_slice_check() {
-  local out=$logs/t_ddp_slice rc=0
-  local run=(python3 -m torch.distributed.run --master-port 29563 --nproc-per-node 2)
-  local args=(examples/pytorch_ddp.py --device cuda --steps "${DDP_STEPS:-300}" --quiet)
-  mkdir -p "$out"
-  echo "--- 2 processes on GPU 0, no MPS, Accord"
-  env LD_PRELOAD="$build/nccl/libaccord_nccl.so" "${run[@]}" "${args[@]}" --backend nccl --out "$out/accord2" || rc=1
-  echo "--- 2 processes on GPU 0, no MPS, Gloo"; "${run[@]}" "${args[@]}" --backend gloo --out "$out/gloo2" || rc=1
-  for r in 0 1; do
-    if python3 scripts/compare_losses.py "$out/accord2.rank$r" "$out/gloo2.rank$r"; then
-      echo "losses rank $r: equal"
-    else
-      echo "losses rank $r: different"; rc=1
-    fi
-  done
-  grep -H "ms a step" "$out"/*.rank*
+  local rc=0
+  ddp_pair "$logs/t_ddp_slice" 29563 || rc=1
+  grep -H "ms a step" "$logs"/t_ddp_slice/*.rank*
   return $rc
+}
+# kill_check PORT SECONDS: 2 ranks on GPU 0 in 64 MiB all-reduces, without mpirun (which would
+# kill the survivor itself); rank 1 is killed -9 after SECONDS, and rank 0 must fail, saying
+# when.
+kill_check() {
+  export ACCORD_DEVICE=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$1
+  RANK=0 "$perf" -g 1 -b 64M -e 64M -n 100000 -w 1 & local p0=$!
+  RANK=1 "$perf" -g 1 -b 64M -e 64M -n 100000 -w 1 & local p1=$!
+  sleep "$2"
+  kill -9 $p1
+  local t rc
+  t=$(date +%s%N)
+  wait $p0
+  rc=$?
+  echo "rank 0 exit $rc, $((($(date +%s%N) - t) / 1000000)) ms after the kill"
+  [ $rc != 0 ]
 }
 # demo.sh, and its seconds after the build: its summary's total less its build steps'.
 demo_check() {
@@ -213,14 +229,14 @@ demo_check() {
   echo "demo rc $rc; demo seconds after the build: $((${total:-0} - built))"
   return $rc
 }
-export -f ddp_slice_check demo_check
+export -f ddp_slice_check kill_check demo_check
 expand_targets() {
   echo t_one t_mps2 t_mps4 t_staged t_torch t_tcp t_slice t_kill_slice t_ddp_slice t_ncu t_demo
 }
 steps=$(for s in $steps; do [ "$s" = targets ] && expand_targets || echo "$s"; done)
 ran_targets=0
 
-perf=$build/bench/all_reduce_perf
+export perf=$build/bench/all_reduce_perf  # kill_check reads it
 gdb=$(command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv,noheader
 for s in $steps; do
@@ -264,12 +280,7 @@ for s in $steps; do
     tcp2p2p) mps_on
       step tcp2p2p 150 gpu_p2p_test env ACCORD_DEVICE=0 "$build/tests/gpu_path/gpu_p2p_test" \
         --gtest_filter='GpuP2pProcesses.*Tcp*' ;;
-    kill) mps_on  # without mpirun, which would kill the survivor itself
-      step kill 60 all_reduce_perf bash -c "export ACCORD_DEVICE=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29533
-        RANK=0 $perf -g 1 -b 64M -e 64M -n 100000 -w 1 & p0=\$!
-        RANK=1 $perf -g 1 -b 64M -e 64M -n 100000 -w 1 & p1=\$!
-        sleep 6; kill -9 \$p1; t=\$(date +%s%N); wait \$p0; rc=\$?
-        echo rank 0 exit \$rc, \$(( (\$(date +%s%N) - t) / 1000000 )) ms after the kill; [ \$rc != 0 ]" ;;
+    kill) mps_on; step kill 60 all_reduce_perf kill_check 29533 6 ;;
     gpusuite3) step gpusuite3 120 "build/(tests|trainer)" "${plain[@]}" meson test -C "$build" --suite gpu \
              --num-processes 4 --repeat 3 --no-rebuild ;;
     all12|all2) step "$s" ${ALL_LIMIT:-570} "build/(tests|trainer|bench)" "${plain[@]}" meson test -C "$build" \
@@ -304,12 +315,7 @@ for s in $steps; do
     t_slice) ran_targets=1; mps_off
       NT_LIMIT=120 nt_mpi t_slice2_all_reduce 2 all_reduce -b 8 -e 128M -f 16 -n 10 -w 2
       NT_LIMIT=90 nt_mpi t_slice4_all_reduce 4 all_reduce -b 8 -e 8 -n 20 -w 2 ;;
-    t_kill_slice) ran_targets=1; mps_off  # as kill, without MPS
-      step t_kill_slice 60 all_reduce_perf bash -c "export ACCORD_DEVICE=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29535
-        RANK=0 $perf -g 1 -b 64M -e 64M -n 100000 -w 1 & p0=\$!
-        RANK=1 $perf -g 1 -b 64M -e 64M -n 100000 -w 1 & p1=\$!
-        sleep 8; kill -9 \$p1; t=\$(date +%s%N); wait \$p0; rc=\$?
-        echo rank 0 exit \$rc, \$(( (\$(date +%s%N) - t) / 1000000 )) ms after the kill; [ \$rc != 0 ]" ;;
+    t_kill_slice) ran_targets=1; mps_off; step t_kill_slice 60 all_reduce_perf kill_check 29535 8 ;;
     t_ddp_slice) ran_targets=1; mps_off; step t_ddp_slice 240 pytorch_ddp ddp_slice_check ;;
     t_ncu) ran_targets=1; mps_off
       step t_ncu 150 all_reduce_perf "${accord_nt[@]}" "${mpi[@]}" -x NCCL_TESTS_DEVICE=0 \
