@@ -30,6 +30,25 @@
 // receives on device buffers launches its collectives at their call and its sends and
 // receives at the group's end (every rank does the same, so they still match).
 //
+// Note [Point-to-point FIFOs]: a pair of ranks that address each other's GPU memory (p2p or
+// ipc: one GPU, or peers) has, beside its FIFO for the collectives, a second FIFO each way for
+// sends and receives only, in the receiver's GPU memory (the same allocation and handle as the
+// first, after it): kP2pFifoSlots slots of a quarter of ACCORD_DEVICE_P2P_BYTES (8 MiB: 2 MiB
+// slots, against the collectives' 256 KiB). A batch's messages to and from such a peer are
+// cut at its slot size (point_to_point_schedule's piece per peer; both ends of a pair cut
+// alike, since every rank computes the pair's route alike and the setting is one of the
+// settings every rank shares), so a send of 64 MiB is 32 hand-offs instead of 256, each moved
+// by all the kernel's blocks (Note [Blocks]: one per 16 KiB, up to ACCORD_GPU_BLOCKS). The
+// kernel is the FIFO kernel, unchanged: DevCall::peers points at the sends' table, whose
+// FIFOs have counts and arrival counters of their own (DevFifo::count, ::arrive), so the
+// collectives' FIFO counts never see a point-to-point message and the host's counts of the
+// waiting form (p2p_sent_, p2p_recvd_) are the point-to-point FIFOs' in every job. Pairs
+// without one (host-staged, TCP) send and receive on the collectives' FIFOs, as before, and
+// their entries of the sends' table are the collectives' FIFOs. The progress argument of Note
+// [Point-to-point progress] is about messages and rounds, not their sizes, and needs 4 slots
+// or more (Note [FIFO depth]): it holds unchanged. Memory: 8 MiB of GPU memory per peer that
+// can address this GPU (7 peers: 56 MiB). Not measured on a GPU yet (issue 35's 200 GB/s).
+//
 // Note [Waiting point-to-point]: under the waiting protocol (ACCORD_SHARED_GPU_SYNC=wait, Note
 // [Waiting protocol] in device/direct_call.hpp; processes sharing a GPU without MPS) a batch
 // runs on the same FIFOs and the same FIFO kernel, cut into kernels that never wait inside.
@@ -136,7 +155,7 @@ Status DeviceEngine::enqueue_device_p2p(const std::vector<CollArgs>& ops, void* 
       rank_, self_sends.size(), self_recvs.size(), [&](size_t i) { return self_sends[i]; },
       [&](size_t i) { return self_recvs[i]; }));
   Schedule sched;
-  point_to_point_schedule(calls, rank_, nranks_, shape_.slot_bytes, &sched);
+  point_to_point_schedule(calls, rank_, nranks_, p2p_piece_, &sched);  // Note [Point-to-point FIFOs]
   if (sched.steps.empty()) return Status::success();
   dev::DevLaunch launch;
   std::memset(static_cast<void*>(&launch), 0, sizeof launch);
@@ -145,14 +164,16 @@ Status DeviceEngine::enqueue_device_p2p(const std::vector<CollArgs>& ops, void* 
   launch.call.elem_bytes = 1;
   launch.call.tag = p2p_tag(CollArgs{Collective::kSend, nullptr, nullptr, 0, ACCORD_UINT8, ACCORD_SUM, 0});
   if (direct_ != nullptr && direct_->waiting()) return launch_p2p_waiting(name, sched, launch, us, user_stream);
-  return launch_schedule(name, sched, &launch, us, user_stream);
+  return launch_schedule(name, sched, &launch, us, user_stream, /*direct=*/false, /*p2p=*/true);
 }
 
 Status DeviceEngine::launch_p2p_waiting(const char* name, const Schedule& sched, const dev::DevLaunch& launch,
                                         Stream us, void* user_stream) {
   const std::vector<Step>& steps = sched.steps;
   auto* ctl = static_cast<dev::DevCtl*>(ctl_dev_);
-  const uint32_t nslots = static_cast<uint32_t>(shape_.nslots);
+  // Every peer of a job on the direct protocol has a point-to-point FIFO (Note [Point-to-point
+  // FIFOs]); dev_recv_headers_ are its headers.
+  const uint32_t nslots = static_cast<uint32_t>(p2p_shape_.nslots);
   for (const Step& s : steps) {
     const int peer = s.kind == StepKind::kRecv ? s.recv_peer : s.send_peer;
     if (s.kind != StepKind::kCopy && dev_recv_headers_[static_cast<size_t>(peer)] == nullptr)
@@ -194,7 +215,7 @@ Status DeviceEngine::launch_p2p_waiting(const char* name, const Schedule& sched,
     }
     if (failed.ok()) {
       dev::DevLaunch l = launch;
-      Status st = launch_schedule(name, part, &l, us, user_stream);
+      Status st = launch_schedule(name, part, &l, us, user_stream, /*direct=*/false, /*p2p=*/true);
       if (!st.ok()) return queued_in_part(name, st);
     }
     for (size_t k = 0; k < part.steps.size() && failed.ok(); ++k) {

@@ -121,6 +121,10 @@ const std::vector<Entry>& entries() {
                  "pinned shared host memory per rank for the staged collectives, where ranks on one host have GPUs "
                  "(0: 4 MiB; each rank also keeps a copy of every rank's halves in its GPU: ranks x this; a call "
                  "larger than half of it runs in rounds)"),
+      SIZE_ENTRY("ACCORD_DEVICE_P2P_BYTES", device_p2p_bytes, "0",
+                 "GPU memory of each point-to-point FIFO between two ranks that address each other's GPU memory, in "
+                 "the receiver's GPU (0: 8 MiB); sends and receives of device buffers go in messages of a quarter of "
+                 "it; other pairs' sends and receives use the collectives' FIFOs"),
       STR_ENTRY("ACCORD_SHARED_GPU_SYNC", shared_gpu_sync, "auto",
                 "hand-offs of the direct protocol: wait (the stream waits between kernels, which needs no time "
                 "slice: processes sharing a GPU without MPS), spin (the kernel polls its peers' flags: fastest when "
@@ -264,7 +268,7 @@ bool shared(const Entry& e) {
                                         "ACCORD_NET_MBPS",       "ACCORD_SHM_SLOT_BYTES",
                                         "ACCORD_SHM_NSLOTS",     "ACCORD_CHECK",       "ACCORD_P2P_DISABLE",
                                         "ACCORD_DEVICE_PROTO",   "ACCORD_DIRECT_SCRATCH_BYTES", "ACCORD_STAGED_BYTES",
-                                        "ACCORD_SHARED_GPU_SYNC"};
+                                        "ACCORD_DEVICE_P2P_BYTES", "ACCORD_SHARED_GPU_SYNC"};
   for (const char* name : kShared)
     if (std::strcmp(name, e.info.name) == 0) return true;
   return false;

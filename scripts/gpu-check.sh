@@ -52,6 +52,7 @@
 #             t_mps2    2 processes on GPU 0 (MPS): all_reduce 8 B-128 MiB (also with -R 1: the
 #                       buffers registered, Note [User buffers mapped into peers]), sendrecv, alltoall,
 #                       all_gather, reduce_scatter, broadcast, reduce 8 B-64 MiB
+#                       (and sendrecv 64 MiB with ACCORD_DEVICE_P2P_BYTES=1M: 256 KiB slots)
 #             t_mps4    4 processes (MPS): all_reduce, sendrecv, alltoall 8 B-64 MiB
 #             t_staged  ACCORD_P2P_DISABLE=1, 2 processes (MPS): all_reduce, all_gather,
 #                       reduce_scatter, broadcast, reduce 8 B-64 MiB (Note [Staged protocol])
@@ -295,7 +296,11 @@ for s in $steps; do
       nt_mpi t_mps2_all_reduce_registered 2 all_reduce -b 8 -e 128M -f 4 -n 20 -w 5 -R 1
       for c in sendrecv alltoall all_gather reduce_scatter broadcast reduce; do
         nt_mpi "t_mps2_$c" 2 "$c" -b 8 -e 64M -f 8 -n 20 -w 5
-      done ;;
+      done
+      # Note [Point-to-point FIFOs]: the same sendrecv with the collectives' slot size (256 KiB).
+      NT_X=(-x ACCORD_DEVICE_P2P_BYTES=1M)
+      nt_mpi t_mps2_sendrecv_1m 2 sendrecv -b 64M -e 64M -n 20 -w 5
+      NT_X=() ;;
     t_mps4) ran_targets=1; mps_on
       for c in all_reduce sendrecv alltoall; do nt_mpi "t_mps4_$c" 4 "$c" -b 8 -e 64M -f 8 -n 20 -w 5; done ;;
     t_staged) ran_targets=1; mps_on

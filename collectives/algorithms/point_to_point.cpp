@@ -3,21 +3,32 @@
 // of one collective kernel (Note [Point-to-point schedules], collectives/point_to_point.cpp).
 //
 // The steps follow the host path's rounds (Note [Point-to-point progress]): each call is cut
-// into pieces of at most piece_bytes (one FIFO slot), and in every round a rank sends the next
+// into pieces of at most piece_bytes (one FIFO slot: the peer's, Note [Point-to-point FIFOs]),
+// and in every round a rank sends the next
 // piece to every peer it still has bytes for, then receives the next piece from every peer it
 // still expects bytes from. Calls for one peer go in call order, one after the other (NCCL's
 // matching rule). Sends to and receives from this rank pair in call order as copies, first.
 // Cost: one message per piece; a round sends at most one message to each peer.
+#include <algorithm>
+
 #include "collectives/schedule.hpp"
 
 namespace accord {
 
 void point_to_point_schedule(const std::vector<P2pCall>& calls, int rank, int nranks,
                              size_t piece_bytes, Schedule* out) {
+  point_to_point_schedule(calls, rank, nranks, std::vector<size_t>(static_cast<size_t>(std::max(nranks, 0)), piece_bytes),
+                          out);
+}
+
+void point_to_point_schedule(const std::vector<P2pCall>& calls, int rank, int nranks,
+                             const std::vector<size_t>& piece_bytes, Schedule* out) {
   out->steps.clear();
   out->scratch_bytes = 0;
-  if (piece_bytes == 0) piece_bytes = 1;
   const size_t n = static_cast<size_t>(nranks);
+  auto piece_of = [&](size_t peer) {
+    return peer < piece_bytes.size() && piece_bytes[peer] > 0 ? piece_bytes[peer] : size_t{1};
+  };
   struct Pending {
     const P2pCall* call;
     size_t done;
@@ -41,8 +52,7 @@ void point_to_point_schedule(const std::vector<P2pCall>& calls, int rank, int nr
   auto piece = [&](std::vector<Pending>& queue, size_t* next, bool send, size_t peer) {
     if (*next == queue.size()) return false;
     Pending& p = queue[*next];
-    const size_t bytes =
-        p.call->bytes - p.done < piece_bytes ? p.call->bytes - p.done : piece_bytes;
+    const size_t bytes = std::min(p.call->bytes - p.done, piece_of(peer));
     const uint64_t at = p.call->addr + p.done;
     Step s = send ? make_step(StepKind::kSend, Buf::kAddress, at, Buf::kOutput, 0, bytes,
                               static_cast<int>(peer))

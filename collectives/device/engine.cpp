@@ -78,7 +78,7 @@ bool DeviceEngine::job_has_gpus() const {
 }
 
 std::string DeviceEngine::plan_lines() const {
-  std::string out = direct_plan_;
+  std::string out = direct_plan_ + p2p_plan_;
   // Note [User buffers mapped into peers]: what registration has mapped so far.
   if (direct_ != nullptr && users_ != nullptr) out += users_->describe();
   return out;
@@ -706,43 +706,53 @@ uint32_t DeviceEngine::call_blocks(const Schedule& sched) const {
 // host-staged ones. It opens each peer's FIFO toward it in turn. Every rank decides each pair's
 // route from the same inputs (device_route), so both ends agree without another round. The
 // result is the DevPeer table the kernels read (dev_call.hpp), copied to GPU memory once.
+// Note [Point-to-point FIFOs] (point_to_point.cpp): each p2p or ipc pair's memory holds a second
+// FIFO, of larger slots, for sends and receives only; their table follows the collectives'.
 Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline) {
   if (device_ < 0) return Status::success();
+  ACCORD_TRY(p2p_fifo_shape(settings_.device_p2p_bytes, &p2p_shape_));
   ACCORD_TRY(join_fifo_hold(store, deadline));
   dev_route_of_.assign(static_cast<size_t>(nranks_), -1);
   dev_recv_headers_.assign(static_cast<size_t>(nranks_), nullptr);
   p2p_sent_.assign(static_cast<size_t>(nranks_), 0);
   p2p_recvd_.assign(static_cast<size_t>(nranks_), 0);
-  std::vector<dev::DevPeer> peers(static_cast<size_t>(nranks_));
-  // This rank's own counts (DevFifo::count): two per peer; then the blocks' arrival counters
-  // (DevFifo::arrive), nslots per count; then DevCall::grid's two words. All zero.
+  p2p_piece_.assign(static_cast<size_t>(nranks_), shape_.slot_bytes);
+  // [0, n): the collectives' table; [n, 2n): the sends and receives' (Note [Point-to-point
+  // FIFOs]), the same FIFO where a pair has no point-to-point FIFO.
   const size_t n = static_cast<size_t>(nranks_);
-  const size_t words = 2 * n + 2 * n * shape_.nslots + 2;
+  std::vector<dev::DevPeer> peers(2 * n);
+  // This rank's own counts (DevFifo::count): two per peer; then the blocks' arrival counters
+  // (DevFifo::arrive), nslots per count; then DevCall::grid's two words; then the same counts
+  // and counters of the point-to-point FIFOs. All zero.
+  const size_t p2p_words = 2 * n + 2 * n * p2p_shape_.nslots;
+  const size_t words = 2 * n + 2 * n * shape_.nslots + 2 + p2p_words;
   ACCORD_TRY(rt_->alloc_device(device_, sizeof(uint32_t) * words, &counts_dev_));
   ACCORD_TRY(rt_->memset_async(counts_dev_, 0, sizeof(uint32_t) * words, stream_));
   auto* counts = static_cast<uint32_t*>(counts_dev_);
-  grid_dev_ = counts + words - 2;
-  auto arrive_of = [&](const uint32_t* count) { return counts + 2 * n + (count - counts) * shape_.nslots; };
+  grid_dev_ = counts + words - p2p_words - 2;
+  uint32_t* p2p_counts = counts + words - p2p_words;
   max_blocks_ = kernel_blocks_limit();
   const size_t fifo_bytes = shape_.header_bytes() + shape_.data_bytes();
-  auto describe = [&](uint8_t* base, uint8_t* data, uint32_t* count) {
-    FifoView v(base, shape_, nullptr, data);
+  const size_t p2p_fifo_bytes = p2p_shape_.header_bytes() + p2p_shape_.data_bytes();
+  // `count` is one of the counts at `first` (counts or p2p_counts), whose arrival counters follow.
+  auto describe = [&](uint8_t* base, uint8_t* data, uint32_t* count, const FifoShape& shape, uint32_t* first) {
+    FifoView v(base, shape, nullptr, data);
     dev::DevFifo f;
     f.head = reinterpret_cast<uint32_t*>(&v.ctrl->head);
     f.headers = reinterpret_cast<uint8_t*>(v.headers);
     f.data = v.data;
     f.count = count;
-    f.arrive = arrive_of(count);
-    f.slot_stride = shape_.slot_stride();
-    f.nslots = static_cast<uint32_t>(shape_.nslots);
-    f.slot_bytes = static_cast<uint32_t>(shape_.slot_bytes);
+    f.arrive = first + 2 * n + (count - first) * shape.nslots;
+    f.slot_stride = shape.slot_stride();
+    f.nslots = static_cast<uint32_t>(shape.nslots);
+    f.slot_bytes = static_cast<uint32_t>(shape.slot_bytes);
     return f;
   };
   // The device address of host-staged FIFO memory (this or a peer's segment, registered).
   auto host_fifo = [&](void* host, uint32_t* count, dev::DevFifo* out) -> Status {
     void* at = nullptr;
     ACCORD_TRY(rt_->device_address(host, &at));
-    *out = describe(static_cast<uint8_t*>(at), nullptr, count);
+    *out = describe(static_cast<uint8_t*>(at), nullptr, count, shape_, counts);
     return Status::success();
   };
   std::vector<std::pair<int, DeviceRoute>> direct;
@@ -762,14 +772,21 @@ Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline)
     }
     const int pd = device_of_[static_cast<size_t>(peer)];
     void* mem = nullptr;
-    ACCORD_TRY(rt_->alloc_device(device_, fifo_bytes, &mem)
-                   .prefix(format("rank %d: device FIFO from rank %d (GPU %d) to GPU %d: ", rank_, peer, pd,
-                                  device_)));
+    ACCORD_TRY(rt_->alloc_device(device_, fifo_bytes + p2p_fifo_bytes, &mem)
+                   .prefix(format("rank %d: device FIFOs from rank %d (GPU %d) to GPU %d (%zu bytes; "
+                                  "ACCORD_DEVICE_P2P_BYTES sets the larger part): ",
+                                  rank_, peer, pd, device_, fifo_bytes + p2p_fifo_bytes)));
     dev_fifo_mem_.push_back(mem);
-    ACCORD_TRY(rt_->memset_async(mem, 0, fifo_bytes, stream_));
     auto* base = static_cast<uint8_t*>(mem);
-    p.recv = describe(base, base + shape_.header_bytes(), recv_count);
-    dev_recv_headers_[static_cast<size_t>(peer)] = p.recv.headers;  // Note [Waiting point-to-point]
+    // Zero is an empty FIFO: the collectives' FIFO whole, the point-to-point one's headers
+    // (its slots are written before they are read).
+    ACCORD_TRY(rt_->memset_async(mem, 0, fifo_bytes + p2p_shape_.header_bytes(), stream_));
+    p.recv = describe(base, base + shape_.header_bytes(), recv_count, shape_, counts);
+    uint8_t* pbase = base + fifo_bytes;
+    dev::DevPeer& q = peers[n + static_cast<size_t>(peer)];
+    q.recv = describe(pbase, pbase + p2p_shape_.header_bytes(), p2p_counts + 2 * peer + 1, p2p_shape_, p2p_counts);
+    dev_recv_headers_[static_cast<size_t>(peer)] = q.recv.headers;  // Note [Waiting point-to-point]
+    p2p_piece_[static_cast<size_t>(peer)] = p2p_shape_.slot_bytes;
     direct.emplace_back(peer, route);
   }
   // Every FIFO is zero (an empty FIFO) before a peer can learn where it is.
@@ -823,7 +840,10 @@ Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline)
     }
     auto* base = static_cast<uint8_t*>(data);
     peers[static_cast<size_t>(peer)].send =
-        describe(base, base + shape_.header_bytes(), counts + 2 * peer);
+        describe(base, base + shape_.header_bytes(), counts + 2 * peer, shape_, counts);
+    uint8_t* pbase = base + fifo_bytes;
+    peers[n + static_cast<size_t>(peer)].send =
+        describe(pbase, pbase + p2p_shape_.header_bytes(), p2p_counts + 2 * peer, p2p_shape_, p2p_counts);
   }
   // Note [Device data over TCP]: two pinned FIFOs of this rank per TCP peer with a GPU.
   for (int peer : remote_ranks_) {
@@ -844,12 +864,41 @@ Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline)
       ACCORD_TRY(store->get(format("dfifo_opened/%d", peer), &unused, deadline, format("rank %d", peer)));
     }
   }
+  // Pairs without a point-to-point FIFO send and receive on the collectives' FIFOs.
+  for (size_t r = 0; r < n; ++r) {
+    if (peers[n + r].recv.headers == nullptr) peers[n + r].recv = peers[r].recv;
+    if (peers[n + r].send.headers == nullptr) peers[n + r].send = peers[r].send;
+  }
   ACCORD_TRY(upload_peers(peers));
+  p2p_peers_dev_ = static_cast<dev::DevPeer*>(peers_dev_) + n;
   start_tcp_pumps();
-  LOG_INFO(kGpu, "rank %d: device FIFOs with %zu peer%s in GPU memory (%zu slots x %zu KiB of GPU %d memory each); "
-           "kernels of up to %u blocks",
+  const size_t others = static_cast<size_t>(
+      std::count_if(dev_route_of_.begin(), dev_route_of_.end(), [](int r) { return r >= 0; })) - direct.size();
+  p2p_plan_ = format("sends and receives of GPU buffers: %zu peer%s on FIFOs of %zu x %zu KiB in GPU memory "
+                     "(ACCORD_DEVICE_P2P_BYTES)%s\n",
+                     direct.size(), direct.size() == 1 ? "" : "s", p2p_shape_.nslots, p2p_shape_.slot_bytes >> 10,
+                     others == 0 ? ""
+                                 : format(", %zu on the collectives' FIFOs of %zu x %zu KiB (host-staged or TCP)",
+                                          others, shape_.nslots, shape_.slot_bytes >> 10)
+                                       .c_str());
+  if (direct.size() + others == 0) p2p_plan_.clear();  // no peer on a GPU route
+  LOG_INFO(kGpu, "rank %d: device FIFOs with %zu peer%s in GPU memory (%zu slots x %zu KiB of GPU %d memory each, "
+           "and for sends and receives %zu x %zu KiB); kernels of up to %u blocks",
            rank_, direct.size(), direct.size() == 1 ? "" : "s", shape_.nslots, shape_.slot_bytes >> 10, device_,
-           max_blocks_);
+           p2p_shape_.nslots, p2p_shape_.slot_bytes >> 10, max_blocks_);
+  return Status::success();
+}
+
+Status p2p_fifo_shape(int64_t setting, FifoShape* out) {
+  const size_t bytes = setting > 0 ? static_cast<size_t>(setting) : kDefaultP2pFifoBytes;
+  out->nslots = kP2pFifoSlots;
+  out->slot_bytes = bytes / kP2pFifoSlots & ~size_t{4095};
+  if (out->slot_bytes < 4096 || out->slot_bytes > kMaxSlotBytes)
+    return error(ACCORD_ERR_INVALID_ARGUMENT,
+                 "ACCORD_DEVICE_P2P_BYTES=%zu gives point-to-point FIFO slots of %zu bytes (a quarter, in 4 KiB "
+                 "multiples); use %zu to %zu bytes, or 0 for the built-in %zu",
+                 bytes, out->slot_bytes, kP2pFifoSlots * 4096, kP2pFifoSlots * (kMaxSlotBytes & ~size_t{4095}),
+                 kDefaultP2pFifoBytes);
   return Status::success();
 }
 
@@ -1214,7 +1263,7 @@ Status DeviceEngine::enqueue_device(const CollArgs& call, void* user_stream) {
 // holds the call's own fields (dtype, op, divisor, element size, tag, buffers), the rest is
 // filled here.
 Status DeviceEngine::launch_schedule(const char* name, const Schedule& sched, dev::DevLaunch* launch,
-                                     Stream us, void* user_stream, bool direct) {
+                                     Stream us, void* user_stream, bool direct, bool p2p) {
   const uint64_t seq = dev_seq_ + 1;
   dev::DevCall& c = launch->call;
   // A direct call (prepare_direct) has chosen its blocks and carries no steps.
@@ -1222,7 +1271,7 @@ Status DeviceEngine::launch_schedule(const char* name, const Schedule& sched, de
   c.nranks = nranks_;
   c.rank = rank_;
   c.scratch = dev_scratch_;
-  c.peers = static_cast<const dev::DevPeer*>(peers_dev_);
+  c.peers = static_cast<const dev::DevPeer*>(p2p ? p2p_peers_dev_ : peers_dev_);
   c.ctl = static_cast<dev::DevCtl*>(ctl_dev_);
   c.seq = seq;
   if (!direct) c.nblocks = call_blocks(sched);

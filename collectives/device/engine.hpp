@@ -52,6 +52,15 @@ namespace accord {
 class Communicator;
 struct CollArgs;
 
+// Note [Point-to-point FIFOs] (collectives/point_to_point.cpp): the FIFOs that carry sends and
+// receives of device buffers between two ranks that address each other's GPU memory:
+// kP2pFifoSlots slots of a quarter of ACCORD_DEVICE_P2P_BYTES (0: kDefaultP2pFifoBytes), in
+// 4 KiB multiples. INVALID_ARGUMENT for a size that gives slots under 4 KiB or over the FIFO
+// header's limit.
+constexpr size_t kDefaultP2pFifoBytes = size_t{8} << 20;
+constexpr size_t kP2pFifoSlots = 4;
+Status p2p_fifo_shape(int64_t setting, FifoShape* out);
+
 class DeviceEngine {
  public:
   // Binds the references to `comm`'s job (Note [Device engine]); touches nothing else.
@@ -90,7 +99,8 @@ class DeviceEngine {
   // The device transport to `peer`: "p2p", "ipc", "host-staged", "tcp-staged", or null (none).
   const char* device_channel(int peer) const;
   bool has_tcp_data() const { return tcp_dev_ != nullptr; }
-  // The plan's device lines: the protocol, and the user buffers registration has mapped.
+  // The plan's device lines: the protocol, the point-to-point FIFOs, and the user buffers
+  // registration has mapped.
   std::string plan_lines() const;
   // Note [Pre-multiplied sum]: the runtime that can say where a scalar pointer points (the
   // host-only communicator's probe in a process with CUDA), or null.
@@ -193,8 +203,9 @@ class DeviceEngine {
   Status check_device_call(void* user_stream, const char* name);
   Status reserve_steps(size_t bytes, uint64_t seq, size_t* offset);
   Status device_stream(void* user_stream, const char* name, Stream* out);
+  // p2p: the kernel reads the point-to-point FIFOs' table (Note [Point-to-point FIFOs]).
   Status launch_schedule(const char* name, const Schedule& sched, dev::DevLaunch* launch, Stream us,
-                         void* user_stream, bool direct = false);
+                         void* user_stream, bool direct = false, bool p2p = false);
   // Note [Waiting point-to-point] (point_to_point.cpp).
   Status launch_p2p_waiting(const char* name, const Schedule& sched, const dev::DevLaunch& launch, Stream us,
                             void* user_stream);
@@ -250,6 +261,14 @@ class DeviceEngine {
   // from it by the waiting point-to-point path (the FIFO counts, as the host queued them).
   std::vector<uint8_t*> dev_recv_headers_;
   std::vector<uint32_t> p2p_sent_, p2p_recvd_;
+  // Note [Point-to-point FIFOs]: their shape; per peer, the bytes of a message of a send to it
+  // or a receive from it (its point-to-point FIFO's slot, or the collectives' FIFO's); the
+  // DevPeer table of sends and receives (inside peers_dev_, after the collectives'); the plan's
+  // line.
+  FifoShape p2p_shape_;
+  std::vector<size_t> p2p_piece_;
+  void* p2p_peers_dev_ = nullptr;
+  std::string p2p_plan_;
   std::vector<void*> ipc_opened_;
   // Note [Freeing memory peers map]: where dev_fifo_mem_ goes at destroy when no direct engine
   // holds it: this process's ranks of the job free their FIFOs together, the last of them.

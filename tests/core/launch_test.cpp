@@ -258,6 +258,7 @@ TEST(Launch, RankWithABadSettingFailsEveryRankAtOnceNamingIt) {
       {2, {"ACCORD_TUNE_FILE", missing_tune}, "no-such.tune", kNo},
       {1, {"ACCORD_CHUNK_BYTES", "lots"}, "ACCORD_CHUNK_BYTES='lots' is not a size", kNo},
       {0, {"ACCORD_SHM_NSLOTS", "2"}, "ACCORD_SHM_NSLOTS=2 is too small", kSoon},
+      {1, {"ACCORD_DEVICE_P2P_BYTES", "8192"}, "ACCORD_DEVICE_P2P_BYTES=8192 gives point-to-point FIFO slots of 0 bytes", kNo},
       {1, {"ACCORD_SHARED_GPU_SYNC", "sometimes"}, "ACCORD_SHARED_GPU_SYNC='sometimes' is not a hand-off mode", kNo},
   };
   const std::string warning = "waits (at most";

@@ -8,9 +8,11 @@
 // every rank (itself included), several sends to one peer in one group with a send to and a
 // receive from itself, and a send alone; sizes 0, 1, a prime, more than one 256 KiB FIFO slot
 // and more than a whole FIFO (8 slots), where a group whose calls ran one after the other
-// would deadlock; nothing written outside the receive buffers. Mismatches: a receive of
-// another count, a peer out of range, a send whose receive never comes (a timeout): errors
-// that name the rank, the peer and the call, never a hang.
+// would deadlock (with ACCORD_DEVICE_P2P_BYTES small, many point-to-point FIFOs' worth too);
+// nothing written outside the receive buffers. Mismatches: a receive of another count, a peer
+// out of range, a send whose receive never comes (a timeout): errors that name the rank, the
+// peer and the call, never a hang. The plan names the peers that send and receive on
+// point-to-point FIFOs, and their slots (Note [Point-to-point FIFOs]).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -38,10 +40,14 @@ namespace accord::testing {
 namespace {
 
 constexpr size_t kSlotElems = (256 << 10) / 4;  // int32 elements in one default FIFO slot
-// 0, 1, a prime, a prime above one slot, a prime above a whole FIFO (8 slots of 256 KiB).
+// 0, 1, a prime, a prime above one slot, a prime above a whole FIFO (8 slots of 256 KiB: the
+// collectives' FIFOs, which host-staged and TCP pairs send on; pairs on point-to-point FIFOs
+// cycle theirs with ACCORD_DEVICE_P2P_BYTES=65536, the gpu_p2p_small_fifos_* tests).
 const size_t kSizes[] = {0, 1, 1031, kSlotElems + 17,
                          kThreadSanitizer ? 4099 : 8 * kSlotElems + 77};
 constexpr size_t kTail = 16;  // poisoned int32s after every receive buffer
+// int32 elements in a default point-to-point FIFO (Note [Point-to-point FIFOs]: 8 MiB).
+constexpr size_t kP2pFifoElems = (8 << 20) / 4;
 constexpr int32_t kPoison = static_cast<int32_t>(0xeeeeeeee);
 
 std::string api_error(const std::string& what, accord_comm_t comm, accord_status_t s) {
@@ -290,6 +296,39 @@ std::string ring_bytes(accord_comm_t comm, accord_stream_t stream, int dev, int 
 
 // Every dtype at the sizes that cut the staging path: 0, 1, 7 (unaligned bytes), a prime,
 // exactly one FIFO slot (the staging path's chunk), one element more, and many slots.
+// Note [Point-to-point FIFOs]: the plan's line of sends and receives, for rank `rank` of `n` on
+// GPUs 0..n-1 (as threads or processes): every peer that can address this rank's GPU (on the
+// DGX-1's GPUs 0-3, all; on tf4, the other GPU of this rank's half; none with
+// ACCORD_P2P_DISABLE=1) on point-to-point FIFOs of 4 slots of a quarter of
+// ACCORD_DEVICE_P2P_BYTES (8 MiB by default), the others on the collectives' FIFOs (8 x 256
+// KiB). "" or what differs.
+std::string p2p_fifo_plan(accord_comm_t comm, int rank, int n) {
+  auto env_is = [](const char* name, const char* value) {
+    const char* v = std::getenv(name);
+    return v != nullptr && std::string(v) == value;
+  };
+  const bool off = env_is("ACCORD_P2P_DISABLE", "1");
+  const bool tf4 = env_is("ACCORD_TEST_TOPO", "tf4");
+  const char* bytes = std::getenv("ACCORD_DEVICE_P2P_BYTES");
+  const size_t slot_kib = (bytes != nullptr ? std::strtoull(bytes, nullptr, 10) : size_t{8} << 20) / 4 >> 10;
+  int mine = 0;
+  for (int q = 0; q < n; ++q)
+    if (q != rank && !off && (!tf4 || (q < 2) == (rank < 2))) ++mine;
+  std::string want = "sends and receives of GPU buffers: " + std::to_string(mine) + (mine == 1 ? " peer" : " peers") +
+                     " on FIFOs of 4 x " + std::to_string(slot_kib) + " KiB in GPU memory (ACCORD_DEVICE_P2P_BYTES)";
+  if (n - 1 - mine > 0)
+    want += ", " + std::to_string(n - 1 - mine) + " on the collectives' FIFOs of 8 x 256 KiB (host-staged or TCP)";
+  size_t len = 0;
+  accord_comm_plan(comm, nullptr, &len);
+  std::string plan(len, '\0');
+  accord_status_t s = accord_comm_plan(comm, plan.data(), &len);
+  if (s != ACCORD_SUCCESS) return api_error("accord_comm_plan", comm, s);
+  const size_t at = plan.find("sends and receives of GPU buffers: ");
+  const std::string line = at == std::string::npos ? "(none)" : plan.substr(at, plan.find('\n', at) - at);
+  if (line != want) return "rank " + std::to_string(rank) + ": the plan's line is\n  " + line + "\nexpected\n  " + want;
+  return "";
+}
+
 std::string every_dtype_and_size(accord_comm_t comm, int rank, int n) {
   return on_own_stream(comm, [&](accord_stream_t stream, int dev) {
     const size_t slot = 256 << 10;
@@ -602,7 +641,7 @@ TEST_F(GpuP2pProcesses, SlicedWaitEndsWhenAPeerStopsOrDies) {
                2,
                [&](accord_comm_t comm, int rank, int) -> std::string {
                  return on_own_stream(comm, [&](accord_stream_t stream, int dev) -> std::string {
-                   const size_t count = 9 * kSlotElems;  // more than the FIFO
+                   const size_t count = kP2pFifoElems + 9 * kSlotElems;  // more than either FIFO
                    void* buf = nullptr;
                    accord_status_t s = accord_device_alloc(&buf, count * 4, dev);
                    if (s == ACCORD_SUCCESS) s = accord_barrier(comm, nullptr);
@@ -630,6 +669,64 @@ TEST_F(GpuP2pProcesses, SlicedWaitEndsWhenAPeerStopsOrDies) {
 TEST_F(GpuP2pThreads, EveryPatternExact) {
   for (int n : {2, 3, 4})
     for (const auto& f : run_threads(n, every_pattern)) ADD_FAILURE() << n << " ranks: " << f;
+}
+
+TEST_F(GpuP2pThreads, PlanNamesPointToPointFifos) {
+  for (int n : {2, 4})
+    for (const auto& f : run_threads(n, p2p_fifo_plan)) ADD_FAILURE() << n << " ranks: " << f;
+}
+
+// Note [Point-to-point FIFOs]: a send of a whole point-to-point FIFO (8 MiB, or
+// ACCORD_DEVICE_P2P_BYTES) between two ranks that address each other's GPU ends before its
+// receive is posted: it is the FIFO's 4 slots, one message each. Cut at the collectives' slot
+// (256 KiB) it would be 32 messages, or on the collectives' FIFO (8 x 256 KiB) it would not
+// fit: either way the send would wait for the receive (here: time out). Then the receive gets
+// it whole.
+TEST_F(GpuP2pThreads, SendOfAWholeFifoEndsBeforeItsReceive) {
+  ScopedEnv timeout("ACCORD_TIMEOUT_MS", "20000");
+  const char* bytes = std::getenv("ACCORD_DEVICE_P2P_BYTES");
+  const size_t count = (bytes != nullptr ? std::strtoull(bytes, nullptr, 10) : size_t{8} << 20) / 4;
+  std::atomic<int> sent{0};
+  for (const auto& f : run_threads(2, [&](accord_comm_t comm, int rank, int) -> std::string {
+         return on_own_stream(comm, [&](accord_stream_t stream, int dev) -> std::string {
+           void* buf = nullptr;
+           accord_status_t s = accord_device_alloc(&buf, (count + kTail) * 4, dev);
+           std::vector<int32_t> image(count + kTail, kPoison);
+           if (rank == 0)
+             for (size_t i = 0; i < count; ++i) image[i] = word(0, 1, 0, i);
+           if (s == ACCORD_SUCCESS) s = accord_device_memcpy(buf, image.data(), image.size() * 4);
+           if (s == ACCORD_SUCCESS) s = accord_barrier(comm, nullptr);
+           if (s != ACCORD_SUCCESS) return api_error("set up", comm, s);
+           std::string failure;
+           if (rank == 0) {
+             s = accord_send(buf, count, ACCORD_INT32, 1, comm, stream);
+             if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+             accord_status_t async = ACCORD_SUCCESS;
+             (void)accord_comm_get_async_error(comm, &async);
+             if (s != ACCORD_SUCCESS || async != ACCORD_SUCCESS)
+               failure = "a send of " + std::to_string(count) + " int32s before its receive: " +
+                         accord_status_string(s != ACCORD_SUCCESS ? s : async) + ": " + accord_last_error(comm);
+             sent = 1;
+           } else {
+             while (sent.load() == 0) usleep(1000);  // posts its receive only once the send has ended
+             s = accord_recv(buf, count, ACCORD_INT32, 0, comm, stream);
+             if (s == ACCORD_SUCCESS) s = accord_stream_synchronize(stream);
+             std::vector<int32_t> got(count + kTail);
+             if (s == ACCORD_SUCCESS) s = accord_device_memcpy(got.data(), buf, got.size() * 4);
+             if (s != ACCORD_SUCCESS) failure = api_error("the receive", comm, s);
+             for (size_t i = 0; i < got.size() && failure.empty(); ++i) {
+               const int32_t want = i < count ? word(0, 1, 0, i) : kPoison;
+               if (got[i] != want)
+                 failure = "element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " +
+                           std::to_string(want);
+             }
+           }
+           const std::string end = final_barrier(comm, stream, "a whole FIFO");
+           (void)accord_device_free(buf);
+           return failure.empty() ? end : failure;
+         });
+       }))
+    ADD_FAILURE() << f;
 }
 
 TEST_F(GpuP2pThreads, EveryPatternOnOneGpu) {
@@ -738,7 +835,7 @@ TEST_F(GpuP2pThreads, MismatchesNameRankPeerAndCall) {
          accord_stream_t stream = nullptr;
          if (s == ACCORD_SUCCESS) s = accord_stream_create(&stream, dev);
          void* buf = nullptr;
-         const size_t big = 9 * kSlotElems;  // more than the whole FIFO
+         const size_t big = kP2pFifoElems + 9 * kSlotElems;  // more than either FIFO
          if (s == ACCORD_SUCCESS) s = accord_device_alloc(&buf, big * 4, dev);
          if (s == ACCORD_SUCCESS) s = accord_barrier(comm, nullptr);
          if (s != ACCORD_SUCCESS) return api_error("set up", comm, s);
@@ -763,14 +860,15 @@ TEST_F(GpuP2pThreads, MismatchesNameRankPeerAndCall) {
          return failure;
        }))
     ADD_FAILURE() << f;
-  // A send larger than the FIFO that no one receives: ACCORD_TIMEOUT_MS, not a hang.
+  // A send larger than the FIFO (either: the point-to-point FIFO or the collectives') that no
+  // one receives: ACCORD_TIMEOUT_MS, not a hang.
   for (const auto& f : run_threads(2, [&](accord_comm_t comm, int rank, int) -> std::string {
          int dev = -1;
          accord_status_t s = accord_comm_device(comm, &dev);
          accord_stream_t stream = nullptr;
          if (s == ACCORD_SUCCESS) s = accord_stream_create(&stream, dev);
          void* buf = nullptr;
-         const size_t big = 9 * kSlotElems;
+         const size_t big = kP2pFifoElems + 9 * kSlotElems;
          if (s == ACCORD_SUCCESS) s = accord_device_alloc(&buf, big * 4, dev);
          if (s == ACCORD_SUCCESS) s = accord_barrier(comm, nullptr);
          if (s != ACCORD_SUCCESS) return api_error("set up", comm, s);
