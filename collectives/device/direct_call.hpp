@@ -85,9 +85,10 @@
 // kernels a rank's next kernel starts after its whole previous one, which waited for every
 // slice of the round before.
 //
-// Note [Registered inputs]: a one-shot all-reduce whose input lies in a buffer this rank
-// registered (Note [User buffers mapped into peers], user_buffers.cpp) skips A: the peers fold
-// straight from its buffer, which every peer has mapped since the (collective) registration.
+// Note [Registered inputs]: an all-reduce whose input lies in a buffer this rank registered
+// (Note [User buffers mapped into peers], user_buffers.cpp) skips A: the peers fold straight
+// from its buffer (one-shot: all of the round; two-shot: each its own part, in B), which every
+// peer has mapped since the (collective) registration.
 // Registrations have slots, the same on every rank (collective and in the same order), and
 // DevDirect::user holds every rank's buffer of every slot as this GPU addresses it. Which rank
 // took which way is agreed per round and slice on the device: with its flag 0, each rank's
@@ -99,9 +100,12 @@
 // which one-shot does not otherwise use): a rank leaves the round only after every peer has
 // folded it. Every rank reads the same descriptors, so every rank takes that exchange or none.
 // A descriptor of parity e % 2 is rewritten in round e + 2 only after its reader's flag 0 of
-// round e + 1, stored after it left round e (per slice, as the flags). In place (the output
-// overwrites the input while the peers read it), two-shot and the waiting protocol keep the
-// scratch (DirectEngine::prepare).
+// round e + 1, stored after it left round e (per slice, as the flags). Two-shot needs no
+// exchange more: its flag 1 of a slice, which every rank stores after its B, already says that
+// every peer has folded its part of that slice from this rank's input; so two-shot may also
+// run in place, as its C (the only write of the output) comes after that flag and writes only
+// the slice's elements. A one-shot call in place (the output would overwrite the input while
+// the peers read it) and the waiting protocol keep the scratch (DeviceEngine::prepare_direct).
 #pragma once
 
 #include <cstddef>
@@ -231,10 +235,11 @@ class DirectRunner {
     return reinterpret_cast<uint64_t*>(d_.scratch[at]) + 2ull * kDirectMaxSlices * c_.nranks +
            ((h * kDirectMaxSlices + s) * c_.nranks + from) * 2;
   }
-  // Whether this round's ranks tell each other where their inputs are (the spinning one-shot
-  // all-reduce: the only form that may read a registered input).
+  // Whether this round's ranks tell each other where their inputs are (the spinning all-reduce,
+  // one-shot or two-shot: the only forms that may read a registered input).
   ACCORD_HD bool described() const {
-    return d_.coll == kCollAllReduce && d_.proto == kProtoOneShot && d_.phase == 0 && d_.user != nullptr;
+    return d_.coll == kCollAllReduce && (d_.proto == kProtoOneShot || d_.proto == kProtoTwoShot) && d_.phase == 0 &&
+           d_.user != nullptr;
   }
   ACCORD_HD const uint8_t* in(uint64_t elem) const {
     return static_cast<const uint8_t*>(c_.input) + elem * c_.elem_bytes;
@@ -401,6 +406,7 @@ class DirectRunner {
         copy_in(half(c_.rank, h_in) + r.lo * c_.elem_bytes, in(base + r.lo), r.hi - r.lo);
         return;
       }
+      if (described() && d_.my_slot >= 0) return;  // Note [Registered inputs]: each owner reads its part where it is
       for (int32_t k = 0; k < c_.nranks; ++k) {
         const Range r = owned(n, k, s);
         copy_in(half(c_.rank, h_in) + r.lo * c_.elem_bytes, in(base + r.lo), r.hi - r.lo);
@@ -415,7 +421,10 @@ class DirectRunner {
     if (which == 1) {  // B: this rank's part, folded into its results quarter, then stored into every peer's.
       const Range mine = owned(n, c_.rank, s);
       uint8_t* res = results(c_.rank, h_in) + mine.lo * c_.elem_bytes;
-      fold(res, h_in, mine.lo, mine.hi - mine.lo);
+      if (described())  // Note [Registered inputs]: from where each rank's input is
+        fold_described(res, h_in, s, base, mine.lo, mine.hi - mine.lo);
+      else
+        fold(res, h_in, mine.lo, mine.hi - mine.lo);
       L_.sync();
       for (int32_t p = 0; p < c_.nranks; ++p)
         if (p != c_.rank) copy(results(p, h_in) + mine.lo * c_.elem_bytes, res, mine.hi - mine.lo);
@@ -470,7 +479,7 @@ class DirectRunner {
 
   // The spinning protocol: every phase of the slice, the flags exchanged between them.
   ACCORD_HD bool run_slice(uint32_t e, uint64_t base, uint64_t n, uint32_t s) {
-    if (described()) {  // Note [Registered inputs]: A, flag 0, B from the described sources
+    if (described() && d_.proto == kProtoOneShot) {  // Note [Registered inputs]: A, flag 0, B from the described sources
       phase(0, e, base, n, s);
       if (!exchange(0, s, e)) return false;
       const Range r = owned(n, 0, s);

@@ -120,13 +120,14 @@ bool DeviceEngine::prepare_direct(const CollArgs& a, size_t elem_bytes, dev::Dev
   direct_->log_choice(a.coll, bytes, proto, why);
   if (proto == dev::kProtoFifo) return false;
   direct_->prepare(a.coll, a.root, proto, a.count, elem_bytes, max_blocks_, &launch->direct, &launch->call.nblocks);
-  // Note [Registered inputs]: an out-of-place one-shot all-reduce whose input this rank
-  // registered is read by the peers where it lies. Not a pre-multiplied sum: its scaling is
-  // done as A copies the input into the scratch (Note [Pre-multiplied sum]).
+  // Note [Registered inputs]: an all-reduce whose input this rank registered is read by the
+  // peers where it lies: one-shot out of place, two-shot in place too. Not a pre-multiplied
+  // sum: its scaling is done as A copies the input into the scratch (Note [Pre-multiplied
+  // sum]).
   int slot = -1;
   uint64_t offset = 0;
-  if (launch->direct.user != nullptr && proto == dev::kProtoOneShot && a.coll == Collective::kAllReduce &&
-      !direct_->staged() && a.op < ACCORD_NUM_OPS && a.send != a.recv && users_ != nullptr &&
+  if (launch->direct.user != nullptr && (proto == dev::kProtoTwoShot || (proto == dev::kProtoOneShot && a.send != a.recv)) &&
+      a.coll == Collective::kAllReduce && !direct_->staged() && a.op < ACCORD_NUM_OPS && users_ != nullptr &&
       users_->find_mine(a.send, bytes, &slot, &offset)) {
     launch->direct.my_slot = slot;
     launch->direct.my_offset = offset;

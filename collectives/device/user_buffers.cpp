@@ -305,8 +305,8 @@ std::string UserBuffers::describe() const {
                 c.live, c.opened, c.reused, c.direct_calls,
                 !exchanges_ ? "ranks of one process: nothing exchanged; inputs go through the scratch"
                 : direct_reads_
-                    ? "registration is collective: every rank registers at the same point; out-of-place one-shot "
-                      "all-reduces read a registered input where it lies"
+                    ? "registration is collective: every rank registers at the same point; all-reduces (one-shot "
+                      "out of place, two-shot) read a registered input where it lies"
                     : "registration is collective: every rank registers at the same point; the waiting protocol's "
                       "inputs go through the scratch");
 }

@@ -1300,8 +1300,8 @@ long direct_calls(accord_comm_t c) {
 // (more than a round of a 64 KiB scratch), in and out of place, one element into the buffer
 // (unaligned); first with every rank's input registered, then with the even ranks' only (the
 // others register nothing at that point). Exact every time, and the plan counts exactly the
-// out-of-place calls of this rank whose input was registered (so a silent fallback to the
-// scratch copy fails).
+// calls of this rank whose input was registered, out of place (one-shot) or also in place
+// (ACCORD_DEVICE_PROTO=twoshot), so a silent fallback to the scratch copy fails.
 std::string registered_inputs_job(accord_comm_t c, int r, int n) {
   int dev = -1;
   accord_status_t s = accord_comm_device(c, &dev);
@@ -1318,11 +1318,11 @@ std::string registered_inputs_job(accord_comm_t c, int r, int n) {
   if ((s = accord_comm_register(c, x, bytes, &hx)) != ACCORD_SUCCESS ||
       (s = accord_comm_register(c, even ? y : nullptr, even ? bytes : 0, &hy)) != ACCORD_SUCCESS)
     return api_error("registering", c, s);
-  // The waiting protocol keeps the scratch (Note [Registered inputs]).
-  // So does a two-shot all-reduce (ACCORD_DEVICE_PROTO=twoshot).
+  // The waiting protocol keeps the scratch (Note [Registered inputs]); two-shot reads a
+  // registered input in place too (the sizes here are one-shot's unless forced).
   const std::string plan = plan_of(c);
-  const bool waiting = plan.find("GPU hand-offs: wait") != std::string::npos ||
-                       plan.find("two-shot at every size") != std::string::npos;
+  const bool waiting = plan.find("GPU hand-offs: wait") != std::string::npos;
+  const bool two_shot = plan.find("two-shot at every size") != std::string::npos;
   const long before = direct_calls(c);
   long want = before;
   std::string f;
@@ -1356,7 +1356,7 @@ std::string registered_inputs_job(accord_comm_t c, int r, int n) {
           if (async != ACCORD_SUCCESS) return api_error(name + " (asynchronous error)", c, async);
           const size_t bad = count_mismatches(got.data(), expect.data(), count, dtype);
           if (bad != 0) return name + ": " + std::to_string(bad) + " of " + std::to_string(count) + " elements wrong";
-          if (!in_place && (buf == x || even) && !waiting) ++want;
+          if ((!in_place || two_shot) && (buf == x || even) && !waiting) ++want;
           // The next call overwrites this input: every rank is done with it (the end-of-round
           // exchange), which the exact results of the next call check.
         }
