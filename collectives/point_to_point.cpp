@@ -50,20 +50,28 @@
 // can address this GPU (7 peers: 56 MiB). Not measured on a GPU yet (issue 35's 200 GB/s).
 //
 // Note [Waiting point-to-point]: under the waiting protocol (ACCORD_SHARED_GPU_SYNC=wait, Note
-// [Waiting protocol] in device/direct_call.hpp; processes sharing a GPU without MPS) a batch
+// [Waiting protocol] in device/direct_call.hpp; processes sharing a GPU without MPS), and in
+// every job on the staged protocol (Note [Staged protocol], device/direct_staged.cpp: a
+// host-staged pair, as processes sharing a GPU from different pid namespaces have), a batch
 // runs on the same FIFOs and the same FIFO kernel, cut into kernels that never wait inside.
 // Each kernel holds consecutive steps of the schedule that are all sends (and the copies to
 // itself) or all receives, at most one message per peer: one half of a round of Note
 // [Point-to-point progress]. Before a kernel, the stream waits for what its steps would poll:
 //  - a send of message m to peer p, for its slot to be free: p has released message
 //    m - nslots. After each kernel of receives, p's stream writes how many messages from this
-//    rank it has released into this rank's scratch (direct_p2p_word), so the wait is on this
-//    rank's memory, as the direct protocol's are;
+//    rank it has released into this rank's scratch (direct_p2p_word; in the staged protocol,
+//    whose pairs may not address each other's GPU memory, into this rank's staging area in
+//    shared memory, kStagedP2pWord), so the wait is on this rank's memory, as the direct
+//    protocol's are;
 //  - a receive of message m from p, for the slot header's seq to reach m + 1 (the FIFO from p
-//    is in this rank's GPU memory).
+//    is this rank's: in its GPU memory, Note [Point-to-point FIFOs], or for a host-staged pair
+//    in its shared memory, pinned). nslots is the FIFO's: 4 or 8.
 // So every poll in the kernel succeeds at once, and a stream blocked in a wait holds no time
-// slice. The host counts what it queued (p2p_sent_, p2p_recvd_): in a job on the direct
-// protocol only sends and receives use the FIFOs, so these are the kernels' counts. No
+// slice. The host counts what it queued (p2p_sent_, p2p_recvd_): these are the kernels' counts,
+// as only sends and receives use these FIFOs (the point-to-point FIFOs; a host-staged pair's
+// collectives' FIFO carries no collective in a staged job, whose collectives are all staged).
+// A batch with a peer over TCP (no such job has a direct or staged engine, so only as a
+// safeguard) runs the spinning kernel. No
 // deadlock that the spinning kernel avoids: the kernels are the rounds' halves in the
 // schedule's order, and each wait is one the spinning kernel makes at the same point (a
 // kernel waits for all its steps' conditions before it starts rather than one after another;
@@ -71,7 +79,8 @@
 // mismatch is an error naming the peer). A peer that dies or never comes: the watchdog's
 // release_waits writes every word a stream waits on (DirectEngine::p2p_wait records them)
 // after the abort. Cost: 2 kernels a round of the batch (a slot of data per peer each), and a
-// stream write and wait per message.
+// stream write and wait per message. A host-staged pair's kernel still moves the data itself
+// (loads and stores over PCIe, one block: Note [Blocks]), not the copy engines.
 #include <algorithm>
 #include <cstring>
 
@@ -163,7 +172,16 @@ Status DeviceEngine::enqueue_device_p2p(const std::vector<CollArgs>& ops, void* 
   launch.call.op = ACCORD_SUM;
   launch.call.elem_bytes = 1;
   launch.call.tag = p2p_tag(CollArgs{Collective::kSend, nullptr, nullptr, 0, ACCORD_UINT8, ACCORD_SUM, 0});
-  if (direct_ != nullptr && direct_->waiting()) return launch_p2p_waiting(name, sched, launch, us, user_stream);
+  // Note [Waiting point-to-point]: the direct protocol's waiting form, and the staged protocol.
+  if (direct_ != nullptr && (direct_->waiting() || direct_->staged())) {
+    bool every = true;  // every peer's FIFO has its headers in memory this rank's stream can wait on
+    for (const Step& s : sched.steps)
+      if (s.kind != StepKind::kCopy) {
+        const int peer = s.kind == StepKind::kRecv ? s.recv_peer : s.send_peer;
+        every = every && dev_recv_headers_[static_cast<size_t>(peer)] != nullptr;
+      }
+    if (every) return launch_p2p_waiting(name, sched, launch, us, user_stream);
+  }
   return launch_schedule(name, sched, &launch, us, user_stream, /*direct=*/false, /*p2p=*/true);
 }
 
@@ -171,14 +189,6 @@ Status DeviceEngine::launch_p2p_waiting(const char* name, const Schedule& sched,
                                         Stream us, void* user_stream) {
   const std::vector<Step>& steps = sched.steps;
   auto* ctl = static_cast<dev::DevCtl*>(ctl_dev_);
-  // Every peer of a job on the direct protocol has a point-to-point FIFO (Note [Point-to-point
-  // FIFOs]); dev_recv_headers_ are its headers.
-  const uint32_t nslots = static_cast<uint32_t>(p2p_shape_.nslots);
-  for (const Step& s : steps) {
-    const int peer = s.kind == StepKind::kRecv ? s.recv_peer : s.send_peer;
-    if (s.kind != StepKind::kCopy && dev_recv_headers_[static_cast<size_t>(peer)] == nullptr)
-      return error(ACCORD_ERR_INTERNAL, "rank %d: %s: no device FIFO in GPU memory with rank %d", rank_, name, peer);
-  }
   Status failed;
   for (size_t i = 0; i < steps.size() && failed.ok();) {
     Schedule part;
@@ -206,11 +216,12 @@ Status DeviceEngine::launch_p2p_waiting(const char* name, const Schedule& sched,
       if (s.kind == StepKind::kRecv) {
         const size_t p = static_cast<size_t>(s.recv_peer);
         const uint32_t m = p2p_recvd_[p];
-        auto* seq = reinterpret_cast<uint32_t*>(dev_recv_headers_[p] + (m % nslots) * dev::kSlotHeaderBytes);
+        auto* seq = reinterpret_cast<uint32_t*>(dev_recv_headers_[p] + (m % p2p_nslots_[p]) * dev::kSlotHeaderBytes);
         failed = direct_->p2p_wait(us, ctl, seq, m + 1, s.recv_peer);
       } else {
         const size_t p = static_cast<size_t>(s.send_peer);
-        failed = direct_->p2p_wait(us, ctl, direct_->p2p_word(s.send_peer), p2p_sent_[p] + 1 - nslots, s.send_peer);
+        failed = direct_->p2p_wait(us, ctl, direct_->p2p_word(s.send_peer), p2p_sent_[p] + 1 - p2p_nslots_[p],
+                                   s.send_peer);
       }
     }
     if (failed.ok()) {

@@ -287,7 +287,7 @@ std::string DirectEngine::describe() const {
     return format("device protocol: all_reduce, reduce_scatter, all_gather, broadcast and reduce staged through "
                   "pinned host memory by copy engines (one-shot rounds of %zu KiB; each rank's %zu KiB staging area "
                   "in its shared memory, a copy of every rank's halves in its GPU: %zu KiB); point-to-point on the "
-                  "FIFOs (%s)\n",
+                  "FIFOs, waiting at stream level (%s)\n",
                   half_bytes_ >> 10, (2 * half_bytes_ + kStagedWordBytes) >> 10,
                   (2 * half_bytes_ * static_cast<size_t>(nranks_)) >> 10, staged_why_.c_str());
   const char* which = mode_ == ProtoMode::kOneShot   ? "direct one-shot at every size (ACCORD_DEVICE_PROTO=oneshot)"

@@ -97,8 +97,8 @@ Status DeviceEngine::setup_engine(StoreClient* store, Deadline deadline, dev::Pr
   direct_plan_ = direct_->describe();
   // (one line of the plan each, so the log below prints both)
   direct_plan_ += s.staged ? std::string("GPU hand-offs: staged: the collectives' kernels never wait on a peer, the "
-                                         "stream copies and waits between them; the FIFO kernels (sends, receives) "
-                                         "poll\n")
+                                         "stream copies and waits between them; sends and receives on the FIFOs wait "
+                                         "at stream level too\n")
                            : format("GPU hand-offs: %s (%s)\n",
                                     s.wait ? "wait: kernels never wait on a peer, the stream waits between them "
                                              "(collectives, and sends and receives on the FIFOs)"

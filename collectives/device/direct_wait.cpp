@@ -74,13 +74,18 @@ Status DirectEngine::launch_phase(const DevLaunch& l, Stream stream) {
   return rt_->launch_kernel(collective_kernel(), &l, sizeof l, stream, l.call.nblocks, 0);
 }
 
-uint32_t* DirectEngine::p2p_word(int from) const {
-  return direct_p2p_word(scratch_[static_cast<size_t>(rank_)], nranks_, from);
+// The word that `from` writes in rank `at`'s memory: in its scratch (the direct protocol), or
+// in its staging area in shared memory (the staged protocol: its pairs may not address each
+// other's GPU memory), as this GPU addresses it.
+uint32_t* DirectEngine::p2p_word_of(int at, int from) const {
+  if (staged_) return reinterpret_cast<uint32_t*>(staging_dev_[static_cast<size_t>(at)]) + kStagedP2pWord + from;
+  return direct_p2p_word(scratch_[static_cast<size_t>(at)], nranks_, from);
 }
 
+uint32_t* DirectEngine::p2p_word(int from) const { return p2p_word_of(rank_, from); }
+
 Status DirectEngine::p2p_tell(Stream stream, int peer, uint32_t count) {
-  return rt_->stream_write_value32(stream, direct_p2p_word(scratch_[static_cast<size_t>(peer)], nranks_, rank_),
-                                   count)
+  return rt_->stream_write_value32(stream, p2p_word_of(peer, rank_), count)
       .prefix(format("telling rank %d it may reuse %u FIFO slots: ", peer, count));
 }
 
@@ -97,8 +102,7 @@ Status DirectEngine::p2p_wait(Stream stream, DevCtl* ctl, uint32_t* word, uint32
 }
 
 void DirectEngine::release_waits() {
-  if (staged_) return release_staged();  // Note [Staged protocol] (direct_staged.cpp)
-  if (!wait_ || rescue_.id == 0) return;
+  if (rescue_.id == 0) return;  // neither waiting form
   {
     std::lock_guard<std::mutex> lock(p2p_mu_);
     for (const auto& [word, value] : p2p_waits_) {
@@ -110,6 +114,7 @@ void DirectEngine::release_waits() {
       }
     }
   }
+  if (staged_) return release_staged();  // Note [Staged protocol] (direct_staged.cpp)
   const uint32_t e = waited_round_.load(std::memory_order_acquire);
   if (e == 0) return;  // no wait was ever queued
   for (uint32_t p = 0; p + 1 < kDirectMaxPhases; ++p)  // every exchange any form makes

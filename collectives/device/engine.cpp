@@ -717,6 +717,7 @@ Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline)
   p2p_sent_.assign(static_cast<size_t>(nranks_), 0);
   p2p_recvd_.assign(static_cast<size_t>(nranks_), 0);
   p2p_piece_.assign(static_cast<size_t>(nranks_), shape_.slot_bytes);
+  p2p_nslots_.assign(static_cast<size_t>(nranks_), 0);
   // [0, n): the collectives' table; [n, 2n): the sends and receives' (Note [Point-to-point
   // FIFOs]), the same FIFO where a pair has no point-to-point FIFO.
   const size_t n = static_cast<size_t>(nranks_);
@@ -768,6 +769,8 @@ Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline)
       if (shm_ == nullptr) continue;
       ACCORD_TRY(host_fifo(shm_->device_ctrl_recv(peer), recv_count, &p.recv));
       ACCORD_TRY(host_fifo(shm_->device_ctrl_send(peer), send_count, &p.send));
+      dev_recv_headers_[static_cast<size_t>(peer)] = p.recv.headers;  // Note [Waiting point-to-point]
+      p2p_nslots_[static_cast<size_t>(peer)] = static_cast<uint32_t>(shape_.nslots);
       continue;
     }
     const int pd = device_of_[static_cast<size_t>(peer)];
@@ -787,6 +790,7 @@ Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline)
     q.recv = describe(pbase, pbase + p2p_shape_.header_bytes(), p2p_counts + 2 * peer + 1, p2p_shape_, p2p_counts);
     dev_recv_headers_[static_cast<size_t>(peer)] = q.recv.headers;  // Note [Waiting point-to-point]
     p2p_piece_[static_cast<size_t>(peer)] = p2p_shape_.slot_bytes;
+    p2p_nslots_[static_cast<size_t>(peer)] = static_cast<uint32_t>(p2p_shape_.nslots);
     direct.emplace_back(peer, route);
   }
   // Every FIFO is zero (an empty FIFO) before a peer can learn where it is.

@@ -256,10 +256,13 @@ class DeviceEngine {
   // GPU memory, the peers' it opened from IPC handles, the DevPeer table and the counts.
   std::vector<int> dev_route_of_;
   std::vector<void*> dev_fifo_mem_;
-  // Note [Waiting point-to-point]: per peer, the slot headers of its FIFO to this rank (this
-  // rank's GPU memory; null: not a p2p or ipc route), and the messages sent to it and received
-  // from it by the waiting point-to-point path (the FIFO counts, as the host queued them).
+  // Note [Waiting point-to-point]: per peer, the slot headers of the FIFO that its sends to
+  // this rank take (this rank's memory as the GPU addresses it: its point-to-point FIFO in GPU
+  // memory, or a host-staged pair's FIFO in its shared memory; null: neither, TCP) and their
+  // slots, and the messages sent to it and received from it by the waiting point-to-point path
+  // (the FIFO counts, as the host queued them).
   std::vector<uint8_t*> dev_recv_headers_;
+  std::vector<uint32_t> p2p_nslots_;
   std::vector<uint32_t> p2p_sent_, p2p_recvd_;
   // Note [Point-to-point FIFOs]: their shape; per peer, the bytes of a message of a send to it
   // or a receive from it (its point-to-point FIFO's slot, or the collectives' FIFO's); the

@@ -521,10 +521,18 @@ std::string plan_of(accord_comm_t comm) {
 
 // `calls` pre-multiplied sums (all-reduce, reduce-scatter, reduce in turn; the scalar on the
 // host and in device memory), exact; the plan must show the waiting protocol.
+// The plan's hand-offs line of a job whose sends and receives wait at stream level: the
+// waiting protocol's, or (ACCORD_P2P_DISABLE=1: host-staged pairs) the staged protocol's.
+bool p2p_waits_in_plan(const std::string& plan) {
+  return plan.find("GPU hand-offs: wait: kernels never wait on a peer, the stream waits between them (collectives, "
+                   "and sends and receives on the FIFOs)") != std::string::npos ||
+         plan.find("GPU hand-offs: staged: the collectives' kernels never wait on a peer, the stream copies and waits "
+                   "between them; sends and receives on the FIFOs wait at stream level too") != std::string::npos;
+}
+
 std::string sliced_premul(accord_comm_t comm, int rank, int n, int calls) {
   const std::string plan = plan_of(comm);
-  if (plan.find("GPU hand-offs: wait") == std::string::npos)
-    return "the plan should say 'GPU hand-offs: wait'; plan:\n" + plan;
+  if (!p2p_waits_in_plan(plan)) return "the plan should say that every hand-off waits at stream level; plan:\n" + plan;
   return on_own_stream(comm, [&](accord_stream_t stream, int dev) {
     std::string failure;
     const Red reds[] = {Red::kAllReduce, Red::kReduceScatter, Red::kReduce};
@@ -540,9 +548,7 @@ std::string sliced_premul(accord_comm_t comm, int rank, int n, int calls) {
 // sends and receives hand off through the stream.
 std::string sliced_exchanges(accord_comm_t comm, int rank, int, int calls) {
   const std::string plan = plan_of(comm);
-  if (plan.find("GPU hand-offs: wait: kernels never wait on a peer, the stream waits between them (collectives, "
-                "and sends and receives on the FIFOs)") == std::string::npos)
-    return "the plan should say that sends and receives wait at stream level; plan:\n" + plan;
+  if (!p2p_waits_in_plan(plan)) return "the plan should say that sends and receives wait at stream level; plan:\n" + plan;
   return on_own_stream(comm, [&](accord_stream_t stream, int dev) {
     std::string failure;
     const int peer = 1 - rank;
