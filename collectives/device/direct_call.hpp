@@ -421,10 +421,13 @@ class DirectRunner {
     if (which == 1) {  // B: this rank's part, folded into its results quarter, then stored into every peer's.
       const Range mine = owned(n, c_.rank, s);
       uint8_t* res = results(c_.rank, h_in) + mine.lo * c_.elem_bytes;
-      if (described())  // Note [Registered inputs]: from where each rank's input is
-        fold_described(res, h_in, s, base, mine.lo, mine.hi - mine.lo);
-      else
+      if (described() && mine.hi > mine.lo) {  // Note [Registered inputs]: from where each rank's input is
+        bool user = false;
+        fold_sources(res, mine.hi - mine.lo,
+                     [&](int32_t p) -> const void* { return source(p, h_in, s, base, mine.lo, &user); });
+      } else {
         fold(res, h_in, mine.lo, mine.hi - mine.lo);
+      }
       L_.sync();
       for (int32_t p = 0; p < c_.nranks; ++p)
         if (p != c_.rank) copy(results(p, h_in) + mine.lo * c_.elem_bytes, res, mine.hi - mine.lo);
