@@ -164,6 +164,7 @@ Status DirectEngine::set_user_slot(int slot, const std::vector<const uint8_t*>& 
   Status st = rt_->copy_async(CopyKind::kHostToDevice, at, staging, bytes, stream);
   if (st.ok()) st = rt_->synchronize_stream(stream);
   (void)rt_->free_host_pinned(staging);
+  if (st.ok()) any_user_slot_ = true;
   return st.prefix(format("rank %d: the registered buffers' table (slot %d): ", rank_, slot));
 }
 
@@ -269,9 +270,11 @@ void DirectEngine::prepare(Collective coll, int root, uint32_t proto, size_t cou
   d->round = round_;
   d->proto = proto;
   d->nslices = static_cast<uint32_t>(std::clamp<uint64_t>(slices, 1, kDirectMaxSlices));
-  // Note [Registered inputs]: every rank of a spinning job describes its one-shot all-reduce
-  // inputs (the caller says when this rank's lies in a registered buffer).
-  d->user = static_cast<const uint8_t* const*>(user_table_);
+  // Note [Registered inputs]: every rank of a spinning job describes its all-reduce inputs
+  // once some registration has had a slot (the caller says when this rank's lies in a
+  // registered buffer); before that, no descriptor is written (registration is collective:
+  // every rank agrees).
+  d->user = any_user_slot_ ? static_cast<const uint8_t* const*>(user_table_) : nullptr;
   d->my_slot = -1;
   d->my_offset = 0;
   *nblocks = std::max(1u, std::min<uint32_t>(d->nslices, max_blocks));

@@ -159,6 +159,7 @@ class DirectEngine {
   std::vector<void*> opened_;            // peers' scratch opened through IPC
   void* table_ = nullptr;                // DevDirect::scratch, in GPU memory
   void* user_table_ = nullptr;           // DevDirect::user (Note [Registered inputs]); null: waiting protocol
+  bool any_user_slot_ = false;           // some registration has had a slot (every rank alike)
   uint32_t round_ = 1;                   // the next call's first round
   std::shared_ptr<ProcessHold> held_;  // this process's ranks' memory, freed by the last to let go
   bool let_go_ = false;

@@ -123,7 +123,9 @@ bool DeviceEngine::prepare_direct(const CollArgs& a, size_t elem_bytes, dev::Dev
   // Note [Registered inputs]: an all-reduce whose input this rank registered is read by the
   // peers where it lies: one-shot out of place, two-shot in place too. Not a pre-multiplied
   // sum: its scaling is done as A copies the input into the scratch (Note [Pre-multiplied
-  // sum]).
+  // sum]). The other collectives copy their input into the scratch: reading it in place was
+  // written and exact, but it pushed the kernel past its 128 registers (ptxas for sm_90: 28
+  // bytes of spills), so it waits for a measurement that says it pays.
   int slot = -1;
   uint64_t offset = 0;
   if (launch->direct.user != nullptr && (proto == dev::kProtoTwoShot || (proto == dev::kProtoOneShot && a.send != a.recv)) &&

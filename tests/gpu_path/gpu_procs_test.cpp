@@ -1376,6 +1376,71 @@ std::string registered_inputs_job(accord_comm_t c, int r, int n) {
   return f;
 }
 
+// Note [Registered inputs], every collective: every case of every_case (each collective, in
+// place and out, unaligned, 1 element to more than a round) with both of the rank's buffers
+// registered, exact; and the plan counts exactly the calls the peers read from this rank's
+// registered input: all-reduces, one-shot out of place, two-shot in place too (which form, as
+// DirectEngine::choose decides). The other collectives go through the scratch.
+std::string registered_collectives_job(accord_comm_t c, int r, int n) {
+  int dev = -1;
+  accord_status_t s = accord_comm_device(c, &dev);
+  if (s != ACCORD_SUCCESS) return api_error("accord_comm_device", c, s);
+  const std::string plan = plan_of(c);
+  const bool one_shot = plan.find("one-shot at every size") != std::string::npos;
+  const bool two_shot = plan.find("two-shot at every size") != std::string::npos;
+  auto read_here = [&](const Case& k) {
+    const size_t bytes = k.count * accord_dtype_size(k.dtype);
+    if (k.coll != Coll::kAllReduce) return false;
+    return two_shot || (!one_shot && n > 2 && bytes > (n <= 4 ? 512u << 10 : 256u << 10)) || !k.in_place;
+  };
+  accord_stream_t stream = nullptr;
+  if ((s = accord_stream_create(&stream, dev)) != ACCORD_SUCCESS) return api_error("accord_stream_create", c, s);
+  std::string f;
+  const std::vector<Case> cases = every_case(n);
+  {
+    DeviceBuffers bufs;
+    for (const Case& k : cases) {
+      bufs.out_bytes = std::max(bufs.out_bytes, out_bytes_of(k, n));
+      bufs.in_bytes = std::max(bufs.in_bytes, in_bytes_of(k, n));
+    }
+    void *hin = nullptr, *hout = nullptr;
+    if ((s = accord_device_alloc(&bufs.out, bufs.out_bytes, dev)) != ACCORD_SUCCESS ||
+        (s = accord_device_alloc(&bufs.in, bufs.in_bytes, dev)) != ACCORD_SUCCESS ||
+        (s = accord_barrier(c, nullptr)) != ACCORD_SUCCESS ||
+        (s = accord_comm_register(c, bufs.in, bufs.in_bytes, &hin)) != ACCORD_SUCCESS ||
+        (s = accord_comm_register(c, bufs.out, bufs.out_bytes, &hout)) != ACCORD_SUCCESS)
+      f = api_error("allocating and registering", c, s);
+    long want = direct_calls(c);
+    for (size_t i = 0; i < cases.size() && f.empty(); ++i) {
+      f = run_case(c, stream, bufs, r, n, cases[i], i);
+      if (read_here(cases[i])) ++want;
+    }
+    const long have = direct_calls(c);
+    if (f.empty() && have != want)
+      f = "the plan counts " + std::to_string(have) + " calls read from a registered input, expected " +
+          std::to_string(want) + ": " + users_line(c);
+    if (f.empty() && (s = accord_comm_deregister(c, hin)) != ACCORD_SUCCESS) f = api_error("deregistering in", c, s);
+    if (f.empty() && (s = accord_comm_deregister(c, hout)) != ACCORD_SUCCESS) f = api_error("deregistering out", c, s);
+    if (f.empty() && (s = accord_barrier(c, nullptr)) != ACCORD_SUCCESS) f = api_error("final barrier", c, s);
+  }
+  (void)accord_stream_destroy(stream);
+  return f;
+}
+
+TEST_F(GpuProcsProcesses, DirectRegisteredCollectivesExact) {
+  if (const std::string why = not_direct(m_); !why.empty()) GTEST_SKIP() << why;
+  SharedGpuEnv env;
+  for (const char* scratch : {"8388608", "65536"}) {
+    ScopedEnv bytes("ACCORD_DIRECT_SCRATCH_BYTES", scratch);
+    for (int n : {2, 3, 4})
+      for (const auto& f : run_processes(n, [&](accord_comm_t c, int r, int nr) {
+             const std::string wrong = check_proto(plan_of(c), "direct");
+             return wrong.empty() ? registered_collectives_job(c, r, nr) : wrong;
+           }, kTimeoutS))
+        ADD_FAILURE() << n << " ranks on GPU 0, ACCORD_DIRECT_SCRATCH_BYTES=" << scratch << ": " << f;
+  }
+}
+
 TEST_F(GpuProcsProcesses, DirectRegisteredInputsExact) {
   if (const std::string why = not_direct(m_); !why.empty()) GTEST_SKIP() << why;
   SharedGpuEnv env;
