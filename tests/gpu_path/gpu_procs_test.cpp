@@ -1427,32 +1427,29 @@ std::string registered_collectives_job(accord_comm_t c, int r, int n) {
   return f;
 }
 
-TEST_F(GpuProcsProcesses, DirectRegisteredCollectivesExact) {
-  if (const std::string why = not_direct(m_); !why.empty()) GTEST_SKIP() << why;
+// `job` on 2, 3 and 4 processes sharing GPU 0 on the direct protocol, with the default scratch
+// and a 64 KiB one (many rounds a call).
+void on_gpu0_direct(const std::function<std::string(accord_comm_t, int, int)>& job, int timeout_s) {
   SharedGpuEnv env;
   for (const char* scratch : {"8388608", "65536"}) {
     ScopedEnv bytes("ACCORD_DIRECT_SCRATCH_BYTES", scratch);
     for (int n : {2, 3, 4})
       for (const auto& f : run_processes(n, [&](accord_comm_t c, int r, int nr) {
              const std::string wrong = check_proto(plan_of(c), "direct");
-             return wrong.empty() ? registered_collectives_job(c, r, nr) : wrong;
-           }, kTimeoutS))
+             return wrong.empty() ? job(c, r, nr) : wrong;
+           }, timeout_s))
         ADD_FAILURE() << n << " ranks on GPU 0, ACCORD_DIRECT_SCRATCH_BYTES=" << scratch << ": " << f;
   }
 }
 
+TEST_F(GpuProcsProcesses, DirectRegisteredCollectivesExact) {
+  if (const std::string why = not_direct(m_); !why.empty()) GTEST_SKIP() << why;
+  on_gpu0_direct(registered_collectives_job, kTimeoutS);
+}
+
 TEST_F(GpuProcsProcesses, DirectRegisteredInputsExact) {
   if (const std::string why = not_direct(m_); !why.empty()) GTEST_SKIP() << why;
-  SharedGpuEnv env;
-  for (const char* scratch : {"8388608", "65536"}) {
-    ScopedEnv bytes("ACCORD_DIRECT_SCRATCH_BYTES", scratch);
-    for (int n : {2, 3, 4})
-      for (const auto& f : run_processes(n, [&](accord_comm_t c, int r, int nr) {
-             const std::string wrong = check_proto(plan_of(c), "direct");
-             return wrong.empty() ? registered_inputs_job(c, r, nr) : wrong;
-           }, kTimeoutS))
-        ADD_FAILURE() << n << " ranks on GPU 0, ACCORD_DIRECT_SCRATCH_BYTES=" << scratch << ": " << f;
-  }
+  on_gpu0_direct(registered_inputs_job, kTimeoutS);
 }
 
 class RegisteredBuffers {  // frees each rank's b after destroy, then checks the rules
