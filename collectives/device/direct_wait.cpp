@@ -102,7 +102,8 @@ Status DirectEngine::p2p_wait(Stream stream, DevCtl* ctl, uint32_t* word, uint32
 }
 
 void DirectEngine::release_waits() {
-  if (rescue_.id == 0) return;  // neither waiting form
+  if (staged_) release_staged();  // Note [Staged protocol] (direct_staged.cpp): host words, first
+  if (rescue_.id == 0) return;    // neither waiting form
   {
     std::lock_guard<std::mutex> lock(p2p_mu_);
     for (const auto& [word, value] : p2p_waits_) {
@@ -114,7 +115,7 @@ void DirectEngine::release_waits() {
       }
     }
   }
-  if (staged_) return release_staged();  // Note [Staged protocol] (direct_staged.cpp)
+  if (staged_) return;
   const uint32_t e = waited_round_.load(std::memory_order_acquire);
   if (e == 0) return;  // no wait was ever queued
   for (uint32_t p = 0; p + 1 < kDirectMaxPhases; ++p)  // every exchange any form makes
