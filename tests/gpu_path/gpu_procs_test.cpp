@@ -1380,7 +1380,8 @@ std::string registered_inputs_job(accord_comm_t c, int r, int n) {
 // place and out, unaligned, 1 element to more than a round) with both of the rank's buffers
 // registered, exact; and the plan counts exactly the calls the peers read from this rank's
 // registered input: all-reduces, one-shot out of place, two-shot in place too (which form, as
-// DirectEngine::choose decides). The other collectives go through the scratch.
+// DirectEngine::choose decides). The other collectives, and the waiting protocol's calls, go
+// through the scratch.
 std::string registered_collectives_job(accord_comm_t c, int r, int n) {
   int dev = -1;
   accord_status_t s = accord_comm_device(c, &dev);
@@ -1388,9 +1389,10 @@ std::string registered_collectives_job(accord_comm_t c, int r, int n) {
   const std::string plan = plan_of(c);
   const bool one_shot = plan.find("one-shot at every size") != std::string::npos;
   const bool two_shot = plan.find("two-shot at every size") != std::string::npos;
+  const bool waiting = plan.find("GPU hand-offs: wait") != std::string::npos;  // keeps the scratch
   auto read_here = [&](const Case& k) {
     const size_t bytes = k.count * accord_dtype_size(k.dtype);
-    if (k.coll != Coll::kAllReduce) return false;
+    if (k.coll != Coll::kAllReduce || waiting) return false;
     return two_shot || (!one_shot && n > 2 && bytes > (n <= 4 ? 512u << 10 : 256u << 10)) || !k.in_place;
   };
   accord_stream_t stream = nullptr;
