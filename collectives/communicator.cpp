@@ -185,8 +185,7 @@ Status Communicator::configure() {
   if (shape.nslots < 4)
     return error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_SHM_NSLOTS=%zu is too small; use 4 or more (Note [FIFO depth])",
                  shape.nslots);
-  FifoShape p2p_shape;  // checked here, used by the device engine (Note [Point-to-point FIFOs])
-  ACCORD_TRY(p2p_fifo_shape(settings_.device_p2p_bytes, &p2p_shape));
+  ACCORD_TRY(p2p_fifo_shape(settings_.device_p2p_bytes, &p2p_shape_));
   chunk_bytes_ = shape.slot_bytes;
   if (settings_.chunk_bytes > 0) chunk_bytes_ = std::min(chunk_bytes_, static_cast<size_t>(settings_.chunk_bytes));
   if (!settings_.tune_file.empty()) ACCORD_TRY(Tuner::load(settings_.tune_file, &tuner_));

@@ -212,6 +212,7 @@ class Communicator {
   Settings settings_;
   FaultPlan fault_;  // ACCORD_FAULT, for the reliability tests
   FifoShape shape_;
+  FifoShape p2p_shape_;  // the device engine's point-to-point FIFOs (Note [Point-to-point FIFOs])
   WaitPolicy policy_;
   StoreEndpoint endpoint_;  // the job's bootstrap address and secret (TCP authenticates with it)
   std::unique_ptr<ShmTransport> shm_;

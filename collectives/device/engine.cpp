@@ -58,6 +58,7 @@ DeviceEngine::DeviceEngine(Communicator& comm)
       nranks_(comm.nranks_),
       settings_(comm.settings_),
       shape_(comm.shape_),
+      p2p_shape_(comm.p2p_shape_),
       endpoint_(comm.endpoint_),
       shm_(comm.shm_),
       links_(comm.links_),
@@ -710,7 +711,6 @@ uint32_t DeviceEngine::call_blocks(const Schedule& sched) const {
 // FIFO, of larger slots, for sends and receives only; their table follows the collectives'.
 Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline) {
   if (device_ < 0) return Status::success();
-  ACCORD_TRY(p2p_fifo_shape(settings_.device_p2p_bytes, &p2p_shape_));
   ACCORD_TRY(join_fifo_hold(store, deadline));
   dev_route_of_.assign(static_cast<size_t>(nranks_), -1);
   dev_recv_headers_.assign(static_cast<size_t>(nranks_), nullptr);

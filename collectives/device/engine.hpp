@@ -9,7 +9,7 @@
 // stream per rank], Note [Kernel order]), the watchdog thread (Note [Device watchdog]) and the
 // pump threads of GPU data over TCP (Note [Device data over TCP]).
 // What it reads of its communicator, it reads through references bound at construction to the
-// communicator's members (the job: rank, ranks, settings, FIFO shape, hosts and processes,
+// communicator's members (the job: rank, ranks, settings, FIFO shapes, hosts and processes,
 // shared-memory transport, host links, abort flag), which the communicator's init fills in
 // before it calls the engine, and which outlive the engine (it is a member of the
 // communicator, declared after them). What it asks of the communicator is a short list of
@@ -137,6 +137,7 @@ class DeviceEngine {
   const int& nranks_;
   const Settings& settings_;
   const FifoShape& shape_;
+  const FifoShape& p2p_shape_;  // Note [Point-to-point FIFOs]: checked by the communicator's configure()
   const StoreEndpoint& endpoint_;
   const std::unique_ptr<ShmTransport>& shm_;
   const PeerLinks& links_;
@@ -264,11 +265,9 @@ class DeviceEngine {
   std::vector<uint8_t*> dev_recv_headers_;
   std::vector<uint32_t> p2p_nslots_;
   std::vector<uint32_t> p2p_sent_, p2p_recvd_;
-  // Note [Point-to-point FIFOs]: their shape; per peer, the bytes of a message of a send to it
-  // or a receive from it (its point-to-point FIFO's slot, or the collectives' FIFO's); the
-  // DevPeer table of sends and receives (inside peers_dev_, after the collectives'); the plan's
-  // line.
-  FifoShape p2p_shape_;
+  // Note [Point-to-point FIFOs]: per peer, the bytes of a message of a send to it or a receive
+  // from it (its point-to-point FIFO's slot, or the collectives' FIFO's); the DevPeer table of
+  // sends and receives (inside peers_dev_, after the collectives'); the plan's line.
   std::vector<size_t> p2p_piece_;
   void* p2p_peers_dev_ = nullptr;
   std::string p2p_plan_;
