@@ -145,13 +145,11 @@ struct P2pCall {
   size_t bytes = 0;
   uint32_t tag = 0;
 };
-// The batch's steps for `rank` (algorithms/point_to_point.cpp): sends and receives of at most
-// piece_bytes each, in rounds, and a copy for each send to `rank` paired (in call order) with a
-// receive from it. The caller checks that those pairs match; calls of 0 bytes have no step.
-// The second form cuts the messages to and from each peer p at piece_bytes[p] (both ends of
-// a pair must cut them alike: Note [Point-to-point FIFOs], collectives/point_to_point.cpp).
-void point_to_point_schedule(const std::vector<P2pCall>& calls, int rank, int nranks, size_t piece_bytes,
-                             Schedule* out);
+// The batch's steps for `rank` (algorithms/point_to_point.cpp): sends and receives to and from
+// each peer p of at most piece_bytes[p] each (both ends of a pair must cut them alike: Note
+// [Point-to-point FIFOs], collectives/point_to_point.cpp), in rounds, and a copy for each send
+// to `rank` paired (in call order) with a receive from it. The caller checks that those pairs
+// match; calls of 0 bytes have no step.
 void point_to_point_schedule(const std::vector<P2pCall>& calls, int rank, int nranks,
                              const std::vector<size_t>& piece_bytes, Schedule* out);
 

@@ -3,10 +3,10 @@
 // of one collective kernel (Note [Point-to-point schedules], collectives/point_to_point.cpp).
 //
 // The steps follow the host path's rounds (Note [Point-to-point progress]): each call is cut
-// into pieces of at most piece_bytes (one FIFO slot: the peer's, Note [Point-to-point FIFOs]),
-// and in every round a rank sends the next
-// piece to every peer it still has bytes for, then receives the next piece from every peer it
-// still expects bytes from. Calls for one peer go in call order, one after the other (NCCL's
+// into pieces of at most its peer's piece_bytes (one slot of that peer's FIFO, Note
+// [Point-to-point FIFOs]), and in every round a rank sends the next piece to every peer it
+// still has bytes for, then receives the next piece from every peer it still expects bytes
+// from. Calls for one peer go in call order, one after the other (NCCL's
 // matching rule). Sends to and receives from this rank pair in call order as copies, first.
 // Cost: one message per piece; a round sends at most one message to each peer.
 #include <algorithm>
@@ -14,12 +14,6 @@
 #include "collectives/schedule.hpp"
 
 namespace accord {
-
-void point_to_point_schedule(const std::vector<P2pCall>& calls, int rank, int nranks,
-                             size_t piece_bytes, Schedule* out) {
-  point_to_point_schedule(calls, rank, nranks, std::vector<size_t>(static_cast<size_t>(std::max(nranks, 0)), piece_bytes),
-                          out);
-}
 
 void point_to_point_schedule(const std::vector<P2pCall>& calls, int rank, int nranks,
                              const std::vector<size_t>& piece_bytes, Schedule* out) {

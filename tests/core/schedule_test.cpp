@@ -428,7 +428,8 @@ bool run_p2p(int n, const std::vector<Message>& msgs, size_t piece, size_t depth
       c = sorted;
     }
   std::vector<Schedule> sched(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) point_to_point_schedule(calls[static_cast<size_t>(r)], r, n, piece, &sched[static_cast<size_t>(r)]);
+  const std::vector<size_t> pieces(static_cast<size_t>(n), piece);
+  for (int r = 0; r < n; ++r) point_to_point_schedule(calls[static_cast<size_t>(r)], r, n, pieces, &sched[static_cast<size_t>(r)]);
   struct Msg {
     std::vector<uint8_t> data;
     uint32_t tag;
