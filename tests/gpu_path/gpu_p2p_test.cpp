@@ -46,12 +46,28 @@ constexpr size_t kSlotElems = (256 << 10) / 4;  // int32 elements in one default
 const size_t kSizes[] = {0, 1, 1031, kSlotElems + 17,
                          kThreadSanitizer ? 4099 : 8 * kSlotElems + 77};
 constexpr size_t kTail = 16;  // poisoned int32s after every receive buffer
-// int32 elements in a default point-to-point FIFO (Note [Point-to-point FIFOs]: 8 MiB).
-constexpr size_t kP2pFifoElems = (8 << 20) / 4;
+// A default point-to-point FIFO (Note [Point-to-point FIFOs]: 8 MiB), in bytes and int32s.
+constexpr size_t kP2pFifoBytes = size_t{8} << 20;
+constexpr size_t kP2pFifoElems = kP2pFifoBytes / 4;
+// This run's point-to-point FIFO: ACCORD_DEVICE_P2P_BYTES (plain bytes, as the meson tests set
+// it), or the default.
+size_t p2p_fifo_bytes() {
+  const char* bytes = std::getenv("ACCORD_DEVICE_P2P_BYTES");
+  return bytes != nullptr ? std::strtoull(bytes, nullptr, 10) : kP2pFifoBytes;
+}
 constexpr int32_t kPoison = static_cast<int32_t>(0xeeeeeeee);
 
 std::string api_error(const std::string& what, accord_comm_t comm, accord_status_t s) {
   return what + ": " + accord_status_string(s) + ": " + accord_last_error(comm);
+}
+
+// The communicator's plan ("" if it cannot be read).
+std::string plan_of(accord_comm_t comm) {
+  size_t len = 0;
+  accord_comm_plan(comm, nullptr, &len);
+  std::string plan(len, '\0');
+  if (accord_comm_plan(comm, plan.data(), &len) != ACCORD_SUCCESS) return "";
+  return plan;
 }
 
 // Every rank is past its calls before any frees (freeing drains the simulated GPUs).
@@ -309,8 +325,7 @@ std::string p2p_fifo_plan(accord_comm_t comm, int rank, int n) {
   };
   const bool off = env_is("ACCORD_P2P_DISABLE", "1");
   const bool tf4 = env_is("ACCORD_TEST_TOPO", "tf4");
-  const char* bytes = std::getenv("ACCORD_DEVICE_P2P_BYTES");
-  const size_t slot_kib = (bytes != nullptr ? std::strtoull(bytes, nullptr, 10) : size_t{8} << 20) / 4 >> 10;
+  const size_t slot_kib = p2p_fifo_bytes() / 4 >> 10;
   int mine = 0;
   for (int q = 0; q < n; ++q)
     if (q != rank && !off && (!tf4 || (q < 2) == (rank < 2))) ++mine;
@@ -318,11 +333,7 @@ std::string p2p_fifo_plan(accord_comm_t comm, int rank, int n) {
                      " on FIFOs of 4 x " + std::to_string(slot_kib) + " KiB in GPU memory (ACCORD_DEVICE_P2P_BYTES)";
   if (n - 1 - mine > 0)
     want += ", " + std::to_string(n - 1 - mine) + " on the collectives' FIFOs of 8 x 256 KiB (host-staged or TCP)";
-  size_t len = 0;
-  accord_comm_plan(comm, nullptr, &len);
-  std::string plan(len, '\0');
-  accord_status_t s = accord_comm_plan(comm, plan.data(), &len);
-  if (s != ACCORD_SUCCESS) return api_error("accord_comm_plan", comm, s);
+  const std::string plan = plan_of(comm);
   const size_t at = plan.find("sends and receives of GPU buffers: ");
   const std::string line = at == std::string::npos ? "(none)" : plan.substr(at, plan.find('\n', at) - at);
   if (line != want) return "rank " + std::to_string(rank) + ": the plan's line is\n  " + line + "\nexpected\n  " + want;
@@ -511,14 +522,6 @@ std::string every_premul(accord_comm_t comm, int rank, int n) {
 
 // ---- processes sharing a time-sliced GPU (Note [Shared GPU sync], Note [Simulated time slices]) ----
 
-std::string plan_of(accord_comm_t comm) {
-  size_t len = 0;
-  accord_comm_plan(comm, nullptr, &len);
-  std::string plan(len, '\0');
-  if (accord_comm_plan(comm, plan.data(), &len) != ACCORD_SUCCESS) return "";
-  return plan;
-}
-
 // `calls` pre-multiplied sums (all-reduce, reduce-scatter, reduce in turn; the scalar on the
 // host and in device memory), exact; the plan must show the waiting protocol.
 // The plan's hand-offs line of a job whose sends and receives wait at stream level: the
@@ -690,8 +693,7 @@ TEST_F(GpuP2pThreads, PlanNamesPointToPointFifos) {
 // it whole.
 TEST_F(GpuP2pThreads, SendOfAWholeFifoEndsBeforeItsReceive) {
   ScopedEnv timeout("ACCORD_TIMEOUT_MS", "20000");
-  const char* bytes = std::getenv("ACCORD_DEVICE_P2P_BYTES");
-  const size_t count = (bytes != nullptr ? std::strtoull(bytes, nullptr, 10) : size_t{8} << 20) / 4;
+  const size_t count = p2p_fifo_bytes() / 4;
   std::atomic<int> sent{0};
   for (const auto& f : run_threads(2, [&](accord_comm_t comm, int rank, int) -> std::string {
          return on_own_stream(comm, [&](accord_stream_t stream, int dev) -> std::string {
