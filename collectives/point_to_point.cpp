@@ -41,46 +41,17 @@
 // by all the kernel's blocks (Note [Blocks]: one per 16 KiB, up to ACCORD_GPU_BLOCKS). The
 // kernel is the FIFO kernel, unchanged: DevCall::peers points at the sends' table, whose
 // FIFOs have counts and arrival counters of their own (DevFifo::count, ::arrive), so the
-// collectives' FIFO counts never see a point-to-point message and the host's counts of the
-// waiting form (p2p_sent_, p2p_recvd_) are the point-to-point FIFOs' in every job. Pairs
-// without one (host-staged, TCP) send and receive on the collectives' FIFOs, as before, and
+// collectives' FIFO counts never see a point-to-point message (nor the host's counts of the
+// waiting form, Note [Waiting FIFOs], which keeps them per FIFO). Pairs without one (host-staged, TCP) send and receive on the collectives' FIFOs, as before, and
 // their entries of the sends' table are the collectives' FIFOs. The progress argument of Note
 // [Point-to-point progress] is about messages and rounds, not their sizes, and needs 4 slots
 // or more (Note [FIFO depth]): it holds unchanged. Memory: 8 MiB of GPU memory per peer that
 // can address this GPU (7 peers: 56 MiB). Not measured on a GPU yet (issue 35's 200 GB/s).
 //
-// Note [Waiting point-to-point]: under the waiting protocol (ACCORD_SHARED_GPU_SYNC=wait, Note
-// [Waiting protocol] in device/direct_call.hpp; processes sharing a GPU without MPS), and in
-// every job on the staged protocol (Note [Staged protocol], device/direct_staged.cpp: a
-// host-staged pair, as processes sharing a GPU from different pid namespaces have), a batch
-// runs on the same FIFOs and the same FIFO kernel, cut into kernels that never wait inside.
-// Each kernel holds consecutive steps of the schedule that are all sends (and the copies to
-// itself) or all receives, at most one message per peer: one half of a round of Note
-// [Point-to-point progress]. Before a kernel, the stream waits for what its steps would poll:
-//  - a send of message m to peer p, for its slot to be free: p has released message
-//    m - nslots. After each kernel of receives, p's stream writes how many messages from this
-//    rank it has released into this rank's scratch (direct_p2p_word; in the staged protocol,
-//    whose pairs may not address each other's GPU memory, into this rank's staging area in
-//    shared memory, kStagedP2pWord), so the wait is on this rank's memory, as the direct
-//    protocol's are;
-//  - a receive of message m from p, for the slot header's seq to reach m + 1 (the FIFO from p
-//    is this rank's: in its GPU memory, Note [Point-to-point FIFOs], or for a host-staged pair
-//    in its shared memory, pinned). nslots is the FIFO's: 4 or 8.
-// So every poll in the kernel succeeds at once, and a stream blocked in a wait holds no time
-// slice. The host counts what it queued (p2p_sent_, p2p_recvd_): these are the kernels' counts,
-// as only sends and receives use these FIFOs (the point-to-point FIFOs; a host-staged pair's
-// collectives' FIFO carries no collective in a staged job, whose collectives are all staged).
-// A batch with a peer over TCP (no such job has a direct or staged engine, so only as a
-// safeguard) runs the spinning kernel. No
-// deadlock that the spinning kernel avoids: the kernels are the rounds' halves in the
-// schedule's order, and each wait is one the spinning kernel makes at the same point (a
-// kernel waits for all its steps' conditions before it starts rather than one after another;
-// its steps concern different peers). Tags and sizes are still checked in the kernel (a
-// mismatch is an error naming the peer). A peer that dies or never comes: the watchdog's
-// release_waits writes every word a stream waits on (DirectEngine::p2p_wait records them)
-// after the abort. Cost: 2 kernels a round of the batch (a slot of data per peer each), and a
-// stream write and wait per message. A host-staged pair's kernel still moves the data itself
-// (loads and stores over PCIe, one block: Note [Blocks]), not the copy engines.
+// Note [Waiting point-to-point]: where a job's hand-offs wait at stream level (the waiting
+// protocol of processes sharing a GPU without MPS, and every staged job), a batch runs on the
+// same FIFOs and the same FIFO kernel, cut into kernels that never wait inside: Note [Waiting
+// FIFOs] (device/fifo_wait.cpp), which collectives on the FIFOs share.
 #include <algorithm>
 #include <cstring>
 
@@ -172,85 +143,8 @@ Status DeviceEngine::enqueue_device_p2p(const std::vector<CollArgs>& ops, void* 
   launch.call.op = ACCORD_SUM;
   launch.call.elem_bytes = 1;
   launch.call.tag = p2p_tag(CollArgs{Collective::kSend, nullptr, nullptr, 0, ACCORD_UINT8, ACCORD_SUM, 0});
-  // Note [Waiting point-to-point]: the direct protocol's waiting form, and the staged protocol.
-  if (direct_ != nullptr && (direct_->waiting() || direct_->staged())) {
-    bool every = true;  // every peer's FIFO has its headers in memory this rank's stream can wait on
-    for (const Step& s : sched.steps)
-      if (s.kind != StepKind::kCopy) {
-        const int peer = s.kind == StepKind::kRecv ? s.recv_peer : s.send_peer;
-        every = every && dev_recv_headers_[static_cast<size_t>(peer)] != nullptr;
-      }
-    if (every) return launch_p2p_waiting(name, sched, launch, us, user_stream);
-  }
+  if (hand_offs_wait_) return launch_fifo_waiting(name, sched, launch, us, user_stream, /*p2p=*/true);
   return launch_schedule(name, sched, &launch, us, user_stream, /*direct=*/false, /*p2p=*/true);
-}
-
-Status DeviceEngine::launch_p2p_waiting(const char* name, const Schedule& sched, const dev::DevLaunch& launch,
-                                        Stream us, void* user_stream) {
-  const std::vector<Step>& steps = sched.steps;
-  auto* ctl = static_cast<dev::DevCtl*>(ctl_dev_);
-  Status failed;
-  for (size_t i = 0; i < steps.size() && failed.ok();) {
-    Schedule part;
-    std::vector<bool> used(static_cast<size_t>(nranks_), false);
-    int recv_kind = -1;  // of the kernel's messages: 0 sends, 1 receives; -1: none yet
-    for (; i < steps.size(); ++i) {
-      const Step& s = steps[i];
-      if (s.kind == StepKind::kCopy) {
-        part.steps.push_back(s);
-        continue;
-      }
-      const int r = s.kind == StepKind::kRecv ? 1 : 0;
-      const int peer = r != 0 ? s.recv_peer : s.send_peer;
-      if ((recv_kind >= 0 && r != recv_kind) || used[static_cast<size_t>(peer)]) break;
-      recv_kind = r;
-      used[static_cast<size_t>(peer)] = true;
-      part.steps.push_back(s);
-    }
-    // The kernel's call counts as begun once the stream reaches its waits: the watchdog's
-    // deadline runs from there (Note [Device watchdog]), as for a kernel that polls.
-    if (recv_kind >= 0) failed = rt_->stream_write_value64(us, &ctl->started, dev_seq_ + 1);
-    for (size_t k = 0; k < part.steps.size() && failed.ok(); ++k) {
-      const Step& s = part.steps[k];
-      if (s.kind == StepKind::kCopy) continue;
-      if (s.kind == StepKind::kRecv) {
-        const size_t p = static_cast<size_t>(s.recv_peer);
-        const uint32_t m = p2p_recvd_[p];
-        auto* seq = reinterpret_cast<uint32_t*>(dev_recv_headers_[p] + (m % p2p_nslots_[p]) * dev::kSlotHeaderBytes);
-        failed = direct_->p2p_wait(us, ctl, seq, m + 1, s.recv_peer);
-      } else {
-        const size_t p = static_cast<size_t>(s.send_peer);
-        failed = direct_->p2p_wait(us, ctl, direct_->p2p_word(s.send_peer), p2p_sent_[p] + 1 - p2p_nslots_[p],
-                                   s.send_peer);
-      }
-    }
-    if (failed.ok()) {
-      dev::DevLaunch l = launch;
-      Status st = launch_schedule(name, part, &l, us, user_stream, /*direct=*/false, /*p2p=*/true);
-      if (!st.ok()) return queued_in_part(name, st);
-    }
-    for (size_t k = 0; k < part.steps.size() && failed.ok(); ++k) {
-      const Step& s = part.steps[k];
-      if (s.kind == StepKind::kSend) ++p2p_sent_[static_cast<size_t>(s.send_peer)];
-      if (s.kind == StepKind::kRecv)
-        failed = direct_->p2p_tell(us, s.recv_peer, ++p2p_recvd_[static_cast<size_t>(s.recv_peer)]);
-    }
-  }
-  if (failed.ok()) return failed;
-  return queued_in_part(name, failed.prefix(format("rank %d: %s: ", rank_, name)));
-}
-
-// Some of a call's kernels and waits are queued (the waiting and staged forms, Note [Waiting
-// protocol]; a waiting batch, Note [Waiting point-to-point]), then `failed`: its peers may be
-// in it already, and this rank's rounds or counts no longer match theirs.
-Status DeviceEngine::queued_in_part(const std::string& what, const Status& failed) {
-  Status s(failed.code(), format("rank %d: %s on GPU %d: queued in part, then: %s; the communicator cannot go on: "
-                                 "destroy it and create a new one%s",
-                                 rank_, what.c_str(), device_, failed.message().c_str(), dead_peer_note().c_str()));
-  comm_.set_sticky(s);
-  __atomic_store_n(&static_cast<dev::DevCtl*>(ctl_host_)->abort, 1u, __ATOMIC_RELEASE);
-  direct_->release_waits();
-  return s;
 }
 
 Status Communicator::run_point_to_point(const std::vector<CollArgs>& ops) {

@@ -126,7 +126,8 @@ const std::vector<Entry>& entries() {
                  "the receiver's GPU (0: 8 MiB); sends and receives of device buffers go in messages of a quarter of "
                  "it; other pairs' sends and receives use the collectives' FIFOs"),
       STR_ENTRY("ACCORD_SHARED_GPU_SYNC", shared_gpu_sync, "auto",
-                "hand-offs of the direct protocol: wait (the stream waits between kernels, which needs no time "
+                "GPU hand-offs (the direct protocol's, and every FIFO kernel's: sends, receives, collectives of jobs "
+                "on the FIFOs): wait (the stream waits between kernels, which needs no time "
                 "slice: processes sharing a GPU without MPS), spin (the kernel polls its peers' flags: fastest when "
                 "every rank's kernel runs at once), or auto (wait where processes share a GPU without MPS)"),
       BOOL_ENTRY("ACCORD_SIM_THROTTLE", sim_throttle, "0",

@@ -37,6 +37,9 @@
 #             simulated GPUs in CI (not in the default list; never run on a GPU yet)
 #   kill      kill -9 one of 2 ranks in the middle of 64 MiB all-reduces (MPS): the other ends
 #             (not in the default list)
+#   fifoslice a job on the FIFOs without MPS (2 processes on GPU 0, TCP between them:
+#             ACCORD_SHM_DISABLE=1), all_reduce 8 B-16 MiB with ACCORD_SHARED_GPU_SYNC=wait, then
+#             spin (Note [Waiting FIFOs]; not in the default list; never run on a GPU yet)
 #   gpusuite3 the gpu suite 3 times over, 4 at once (not in the default list)
 #   all12     the whole suite 3 times over, 12 at once (issue 20 item 3; not in the default list;
 #             ALL_LIMIT seconds, 570 by default; one pass took 130-200 s on the H200, its
@@ -320,6 +323,12 @@ for s in $steps; do
     t_slice) ran_targets=1; mps_off
       NT_LIMIT=120 nt_mpi t_slice2_all_reduce 2 all_reduce -b 8 -e 128M -f 16 -n 10 -w 2
       NT_LIMIT=90 nt_mpi t_slice4_all_reduce 4 all_reduce -b 8 -e 8 -n 20 -w 2 ;;
+    fifoslice) mps_off  # Note [Waiting FIFOs]: a job on the FIFOs (TCP between 2 processes on GPU 0), no MPS
+      for sync in wait spin; do
+        NT_X=(-x ACCORD_SHM_DISABLE=1 -x ACCORD_SHARED_GPU_SYNC=$sync)
+        NT_LIMIT=60 nt_mpi "fifoslice_$sync" 2 all_reduce -b 8 -e 16M -f 64 -n 5 -w 1
+      done
+      NT_X=() ;;
     t_kill_slice) ran_targets=1; mps_off; step t_kill_slice 60 all_reduce_perf kill_check 29535 8 ;;
     t_ddp_slice) ran_targets=1; mps_off; step t_ddp_slice 240 pytorch_ddp ddp_slice_check ;;
     t_ncu) ran_targets=1; mps_off

@@ -95,6 +95,7 @@ static_assert(sizeof(DevStep) == 48, "DevStep is copied as plain bytes");
 
 // Byte offsets of the flags inside the host FIFO layout (fifo.hpp; checked in dev_host.cpp).
 constexpr size_t kHeadOffset = 0;      // FifoCtrl::head
+constexpr size_t kReverseHeadOffset = 68;  // FifoCtrl::reverse_head (Note [Waiting FIFOs])
 constexpr size_t kSlotHeaderBytes = 64;  // SlotHeader: seq +0, size +4, tag +8
 
 struct DevFifo {

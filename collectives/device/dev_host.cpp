@@ -40,6 +40,7 @@ static_assert(static_cast<int>(Collective::kAllReduce) == kCollAllReduce &&
 static_assert(offsetof(SlotHeader, seq) == 0 && offsetof(SlotHeader, size) == 4 && offsetof(SlotHeader, tag) == 8 &&
               sizeof(SlotHeader) == kSlotHeaderBytes);
 static_assert(offsetof(FifoCtrl, head) == kHeadOffset);
+static_assert(offsetof(FifoCtrl, reverse_head) == kReverseHeadOffset);
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
 
 namespace {

@@ -39,15 +39,13 @@ constexpr size_t kDefaultDirectScratchBytes = size_t{8} << 20;  // both data hal
 constexpr size_t kMinDirectScratchBytes = 4096;
 // Note [Staged protocol] (direct_staged.cpp): each rank's staging area in its shared-memory
 // segment: kStagedWordBytes of 32-bit words (a round word per sender, then a tag word per
-// half and sender, kStagedMaxRanks apart, then a read word per sender, then a point-to-point
-// word per sender: Note [Waiting point-to-point]), then two data halves.
+// half and sender, kStagedMaxRanks apart, then a read word per sender), then two data halves.
 constexpr size_t kDefaultStagedBytes = size_t{4} << 20;  // both halves
-constexpr size_t kStagedWordBytes = 1280;
+constexpr size_t kStagedWordBytes = 1024;
 constexpr int kStagedMaxRanks = 64;  // kStagedTagStride (direct_call.hpp)
 constexpr int kStagedReadWord = 3 * kStagedMaxRanks;  // after word[] and tag[2][]
-constexpr int kStagedP2pWord = 4 * kStagedMaxRanks;
-static_assert(kStagedWordBytes % 256 == 0 && kStagedWordBytes >= sizeof(uint32_t) * 5 * kStagedMaxRanks,
-              "the staging area's words: word, tag[2], read, p2p; the halves 256-byte aligned");
+static_assert(kStagedWordBytes % 256 == 0 && kStagedWordBytes >= sizeof(uint32_t) * 4 * kStagedMaxRanks,
+              "the staging area's words: word, tag[2], read; the halves 256-byte aligned");
 // One data half of a scratch or staging area of `bytes` (both halves): 256-byte aligned.
 inline size_t direct_half_bytes(size_t bytes) { return std::max(kMinDirectScratchBytes, bytes) / 2 & ~size_t{255}; }
 // ACCORD_STAGED_BYTES (0: the built-in size), and the whole area it makes.
@@ -113,13 +111,6 @@ class DirectEngine {
   // waits for a peer that will never write (the kernels after the waits see the abort and do
   // nothing). Safe from any thread; a no-op in the spinning protocol.
   void release_waits();
-  // Note [Waiting point-to-point] (point_to_point.cpp), on `stream`: tells `peer` that this
-  // rank has released `count` of its messages (a write into the peer's scratch); and a wait
-  // until `*word` (this rank's memory) reaches `value`, which release_waits will end too.
-  // In the staged protocol too, the words in the staging areas (host memory).
-  Status p2p_tell(Stream stream, int peer, uint32_t count);
-  Status p2p_wait(Stream stream, DevCtl* ctl, uint32_t* word, uint32_t value, int peer);
-  uint32_t* p2p_word(int from) const;  // the word in this rank's memory that `from` writes
   // After a launch of `d` succeeded: its rounds are spent (Note [Direct rounds]).
   void commit(const DevDirect& d);
   // Note [Registered inputs] (direct_call.hpp): every rank's buffer of a registration's slot
@@ -146,7 +137,6 @@ class DirectEngine {
   Status upload_table(const std::vector<uint8_t*>& table, const DirectSetup& s);
   Status launch_phase(const DevLaunch& l, Stream stream);  // direct_wait.cpp
   void release_staged();
-  uint32_t* p2p_word_of(int at, int from) const;  // direct_wait.cpp
   void destroy_streams();  // rescue_, side_ and its events
 
   DeviceRuntime* rt_ = nullptr;
@@ -168,8 +158,6 @@ class DirectEngine {
   std::string sync_why_;
   Stream rescue_;                        // release_waits' own stream (waiting protocol only)
   std::atomic<uint32_t> waited_round_{0};  // the last round a wait was queued for
-  std::mutex p2p_mu_;                      // guards p2p_waits_ (the watchdog reads it)
-  std::map<uint32_t*, uint32_t> p2p_waits_;  // every word a p2p wait was queued on: the last value
   std::set<std::pair<uint32_t, int>> logged_;
   // Note [Staged protocol]
   bool staged_ = false;

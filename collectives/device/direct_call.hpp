@@ -122,11 +122,10 @@ constexpr int32_t kDirectUserSlots = 32;
 
 // Bytes of a scratch's flags for `nranks` ranks, padded to 256 (the data halves follow): the
 // flags of Note [Direct protocol] (2 x kDirectMaxSlices words per rank), then the descriptors
-// of Note [Registered inputs] (two 64-bit words per round parity, slice and rank), then one
-// word per rank for the waiting point-to-point hand-offs (direct_p2p_word).
+// of Note [Registered inputs] (two 64-bit words per round parity, slice and rank).
 constexpr uint64_t kDirectDescWordsPerRank = 2ull * 2ull * kDirectMaxSlices;
 ACCORD_HD constexpr uint64_t direct_flag_bytes(int32_t nranks) {
-  return (((2ull * kDirectMaxSlices + kDirectDescWordsPerRank + 1) * static_cast<uint64_t>(nranks) * 8 + 255) / 256) *
+  return (((2ull * kDirectMaxSlices + kDirectDescWordsPerRank) * static_cast<uint64_t>(nranks) * 8 + 255) / 256) *
          256;
 }
 
@@ -145,14 +144,6 @@ ACCORD_HD constexpr uint32_t direct_phases(uint32_t coll, uint32_t proto) {
 ACCORD_HD inline uint32_t* direct_wait_word(uint8_t* scratch, int32_t nranks, uint32_t phase, int32_t from) {
   return reinterpret_cast<uint32_t*>(reinterpret_cast<uint64_t*>(scratch) +
                                      static_cast<uint64_t>(phase) * kDirectMaxSlices * nranks + from);
-}
-
-// Note [Waiting point-to-point] (collectives/point_to_point.cpp): the word in a scratch where
-// rank `from` says how many of this rank's FIFO messages to it it has released.
-inline uint32_t* direct_p2p_word(uint8_t* scratch, int32_t nranks, int32_t from) {
-  return reinterpret_cast<uint32_t*>(reinterpret_cast<uint64_t*>(scratch) +
-                                     (2ull * kDirectMaxSlices + kDirectDescWordsPerRank) * static_cast<uint64_t>(nranks) +
-                                     from);
 }
 
 // The rounds of a call: ceil(count / chunk_elems) (Note [Direct rounds]).

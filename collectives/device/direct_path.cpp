@@ -54,7 +54,18 @@ Status DeviceEngine::setup_direct(StoreClient* store, Deadline deadline) {
                      nranks_ > dev::kStagedMaxRanks ? "the staged protocol takes at most 64 ranks"
                                                     : "some rank has no staging area in shared memory");
   if (!why_not.empty()) {
+    // Note [Waiting FIFOs] (fifo_wait.cpp): the FIFO kernels hand off through the stream where
+    // a GPU of the job is time-sliced (or ACCORD_SHARED_GPU_SYNC=wait).
+    bool wait = false;
+    std::string sync_why;
+    ACCORD_TRY(choose_gpu_sync(store, deadline, &wait, &sync_why));
+    ACCORD_TRY(hand_offs(wait));
     direct_plan_ = format("device protocol: fifo for every collective (%s)\n", why_not.c_str());
+    direct_plan_ += format("GPU hand-offs: %s (%s)\n",
+                           wait ? "wait: kernels never wait on a peer, the stream waits between them (a kernel "
+                                  "per FIFO hand-off: collectives, sends and receives)"
+                                : "spin: the kernel polls its peers' flags",
+                           sync_why.c_str());
     if (mode == dev::ProtoMode::kDirect || mode == dev::ProtoMode::kOneShot || mode == dev::ProtoMode::kTwoShot ||
         mode == dev::ProtoMode::kStaged) {
       if (rank_ == 0)
@@ -62,10 +73,19 @@ Status DeviceEngine::setup_direct(StoreClient* store, Deadline deadline) {
                  "collective uses the FIFOs", settings_.device_proto.c_str(),
                  mode == dev::ProtoMode::kStaged ? "staged" : "direct", why_not.c_str());
     }
-    LOG_INFO(kGpu, "rank %d: %s", rank_, direct_plan_.substr(0, direct_plan_.size() - 1).c_str());
+    for (size_t at = 0, nl; (nl = direct_plan_.find('\n', at)) != std::string::npos; at = nl + 1)
+      LOG_INFO(kGpu, "rank %d: %s", rank_, direct_plan_.substr(at, nl - at).c_str());
     return Status::success();
   }
   return setup_engine(store, deadline, mode, {}, "");
+}
+
+// Note [Waiting FIFOs]: whether the job's FIFO kernels hand off through the stream, and the
+// stream that ends those waits when a peer never comes.
+Status DeviceEngine::hand_offs(bool wait) {
+  hand_offs_wait_ = wait;
+  if (!wait || rescue_.id != 0) return Status::success();
+  return rt_->create_stream(device_, &rescue_).prefix(format("rank %d: the stream that ends FIFO waits: ", rank_));
 }
 
 // The direct engine, or with `staging` (every rank's area) its staged form, and the plan's lines.
@@ -94,6 +114,7 @@ Status DeviceEngine::setup_engine(StoreClient* store, Deadline deadline, dev::Pr
   }
   ACCORD_TRY(choose_gpu_sync(store, deadline, &s.wait, &s.sync_why));  // Note [Shared GPU sync]
   ACCORD_TRY(dev::DirectEngine::create(s, &direct_));
+  ACCORD_TRY(hand_offs(s.wait || s.staged));  // Note [Waiting FIFOs]: sends and receives too
   direct_plan_ = direct_->describe();
   // (one line of the plan each, so the log below prints both)
   direct_plan_ += s.staged ? std::string("GPU hand-offs: staged: the collectives' kernels never wait on a peer, the "

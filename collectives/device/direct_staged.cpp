@@ -145,8 +145,8 @@ Status DirectEngine::open_staged(const DirectSetup& s) {
   staged_ = true;
   staged_why_ = s.staged_why;
   // Its collectives wait in the stream anyway (launch_staged), and so do its sends and receives
-  // (Note [Waiting point-to-point]), their words in the staging areas (p2p_word): wait_ is the
-  // waiting form of the direct protocol only. rescue_ ends the sends' and receives' waits.
+  // (Note [Waiting FIFOs], the device engine's): wait_ is the waiting form of the direct
+  // protocol only. The staged words are host memory: release_staged raises them itself.
   wait_ = false;
   half_bytes_ = direct_half_bytes(s.staged_bytes);
   flag_bytes_ = 0;  // the words are in host memory
@@ -171,7 +171,6 @@ Status DirectEngine::open_staged(const DirectSetup& s) {
   ACCORD_TRY(upload_table(table, s));
   // Note [Staged pipeline]
   ACCORD_TRY(rt_->create_stream(s.device, &side_).prefix("the staging-out stream: "));
-  ACCORD_TRY(rt_->create_stream(s.device, &rescue_).prefix("release_waits' stream: "));
   for (Event* e : {&a_done_, &out_done_[0], &out_done_[1]})
     ACCORD_TRY(rt_->create_event(s.device, e).prefix("the staged protocol's events: "));
   // Note [Freeing memory peers map]: no peer maps this memory, but a free waits for the
@@ -182,7 +181,7 @@ Status DirectEngine::open_staged(const DirectSetup& s) {
 static_assert(kStagedMaxRanks == static_cast<int>(kStagedTagStride) &&
                   kStagedReadWord == kStagedMaxRanks + 2 * static_cast<int>(kStagedTagStride),
               "the staging area's words: word[from] (a round staged out), tag[h][from], then read[from] (a round "
-              "copied in and folded: Note [Staged pipeline]), then p2p[from] (direct.hpp)");
+              "copied in and folded: Note [Staged pipeline])");
 
 Status DirectEngine::launch_staged(const DevLaunch& launch, Stream stream, bool* partial) {
   *partial = false;

@@ -74,48 +74,9 @@ Status DirectEngine::launch_phase(const DevLaunch& l, Stream stream) {
   return rt_->launch_kernel(collective_kernel(), &l, sizeof l, stream, l.call.nblocks, 0);
 }
 
-// The word that `from` writes in rank `at`'s memory: in its scratch (the direct protocol), or
-// in its staging area in shared memory (the staged protocol: its pairs may not address each
-// other's GPU memory), as this GPU addresses it.
-uint32_t* DirectEngine::p2p_word_of(int at, int from) const {
-  if (staged_) return reinterpret_cast<uint32_t*>(staging_dev_[static_cast<size_t>(at)]) + kStagedP2pWord + from;
-  return direct_p2p_word(scratch_[static_cast<size_t>(at)], nranks_, from);
-}
-
-uint32_t* DirectEngine::p2p_word(int from) const { return p2p_word_of(rank_, from); }
-
-Status DirectEngine::p2p_tell(Stream stream, int peer, uint32_t count) {
-  return rt_->stream_write_value32(stream, p2p_word_of(peer, rank_), count)
-      .prefix(format("telling rank %d it may reuse %u FIFO slots: ", peer, count));
-}
-
-Status DirectEngine::p2p_wait(Stream stream, DevCtl* ctl, uint32_t* word, uint32_t value, int peer) {
-  {
-    // Before the wait is queued: release_waits must reach past it.
-    std::lock_guard<std::mutex> lock(p2p_mu_);
-    uint32_t& last = p2p_waits_[word];
-    if (static_cast<int32_t>(value - last) > 0 || last == 0) last = value;
-  }
-  Status s = rt_->stream_write_value32(stream, &ctl->waiting_peer, static_cast<uint32_t>(peer));
-  if (s.ok()) s = rt_->stream_wait_value32(stream, word, value, DeviceRuntime::WaitCondition::kGeq);
-  return s.prefix(format("waiting for rank %d: ", peer));
-}
-
 void DirectEngine::release_waits() {
   if (staged_) release_staged();  // Note [Staged protocol] (direct_staged.cpp): host words, first
-  if (rescue_.id == 0) return;    // neither waiting form
-  {
-    std::lock_guard<std::mutex> lock(p2p_mu_);
-    for (const auto& [word, value] : p2p_waits_) {
-      Status s = rt_->stream_write_value32(rescue_, word, value);
-      if (!s.ok()) {
-        LOG_WARN(kGpu, "rank %d: ending the stream's wait for a send or receive failed: %s", rank_,
-                 s.message().c_str());
-        return;
-      }
-    }
-  }
-  if (staged_) return;
+  if (rescue_.id == 0) return;  // the spinning form, or the staged one (host words, raised above)
   const uint32_t e = waited_round_.load(std::memory_order_acquire);
   if (e == 0) return;  // no wait was ever queued
   for (uint32_t p = 0; p + 1 < kDirectMaxPhases; ++p)  // every exchange any form makes

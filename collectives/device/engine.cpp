@@ -231,10 +231,10 @@ void DeviceEngine::release() {
     // accord_comm_abort: the watchdog (stopped above) may not have passed the abort on yet.
     bool aborted = abort_.load(std::memory_order_acquire);
     // A call queued after the watchdog ended the waits (Note [Waiting protocol]) waits again.
-    if (direct_ != nullptr && __atomic_load_n(&ctl->abort, __ATOMIC_ACQUIRE) != 0) direct_->release_waits();
+    if (__atomic_load_n(&ctl->abort, __ATOMIC_ACQUIRE) != 0) release_waits();
     if (aborted) {
       __atomic_store_n(&ctl->abort, 1u, __ATOMIC_RELEASE);
-      if (direct_ != nullptr) direct_->release_waits();
+      release_waits();
       deadline = Deadline::after_ms(1000);
     }
     while (!done()) {
@@ -251,12 +251,17 @@ void DeviceEngine::release() {
         LOG_WARN(kGpu, "rank %d: destroying the communicator while its collective (seq %llu) still runs on "
                  "GPU %d; telling it to give up", rank_, static_cast<unsigned long long>(dev_seq_), device_);
         __atomic_store_n(&ctl->abort, 1u, __ATOMIC_RELEASE);
-        if (direct_ != nullptr) direct_->release_waits();
+        release_waits();
         aborted = true;
         deadline = Deadline::after_ms(1000);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
+  }
+  // Its writes are into this rank's FIFO memory: done before that memory goes.
+  if (rescue_.id != 0) {
+    (void)rt_->synchronize_stream(rescue_);
+    (void)rt_->destroy_stream(rescue_);
   }
   let_go_of_peer_memory();
   stop_tcp_pumps();  // after the kernels: Note [Device data over TCP]
@@ -474,9 +479,9 @@ void DeviceEngine::warn_shared_gpu() const {
         "(until ACCORD_TIMEOUT_MS). Set CUDA_MODULE_LOADING=EAGER, allocate before the first "
         "collective, or run one process per rank",
         rank_, rank_list(here).c_str(), gpu_label(rank_).substr(4).c_str());
-  // Where the job's calls hand off through the stream (Note [Shared GPU sync]) slices cost them
-  // nothing: no warning, a line at info.
-  const bool waiting = direct_ != nullptr && direct_->waiting();
+  // Where the job's calls hand off through the stream (Note [Shared GPU sync], Note [Waiting
+  // FIFOs]) slices cost them nothing: no warning, a line at info.
+  const bool waiting = hand_offs_wait_;
   if (!others.empty() && std::min(here.front(), others.front()) == rank_ && waiting)
     LOG_INFO(kGpu, "rank %d: GPU %s is shared with other processes: the collectives hand off through the stream "
              "(ACCORD_SHARED_GPU_SYNC), which needs no time slice, and so do sends and receives",
@@ -713,11 +718,8 @@ Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline)
   if (device_ < 0) return Status::success();
   ACCORD_TRY(join_fifo_hold(store, deadline));
   dev_route_of_.assign(static_cast<size_t>(nranks_), -1);
-  dev_recv_headers_.assign(static_cast<size_t>(nranks_), nullptr);
-  p2p_sent_.assign(static_cast<size_t>(nranks_), 0);
-  p2p_recvd_.assign(static_cast<size_t>(nranks_), 0);
+  wait_ends_.assign(2 * static_cast<size_t>(nranks_), WaitEnd{});
   p2p_piece_.assign(static_cast<size_t>(nranks_), shape_.slot_bytes);
-  p2p_nslots_.assign(static_cast<size_t>(nranks_), 0);
   // [0, n): the collectives' table; [n, 2n): the sends and receives' (Note [Point-to-point
   // FIFOs]), the same FIFO where a pair has no point-to-point FIFO.
   const size_t n = static_cast<size_t>(nranks_);
@@ -749,6 +751,18 @@ Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline)
     f.slot_bytes = static_cast<uint32_t>(shape.slot_bytes);
     return f;
   };
+  // Note [Waiting FIFOs]: what a stream waits on and writes for the FIFOs `from` the peer
+  // (this rank's memory) and `to` it; `to` null: the peer is over TCP, and this rank waits on
+  // its own "out" FIFO's head, which the send pump writes.
+  auto wait_end_of = [](WaitEnd* w, const dev::DevFifo& from, const dev::DevFifo* to, uint32_t* released) {
+    auto reverse_head = [](uint32_t* head) {
+      return reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(head) - dev::kHeadOffset + dev::kReverseHeadOffset);
+    };
+    w->headers = from.headers;
+    w->released = released != nullptr ? released : reverse_head(from.head);
+    if (to != nullptr) w->tell = reverse_head(to->head);
+    w->nslots = from.nslots;
+  };
   // The device address of host-staged FIFO memory (this or a peer's segment, registered).
   auto host_fifo = [&](void* host, uint32_t* count, dev::DevFifo* out) -> Status {
     void* at = nullptr;
@@ -769,8 +783,7 @@ Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline)
       if (shm_ == nullptr) continue;
       ACCORD_TRY(host_fifo(shm_->device_ctrl_recv(peer), recv_count, &p.recv));
       ACCORD_TRY(host_fifo(shm_->device_ctrl_send(peer), send_count, &p.send));
-      dev_recv_headers_[static_cast<size_t>(peer)] = p.recv.headers;  // Note [Waiting point-to-point]
-      p2p_nslots_[static_cast<size_t>(peer)] = static_cast<uint32_t>(shape_.nslots);
+      wait_end_of(&wait_ends_[static_cast<size_t>(peer)], p.recv, &p.send, nullptr);
       continue;
     }
     const int pd = device_of_[static_cast<size_t>(peer)];
@@ -788,9 +801,7 @@ Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline)
     uint8_t* pbase = base + fifo_bytes;
     dev::DevPeer& q = peers[n + static_cast<size_t>(peer)];
     q.recv = describe(pbase, pbase + p2p_shape_.header_bytes(), p2p_counts + 2 * peer + 1, p2p_shape_, p2p_counts);
-    dev_recv_headers_[static_cast<size_t>(peer)] = q.recv.headers;  // Note [Waiting point-to-point]
     p2p_piece_[static_cast<size_t>(peer)] = p2p_shape_.slot_bytes;
-    p2p_nslots_[static_cast<size_t>(peer)] = static_cast<uint32_t>(p2p_shape_.nslots);
     direct.emplace_back(peer, route);
   }
   // Every FIFO is zero (an empty FIFO) before a peer can learn where it is.
@@ -848,6 +859,9 @@ Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline)
     uint8_t* pbase = base + fifo_bytes;
     peers[n + static_cast<size_t>(peer)].send =
         describe(pbase, pbase + p2p_shape_.header_bytes(), p2p_counts + 2 * peer, p2p_shape_, p2p_counts);
+    for (size_t t : {size_t{0}, n})
+      wait_end_of(&wait_ends_[t + static_cast<size_t>(peer)], peers[t + static_cast<size_t>(peer)].recv,
+                  &peers[t + static_cast<size_t>(peer)].send, nullptr);
   }
   // Note [Device data over TCP]: two pinned FIFOs of this rank per TCP peer with a GPU.
   for (int peer : remote_ranks_) {
@@ -858,6 +872,7 @@ Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline)
     dev::DevPeer& p = peers[static_cast<size_t>(peer)];
     ACCORD_TRY(host_fifo(out, counts + 2 * peer, &p.send));
     ACCORD_TRY(host_fifo(in, counts + 2 * peer + 1, &p.recv));
+    wait_end_of(&wait_ends_[static_cast<size_t>(peer)], p.recv, nullptr, p.send.head);
   }
   // A rank may not free its FIFOs (destroy, exit) while a peer still has to open them: wait
   // until every direct peer has opened ours (as the shm segments' "mapped" round).
@@ -1260,6 +1275,7 @@ Status DeviceEngine::enqueue_device(const CollArgs& call, void* user_stream) {
   // Note [Direct or FIFO] (device/direct_path.cpp): no steps then, and no FIFO. A pre-multiplied
   // sum scales in phase A of the direct protocol (Note [Pre-multiplied sum]).
   const bool direct = prepare_direct(a, plan.elem_bytes, &launch);
+  if (!direct && hand_offs_wait_) return launch_fifo_waiting(name, sched, launch, us, user_stream, /*p2p=*/false);
   return launch_schedule(name, sched, &launch, us, user_stream, direct);
 }
 
@@ -1469,7 +1485,7 @@ void DeviceEngine::watchdog_loop() {
       // the error already there.
       comm_.set_sticky(failure);
       __atomic_store_n(&ctl->abort, 1u, __ATOMIC_RELEASE);
-      if (direct_ != nullptr) direct_->release_waits();  // Note [Waiting protocol]: no stream waits on
+      release_waits();  // Note [Waiting protocol]: no stream waits on
     }
     std::unique_lock<std::mutex> lock(watch_mu_);
     watch_cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return watch_stop_; });

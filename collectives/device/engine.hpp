@@ -199,6 +199,7 @@ class DeviceEngine {
   // the stream (true) or in the kernel, the same on every rank (collective over the store).
   Status choose_gpu_sync(StoreClient* store, Deadline deadline, bool* wait, std::string* why);
   bool gpu_time_sliced() const;  // this rank's GPU is shared by processes without MPS
+  Status hand_offs(bool wait);    // Note [Waiting FIFOs] (direct_path.cpp)
   bool prepare_direct(const CollArgs& a, size_t elem_bytes, dev::DevLaunch* launch);
   Status wrap_stream(void* user_stream, Stream* out);
   Status check_device_call(void* user_stream, const char* name);
@@ -207,10 +208,15 @@ class DeviceEngine {
   // p2p: the kernel reads the point-to-point FIFOs' table (Note [Point-to-point FIFOs]).
   Status launch_schedule(const char* name, const Schedule& sched, dev::DevLaunch* launch, Stream us,
                          void* user_stream, bool direct = false, bool p2p = false);
-  // Note [Waiting point-to-point] (point_to_point.cpp).
-  Status launch_p2p_waiting(const char* name, const Schedule& sched, const dev::DevLaunch& launch, Stream us,
-                            void* user_stream);
-  Status queued_in_part(const std::string& what, const Status& failed);  // point_to_point.cpp
+  // Note [Waiting FIFOs] (fifo_wait.cpp): `sched` (the point-to-point table's with p2p) as
+  // kernels that never wait inside, the stream waiting between them.
+  Status launch_fifo_waiting(const char* name, const Schedule& sched, const dev::DevLaunch& launch, Stream us,
+                             void* user_stream, bool p2p);
+  Status fifo_wait(Stream us, uint32_t* word, uint32_t value, int peer);
+  Status queued_in_part(const std::string& what, const Status& failed);  // fifo_wait.cpp
+  // The watchdog, after it set DevCtl::abort: ends every stream wait of this rank (the direct
+  // engine's and the FIFOs'), so that no stream waits for a peer that will never write.
+  void release_waits();
   void start_watchdog();
   void stop_watchdog();
   void watchdog_loop();
@@ -257,14 +263,22 @@ class DeviceEngine {
   // GPU memory, the peers' it opened from IPC handles, the DevPeer table and the counts.
   std::vector<int> dev_route_of_;
   std::vector<void*> dev_fifo_mem_;
-  // Note [Waiting point-to-point]: per peer, the slot headers of the FIFO that its sends to
-  // this rank take (this rank's memory as the GPU addresses it: its point-to-point FIFO in GPU
-  // memory, or a host-staged pair's FIFO in its shared memory; null: neither, TCP) and their
-  // slots, and the messages sent to it and received from it by the waiting point-to-point path
-  // (the FIFO counts, as the host queued them).
-  std::vector<uint8_t*> dev_recv_headers_;
-  std::vector<uint32_t> p2p_nslots_;
-  std::vector<uint32_t> p2p_sent_, p2p_recvd_;
+  // Note [Waiting FIFOs] (fifo_wait.cpp): per FIFO pair with a peer, what the stream waits on
+  // and writes, all as the GPU addresses them; [0, n) the collectives' FIFOs, [n, 2n) the
+  // point-to-point ones (nslots 0 where the pair has none: wait_end gives the collectives').
+  struct WaitEnd {
+    uint8_t* headers = nullptr;    // the slot headers of the FIFO from the peer (this rank's memory)
+    uint32_t* released = nullptr;  // how many of this rank's messages the peer released (this rank's memory)
+    uint32_t* tell = nullptr;      // where this rank says how many of the peer's it released (null: TCP)
+    uint32_t nslots = 0;
+    uint32_t sent = 0, recvd = 0;  // messages queued so far, as the kernels count them
+  };
+  WaitEnd& wait_end(int peer, bool p2p);
+  std::vector<WaitEnd> wait_ends_;
+  bool hand_offs_wait_ = false;  // the job's FIFO kernels never wait inside (Note [Waiting FIFOs])
+  Stream rescue_;                // release_waits' own stream for the FIFOs' waits
+  std::mutex fifo_waits_mu_;     // guards fifo_waits_ (the watchdog reads it)
+  std::map<uint32_t*, uint32_t> fifo_waits_;  // every word a FIFO wait was queued on: the last value
   // Note [Point-to-point FIFOs]: per peer, the bytes of a message of a send to it or a receive
   // from it (its point-to-point FIFO's slot, or the collectives' FIFO's); the DevPeer table of
   // sends and receives (inside peers_dev_, after the collectives'); the plan's line.

@@ -18,10 +18,10 @@
 // (wait when any rank's GPU is time-sliced), so every rank launches the same kernels and
 // waits. The setting itself is one every rank shares (Note [Settings every rank shares]). The
 // choice applies to jobs on the direct protocol, which runs every collective of such a job
-// (pre-multiplied sums too), and to their sends and receives, which keep the FIFOs but wait at
-// stream level between kernels (Note [Waiting point-to-point], point_to_point.cpp). Jobs on
-// FIFOs (host-staged pairs, ACCORD_DEVICE_PROTO=fifo) spin, and keep the init warning about
-// time slices.
+// (pre-multiplied sums too), and to every job's FIFO kernels: sends and receives, and the
+// collectives of jobs on the FIFOs (ranks on other hosts, ACCORD_DEVICE_PROTO=fifo), which wait
+// at stream level between kernels (Note [Waiting FIFOs], fifo_wait.cpp). Only a job that spins
+// on a time-sliced GPU keeps the init warning about time slices.
 //
 // Note [Simulated time slices of a job]: the simulation slices a GPU between the processes
 // that share one table (Note [Simulated time slices], transport/device/sim_timeslice.hpp).

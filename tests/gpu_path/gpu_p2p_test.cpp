@@ -525,10 +525,11 @@ std::string every_premul(accord_comm_t comm, int rank, int n) {
 // `calls` pre-multiplied sums (all-reduce, reduce-scatter, reduce in turn; the scalar on the
 // host and in device memory), exact; the plan must show the waiting protocol.
 // The plan's hand-offs line of a job whose sends and receives wait at stream level: the
-// waiting protocol's, or (ACCORD_P2P_DISABLE=1: host-staged pairs) the staged protocol's.
+// waiting protocol's (direct, or on the FIFOs: ACCORD_DEVICE_PROTO=fifo), or
+// (ACCORD_P2P_DISABLE=1: host-staged pairs) the staged protocol's.
 bool p2p_waits_in_plan(const std::string& plan) {
-  return plan.find("GPU hand-offs: wait: kernels never wait on a peer, the stream waits between them (collectives, "
-                   "and sends and receives on the FIFOs)") != std::string::npos ||
+  return plan.find("GPU hand-offs: wait: kernels never wait on a peer, the stream waits between them (") !=
+             std::string::npos ||
          plan.find("GPU hand-offs: staged: the collectives' kernels never wait on a peer, the stream copies and waits "
                    "between them; sends and receives on the FIFOs wait at stream level too") != std::string::npos;
 }

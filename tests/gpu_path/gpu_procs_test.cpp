@@ -432,9 +432,9 @@ std::string check_proto(const std::string& plan, const std::string& proto) {
                                                  "through pinned host memory by copy engines"
                                                : "fifo for every collective";
   if (line.rfind(want, 0) != 0) return "the plan's device protocol should start with '" + want + "'; plan:\n" + plan;
-  // Note [Shared GPU sync]: a job told how to hand off says so in its plan.
+  // Note [Shared GPU sync], Note [Waiting FIFOs]: a job told how to hand off says so in its plan.
   const char* sync = std::getenv("ACCORD_SHARED_GPU_SYNC");
-  if (proto == "direct" && sync != nullptr && *sync != 0 && std::string(sync) != "auto" &&
+  if (proto != "staged" && sync != nullptr && *sync != 0 && std::string(sync) != "auto" &&
       plan.find("GPU hand-offs: " + std::string(sync)) == std::string::npos)
     return "the plan should say 'GPU hand-offs: " + std::string(sync) + "'; plan:\n" + plan;
   return "";
@@ -916,9 +916,12 @@ TEST_F(GpuProcsProcesses, SeparatePidNamespacesSharingOneGpu) {
   if (!can_unshare_pid()) GTEST_SKIP() << "unshare(CLONE_NEWPID) is not allowed here (needs root)";
   const int gpus = m_.gpus();
   SharedGpuEnv env;
-  // The simulated GPU sliced, so that init warns (the ranks, each pid 1 of its own namespace,
-  // cannot share a slice table: each keeps its own, with a warning).
+  // The simulated GPU sliced, and the job spinning on the FIFOs, so that init warns (the ranks,
+  // each pid 1 of its own namespace, cannot share a slice table: each keeps its own, with a
+  // warning). A staged job, the default here, waits at stream level and has nothing to warn of.
   ScopedEnv slice("ACCORD_SIM_TIMESLICE_US", "1000");
+  ScopedEnv fifo("ACCORD_DEVICE_PROTO", "fifo");
+  ScopedEnv spin("ACCORD_SHARED_GPU_SYNC", "spin");
   LogFile log;
   for (const auto& f : run_processes(
            2, [&](accord_comm_t c, int r, int n) { return apart(m_, c, r, n, 0, gpus); }, kTimeoutS,
@@ -1138,7 +1141,10 @@ std::string survivor(accord_comm_t c, int r, int missing) {
 }
 
 TEST_F(GpuProcsProcesses, DirectWaitEndsWhenAPeerStopsOrDies) {
-  if (expected_proto(m_, 3, true) == "fifo") GTEST_SKIP() << "the job would use neither the direct nor the staged protocol";
+  // Note [Waiting FIFOs]: a job on the FIFOs waits at stream level too when told to.
+  const char* sync = std::getenv("ACCORD_SHARED_GPU_SYNC");
+  if (expected_proto(m_, 3, true) == "fifo" && (sync == nullptr || std::string(sync) != "wait"))
+    GTEST_SKIP() << "the job's hand-offs would not wait at stream level";
   SharedGpuEnv env;
   ScopedEnv timeout("ACCORD_TIMEOUT_MS", "3000");
   // Stopped: rank 1 of 2 sleeps past the timeout instead of calling.
@@ -1635,6 +1641,64 @@ TEST_F(GpuProcsProcesses, SlicedSharedGpuHandOffsWithoutExpiries) {
       // Note [Shared GPU warnings]: the time-slice warning only where the job spins.
       const size_t warned = occurrences(log.text(), "time-sliced as a GPU without MPS");
       EXPECT_EQ(warned, std::string(run.want) == "spin" ? 1u : 0u) << run.setting << ": the log:\n" << log.text();
+    }
+  }
+}
+
+// Note [Waiting FIFOs]: the same on jobs that keep the FIFOs for every collective:
+// ACCORD_DEVICE_PROTO=fifo (2 and 4 processes on GPU 0), and two hosts of two processes each
+// (ACCORD_HOST_ID: pairs across hosts over TCP, GPU buffers staged through pinned host memory),
+// every collective, one of them over several slots. Spinning, a FIFO kernel waits inside for its
+// peer's and pays slice expiries; waiting (auto picks it), not one, and no time-slice warning.
+TEST_F(GpuProcsProcesses, SlicedFifoJobsHandOffsWithoutExpiries) {
+  std::string why;
+  std::shared_ptr<sim::TimeSlices> table = sim::TimeSlices::process_table(&why);
+  ASSERT_TRUE(table) << why;
+  SharedGpuEnv env;
+  ScopedEnv slice("ACCORD_SIM_TIMESLICE_US", "1000");
+  std::vector<Case> cases;
+  for (Coll coll : {Coll::kAllReduce, Coll::kReduceScatter, Coll::kAllGather, Coll::kBroadcast, Coll::kReduce})
+    cases.push_back(Case{coll, ACCORD_FLOAT32, ACCORD_SUM, kPrime, coll == Coll::kAllReduce, 1});
+  cases.push_back(Case{Coll::kAllReduce, ACCORD_INT32, ACCORD_SUM, kLarge, false});
+  struct Form {
+    const char* name;
+    int n;
+    bool two_hosts;
+  };
+  for (const Form& form : {Form{"ACCORD_DEVICE_PROTO=fifo", 2, false}, Form{"ACCORD_DEVICE_PROTO=fifo", 4, false},
+                           Form{"two hosts", 4, true}}) {
+    std::unique_ptr<ScopedEnv> fifo(form.two_hosts ? nullptr : new ScopedEnv("ACCORD_DEVICE_PROTO", "fifo"));
+    for (const char* setting : {"spin", "auto", "wait"}) {
+      ScopedEnv sync("ACCORD_SHARED_GPU_SYNC", setting);
+      const std::string want = std::string(setting) == "spin" ? "spin" : "wait";
+      const std::string where = std::to_string(form.n) + " processes, " + form.name + ", ACCORD_SHARED_GPU_SYNC=" + setting;
+      LogFile log;
+      const sim::SliceCounts before = table->counts(0);
+      auto job = [&](accord_comm_t c, int r, int nr) -> std::string {
+        const std::string plan = plan_of(c);
+        if (plan.find("device protocol: fifo for every collective") == std::string::npos ||
+            plan.find("GPU hand-offs: " + want) == std::string::npos)
+          return "the plan should say 'device protocol: fifo' and 'GPU hand-offs: " + want + "'; plan:\n" + plan;
+        return every_collective(c, r, nr, m_.gpus(), cases);
+      };
+      for (const auto& f : run_processes(form.n, job, kTimeoutS, [&](int r) {
+             if (form.two_hosts) setenv("ACCORD_HOST_ID", r < 2 ? "host-a" : "host-b", 1);
+           }))
+        ADD_FAILURE() << where << ": " << f;
+      const sim::SliceCounts after = table->counts(0);
+      const uint64_t expiries = after.expiries - before.expiries;
+      std::cout << where << ": " << cases.size() << " collectives per rank, " << expiries << " slice expiries, "
+                << after.switches - before.switches << " switches\n";
+      EXPECT_GT(after.switches - before.switches, 0u) << where << ": the processes' kernels should have taken turns";
+      if (want == "spin")
+        EXPECT_GT(expiries, 0u) << where << ": spinning FIFO kernels should pay slice expiries (is the model on?)";
+      else
+        EXPECT_EQ(expiries, 0u) << where << ": a FIFO kernel waited for a peer inside its time slice";
+      const size_t warned = occurrences(log.text(), "time-sliced as a GPU without MPS");
+      if (want == "spin")
+        EXPECT_GE(warned, 1u) << where << ": the log:\n" << log.text();
+      else
+        EXPECT_EQ(warned, 0u) << where << ": the log:\n" << log.text();
     }
   }
 }

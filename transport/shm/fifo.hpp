@@ -57,8 +57,13 @@ static_assert(sizeof(SlotHeader) == 64);
 struct FifoCtrl {
   alignas(64) std::atomic<uint32_t> head;           // messages released by the receiver
   alignas(64) std::atomic<uint32_t> recv_sleeping;  // receiver is in futex_wait on a slot's seq
+  // Device FIFOs only (Note [Waiting FIFOs], collectives/device/fifo_wait.cpp): how many of the
+  // receiver's messages to the sender, on the FIFO that goes the other way, the sender has
+  // released; written by the sender's stream, so the receiver waits on its own memory.
+  std::atomic<uint32_t> reverse_head;
   alignas(64) std::atomic<uint32_t> send_sleeping;  // sender is in futex_wait on head
 };
+static_assert(sizeof(FifoCtrl) == 192, "the FIFO layout: three lines of control, then the slot headers");
 
 struct FifoShape {
   size_t nslots = 8;
