@@ -44,6 +44,10 @@ struct Step {
   Buf dst = Buf::kOutput;
   bool postop = false;         // final reduction of these elements: apply avg's divide
   bool message_right = false;  // recv-reduce: src op message instead of message op src
+  // A send or receive whose payload a copy engine moves between the buffer and the FIFO slot
+  // (in host memory) on the same stream: the kernel only hands the slot off (Note [Copy-engine
+  // messages], collectives/device/fifo_wait.cpp).
+  bool copied = false;
   int send_peer = -1;
   int recv_peer = -1;
   size_t src_off = 0;

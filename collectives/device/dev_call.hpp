@@ -82,7 +82,8 @@ struct DevStep {
   uint8_t dst;
   uint8_t postop;
   uint8_t message_right;
-  uint8_t pad[3];
+  uint8_t copied;  // Step::copied: kSend / kRecv hand the slot off, the payload moved by a copy
+  uint8_t pad[2];
   int32_t send_peer;
   int32_t recv_peer;
   uint64_t src_off;
@@ -526,7 +527,7 @@ class CallRunner {
       case kStepSend: {
         uint8_t* slot = acquire(s.send_peer, s.bytes);
         if (slot == nullptr) return false;
-        move(slot, nullptr, src(s), nullptr, s.bytes, 0, own(s) ? 1 : 0);
+        if (!s.copied) move(slot, nullptr, src(s), nullptr, s.bytes, 0, own(s) ? 1 : 0);
         finish_writes();
         post(s.send_peer, s.bytes);
         return true;
@@ -534,7 +535,7 @@ class CallRunner {
       case kStepRecv: {
         const uint8_t* msg = receive(s.recv_peer, s.bytes);
         if (msg == nullptr) return false;
-        move(dst(s), nullptr, msg, nullptr, s.bytes, 0);
+        if (!s.copied) move(dst(s), nullptr, msg, nullptr, s.bytes, 0);
         finish_writes();
         release(s.recv_peer);
         return true;

@@ -80,6 +80,11 @@ bool DeviceEngine::job_has_gpus() const {
 
 std::string DeviceEngine::plan_lines() const {
   std::string out = direct_plan_ + p2p_plan_;
+  // Note [Copy-engine messages] (fifo_wait.cpp): where hand-offs wait, and some FIFO is host memory.
+  if (hand_offs_wait_ && std::any_of(wait_ends_.begin(), wait_ends_.end(), [](const WaitEnd& w) { return w.send_slots != nullptr; }))
+    out += format("sends and receives through FIFOs in host memory: messages of %zu KiB or more moved by copy "
+                  "engines (%llu so far)\n",
+                  kCopyEngineMinBytes >> 10, static_cast<unsigned long long>(copied_messages_.load()));
   // Note [User buffers mapped into peers]: what registration has mapped so far.
   if (direct_ != nullptr && users_ != nullptr) out += users_->describe();
   return out;
@@ -763,6 +768,12 @@ Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline)
     if (to != nullptr) w->tell = reverse_head(to->head);
     w->nslots = from.nslots;
   };
+  // Note [Copy-engine messages]: the slots of a pair's FIFOs in host memory, at `to` and `from`.
+  auto host_slots = [&](WaitEnd* w, void* to, void* from) {
+    w->send_slots = static_cast<uint8_t*>(to) + shape_.header_bytes();
+    w->recv_slots = static_cast<uint8_t*>(from) + shape_.header_bytes();
+    w->slot_stride = shape_.slot_stride();
+  };
   // The device address of host-staged FIFO memory (this or a peer's segment, registered).
   auto host_fifo = [&](void* host, uint32_t* count, dev::DevFifo* out) -> Status {
     void* at = nullptr;
@@ -784,6 +795,7 @@ Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline)
       ACCORD_TRY(host_fifo(shm_->device_ctrl_recv(peer), recv_count, &p.recv));
       ACCORD_TRY(host_fifo(shm_->device_ctrl_send(peer), send_count, &p.send));
       wait_end_of(&wait_ends_[static_cast<size_t>(peer)], p.recv, &p.send, nullptr);
+      host_slots(&wait_ends_[static_cast<size_t>(peer)], shm_->device_ctrl_send(peer), shm_->device_ctrl_recv(peer));
       continue;
     }
     const int pd = device_of_[static_cast<size_t>(peer)];
@@ -873,6 +885,7 @@ Status DeviceEngine::connect_device_fifos(StoreClient* store, Deadline deadline)
     ACCORD_TRY(host_fifo(out, counts + 2 * peer, &p.send));
     ACCORD_TRY(host_fifo(in, counts + 2 * peer + 1, &p.recv));
     wait_end_of(&wait_ends_[static_cast<size_t>(peer)], p.recv, nullptr, p.send.head);
+    host_slots(&wait_ends_[static_cast<size_t>(peer)], out, in);
   }
   // A rank may not free its FIFOs (destroy, exit) while a peer still has to open them: wait
   // until every direct peer has opened ours (as the shm segments' "mapped" round).
@@ -1314,6 +1327,7 @@ Status DeviceEngine::launch_schedule(const char* name, const Schedule& sched, de
     to.dst = static_cast<uint8_t>(from.dst);
     to.postop = from.postop ? 1 : 0;
     to.message_right = from.message_right ? 1 : 0;
+    to.copied = from.copied ? 1 : 0;
     to.send_peer = from.send_peer;
     to.recv_peer = from.recv_peer;
     to.src_off = from.src_off;

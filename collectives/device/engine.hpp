@@ -59,6 +59,9 @@ struct CollArgs;
 // header's limit.
 constexpr size_t kDefaultP2pFifoBytes = size_t{8} << 20;
 constexpr size_t kP2pFifoSlots = 4;
+// Note [Copy-engine messages] (fifo_wait.cpp): the least a send or receive through a FIFO in
+// host memory that a copy engine moves.
+constexpr size_t kCopyEngineMinBytes = size_t{64} << 10;
 Status p2p_fifo_shape(int64_t setting, FifoShape* out);
 
 class DeviceEngine {
@@ -272,7 +275,13 @@ class DeviceEngine {
     uint32_t* tell = nullptr;      // where this rank says how many of the peer's it released (null: TCP)
     uint32_t nslots = 0;
     uint32_t sent = 0, recvd = 0;  // messages queued so far, as the kernels count them
+    // Note [Copy-engine messages]: the slots of the FIFOs to and from the peer where they are
+    // host memory (host-staged, TCP), as the host addresses them; null: GPU memory.
+    uint8_t* send_slots = nullptr;
+    uint8_t* recv_slots = nullptr;
+    uint64_t slot_stride = 0;
   };
+  std::atomic<uint64_t> copied_messages_{0};  // Note [Copy-engine messages]: sends and receives so moved
   WaitEnd& wait_end(int peer, bool p2p);
   std::vector<WaitEnd> wait_ends_;
   bool hand_offs_wait_ = false;  // the job's FIFO kernels never wait inside (Note [Waiting FIFOs])

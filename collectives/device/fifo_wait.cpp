@@ -36,11 +36,29 @@
 // conditions needs another of them). Tags and sizes are still checked in the kernel (a
 // mismatch is an error naming the peer). A peer that dies or never comes: the watchdog's
 // release_waits writes every word a stream waits on (fifo_wait records them) after the abort,
-// on a stream of its own (rescue_). Cost: a kernel per hand-off of a collective (a ring
-// all-reduce of R slots on n ranks: 2 (n - 1) R kernels) and 2 a round of a batch, and a
-// stream write and wait per message. Not met on hardware (HARDWARE_RISKS.md, the waiting
-// protocol's items): a stream wait on host memory that a pump thread or another process's
-// stream writes, and what a kernel per slot costs.
+// on a stream of its own (rescue_). Cost: a kernel per step of a collective that carries a
+// message (hundreds for a 64 MiB all-reduce) and 2 a round of a batch, and a stream write and
+// wait per message. Not met on hardware (HARDWARE_RISKS.md, the waiting protocol's items): a
+// stream wait on host memory that a pump thread or another process's stream writes, and what
+// a kernel per slot costs.
+//
+// Note [Copy-engine messages]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A FIFO in host memory (a host-staged pair's, in the receiver's shared-memory segment; a TCP
+// peer's "out" and "in", pinned) is crossed by the kernel's loads and stores over PCIe, one
+// block (engine.cpp, call_blocks: 16 blocks polling host flags halved the bandwidth on an
+// H200). Where the stream already waited for a batch's slots (above), a copy engine moves a
+// message of kCopyEngineMinBytes or more instead, on the same stream: a send's payload from
+// the user's buffer into its slot before the kernel, a receive's from its slot into the user's
+// buffer before the kernel; the kernel's step is marked copied (Step::copied) and only hands
+// the slot off (a send posts the size, tag and seq; a receive checks them and releases the
+// slot), so counts, tags and sizes are checked as before. A message of the wrong size or tag
+// is still an error naming the peer (the receive's copy has then moved bytes of a call that
+// fails anyway). Collectives keep the kernel: their steps reduce as they move. Both ends choose
+// alone (a slot's bytes are the same however they got there). Not met on hardware: whether a
+// copy engine's writes into host memory are visible to the peer's copy engine once the kernel
+// after it posted the seq (the staged protocol's question, HARDWARE_RISKS.md), and the
+// threshold, which is a guess: below it a copy's launch may cost more than the kernel's stores.
 #include <cstring>
 
 #include "collectives/communicator.hpp"
@@ -114,6 +132,13 @@ Status DeviceEngine::launch_fifo_waiting(const char* name, const Schedule& sched
       messages = messages || any;
       part.steps.push_back(s);
     }
+    // Note [Copy-engine messages]: a batch's messages through FIFOs in host memory.
+    for (Step& s : part.steps) {
+      const bool send = s.kind == StepKind::kSend, recv = s.kind == StepKind::kRecv;
+      const WaitEnd* w = send || recv ? &wait_end(send ? s.send_peer : s.recv_peer, p2p) : nullptr;
+      s.copied = p2p && w != nullptr && s.bytes >= kCopyEngineMinBytes &&
+                 (send ? w->send_slots : w->recv_slots) != nullptr;
+    }
     // The kernel's call counts as begun once the stream reaches its waits: the watchdog's
     // deadline runs from there (Note [Device watchdog]), as for a kernel that polls.
     if (messages) failed = rt_->stream_write_value64(us, &ctl->started, dev_seq_ + 1);
@@ -129,6 +154,20 @@ Status DeviceEngine::launch_fifo_waiting(const char* name, const Schedule& sched
           failed = fifo_wait(us, w.released, w.sent + 1 - w.nslots, peer);
         }
       });
+    for (size_t k = 0; k < part.steps.size() && failed.ok(); ++k) {
+      const Step& s = part.steps[k];
+      if (!s.copied) continue;
+      const bool send = s.kind == StepKind::kSend;
+      const WaitEnd& w = wait_end(send ? s.send_peer : s.recv_peer, p2p);
+      uint8_t* slot = send ? w.send_slots + (w.sent % w.nslots) * w.slot_stride
+                           : w.recv_slots + (w.recvd % w.nslots) * w.slot_stride;
+      failed = send ? rt_->copy_async(CopyKind::kDeviceToHost, slot, reinterpret_cast<const void*>(s.src_off),
+                                      s.bytes, us)
+                    : rt_->copy_async(CopyKind::kHostToDevice, reinterpret_cast<void*>(s.dst_off), slot, s.bytes, us);
+      failed = failed.prefix(format("%s of %zu bytes %s rank %d by a copy engine: ", send ? "a send" : "a receive",
+                                    s.bytes, send ? "to" : "from", send ? s.send_peer : s.recv_peer));
+      if (failed.ok()) ++copied_messages_;
+    }
     if (failed.ok()) {
       dev::DevLaunch l = launch;
       Status st = launch_schedule(name, part, &l, us, user_stream, /*direct=*/false, p2p);

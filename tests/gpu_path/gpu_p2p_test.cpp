@@ -686,6 +686,40 @@ TEST_F(GpuP2pThreads, PlanNamesPointToPointFifos) {
     for (const auto& f : run_threads(n, p2p_fifo_plan)) ADD_FAILURE() << n << " ranks: " << f;
 }
 
+// Note [Copy-engine messages]: with every pair host-staged (ACCORD_P2P_DISABLE=1: the staged
+// protocol, whose hand-offs wait at stream level), sends and receives of 64 KiB or more through
+// the FIFOs in shared memory are moved by copy engines, every pattern exact, and the plan
+// counts them; a job that spins on the FIFOs (ACCORD_DEVICE_PROTO=fifo,
+// ACCORD_SHARED_GPU_SYNC=spin) keeps the kernel's loads and stores and has no such line.
+uint64_t copied_so_far(const std::string& plan, bool* found) {
+  const std::string head = "sends and receives through FIFOs in host memory: messages of 64 KiB or more moved by "
+                           "copy engines (";
+  const size_t at = plan.find(head);
+  *found = at != std::string::npos;
+  return *found ? std::strtoull(plan.c_str() + at + head.size(), nullptr, 10) : 0;
+}
+
+TEST_F(GpuP2pThreads, HostMemoryFifosCopiedByCopyEngines) {
+  ScopedEnv off("ACCORD_P2P_DISABLE", "1");
+  for (bool spin : {false, true}) {
+    std::unique_ptr<ScopedEnv> fifo(spin ? new ScopedEnv("ACCORD_DEVICE_PROTO", "fifo") : nullptr);
+    std::unique_ptr<ScopedEnv> sync(spin ? new ScopedEnv("ACCORD_SHARED_GPU_SYNC", "spin") : nullptr);
+    for (const auto& f : run_threads(2, [&](accord_comm_t comm, int rank, int n) -> std::string {
+           bool found = false;
+           const uint64_t before = copied_so_far(plan_of(comm), &found);
+           if (found == spin || before != 0)
+             return std::string("before any call, the plan should ") + (spin ? "have no" : "have a") +
+                    " copy-engine line counting 0; plan:\n" + plan_of(comm);
+           std::string failure = every_pattern(comm, rank, n);
+           const uint64_t after = copied_so_far(plan_of(comm), &found);
+           if (failure.empty() && !spin && after == 0)
+             failure = "no send or receive was moved by a copy engine; plan:\n" + plan_of(comm);
+           return failure;
+         }))
+      ADD_FAILURE() << (spin ? "spinning on the FIFOs: " : "staged: ") << f;
+  }
+}
+
 // Note [Point-to-point FIFOs]: a send of a whole point-to-point FIFO (8 MiB, or
 // ACCORD_DEVICE_P2P_BYTES) between two ranks that address each other's GPU ends before its
 // receive is posted: it is the FIFO's 4 slots, one message each. Cut at the collectives' slot
