@@ -308,7 +308,7 @@ for s in $steps; do
       for c in all_reduce sendrecv alltoall; do nt_mpi "t_mps4_$c" 4 "$c" -b 8 -e 64M -f 8 -n 20 -w 5; done ;;
     t_staged) ran_targets=1; mps_on
       NT_X=(-x ACCORD_P2P_DISABLE=1)
-      for c in all_reduce all_gather reduce_scatter broadcast reduce; do
+      for c in all_reduce all_gather reduce_scatter broadcast reduce sendrecv; do
         nt_mpi "t_staged_$c" 2 "$c" -b 8 -e 64M -f 8 -n 20 -w 5
       done
       NT_X=() ;;

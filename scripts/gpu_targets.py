@@ -127,7 +127,8 @@ def main():
     t.nccl(33, f"all_reduce 8 B, {mps4}", "t_mps4_all_reduce", 8, "time", "<=", 15, "us")
     t.nccl(33, "forced host-staged (ACCORD_P2P_DISABLE=1) all_reduce 64 MiB busbw, 2 processes",
            "t_staged_all_reduce", 64 * MiB, "busbw", ">=", 20, "GB/s")
-    for c in ("all_gather", "reduce_scatter", "broadcast", "reduce"):  # no target of their own: the figure
+    # No target of their own: the figure (sendrecv: Note [Copy-engine messages]).
+    for c in ("all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv"):
         rows, ok = nccl_rows(os.path.join(a.logs, f"t_staged_{c}.log"))
         r = (rows or {}).get(64 * MiB)
         t.lines.append(f"| 33 | forced host-staged {c} 64 MiB busbw, 2 processes (reference) | - | "
