@@ -216,6 +216,7 @@ class DeviceEngine {
   Status launch_fifo_waiting(const char* name, const Schedule& sched, const dev::DevLaunch& launch, Stream us,
                              void* user_stream, bool p2p);
   Status fifo_wait(Stream us, uint32_t* word, uint32_t value, int peer);
+  Status copy_messages(Schedule* part, Stream us);  // Note [Copy-engine messages]
   Status queued_in_part(const std::string& what, const Status& failed);  // fifo_wait.cpp
   // The watchdog, after it set DevCtl::abort: ends every stream wait of this rank (the direct
   // engine's and the FIFOs'), so that no stream waits for a peer that will never write.

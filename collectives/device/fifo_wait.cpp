@@ -102,43 +102,44 @@ void messages_of(const Step& s, int rank, int nranks, F f) {
 
 }  // namespace
 
+// The steps of the next kernel from steps[*i] on (see the Note for which go together): a
+// collective's, one step that carries a message with the copies around it; a batch's, steps
+// in one direction, at most one message per peer. *messages: whether any step carries one.
+static Schedule next_kernel(const std::vector<Step>& steps, size_t* i, int rank, int nranks, bool p2p,
+                            bool* messages) {
+  Schedule part;
+  std::vector<bool> used(static_cast<size_t>(nranks), false);
+  int direction = -1;  // of a batch's kernel: 0 sends, 1 receives; -1: no message yet
+  *messages = false;
+  for (; *i < steps.size(); ++*i) {
+    const Step& s = steps[*i];
+    bool fits = true, any = false;
+    messages_of(s, rank, nranks, [&](int peer, bool recv) {
+      any = true;
+      if (!p2p) {
+        fits = fits && !*messages;
+        return;
+      }
+      const int d = recv ? 1 : 0;
+      fits = fits && (direction < 0 || direction == d) && !used[static_cast<size_t>(peer)];
+      direction = fits ? d : direction;
+      if (fits) used[static_cast<size_t>(peer)] = true;
+    });
+    if (!fits) break;
+    *messages = *messages || any;
+    part.steps.push_back(s);
+  }
+  return part;
+}
+
 Status DeviceEngine::launch_fifo_waiting(const char* name, const Schedule& sched, const dev::DevLaunch& launch,
                                          Stream us, void* user_stream, bool p2p) {
-  const std::vector<Step>& steps = sched.steps;
   auto* ctl = static_cast<dev::DevCtl*>(ctl_dev_);
   Status failed;
   bool queued = false;  // some kernel or wait of this call is on the stream
-  for (size_t i = 0; i < steps.size() && failed.ok();) {
-    // The next kernel's steps: see the Note for which go together.
-    Schedule part;
-    std::vector<bool> used(static_cast<size_t>(nranks_), false);
-    int direction = -1;  // of a batch's kernel: 0 sends, 1 receives; -1: no message yet
+  for (size_t i = 0; i < sched.steps.size() && failed.ok();) {
     bool messages = false;
-    for (; i < steps.size(); ++i) {
-      const Step& s = steps[i];
-      bool fits = true, any = false;
-      messages_of(s, rank_, nranks_, [&](int peer, bool recv) {
-        any = true;
-        if (!p2p) {
-          fits = fits && !messages;
-          return;
-        }
-        const int d = recv ? 1 : 0;
-        fits = fits && (direction < 0 || direction == d) && !used[static_cast<size_t>(peer)];
-        direction = fits ? d : direction;
-        if (fits) used[static_cast<size_t>(peer)] = true;
-      });
-      if (!fits) break;
-      messages = messages || any;
-      part.steps.push_back(s);
-    }
-    // Note [Copy-engine messages]: a batch's messages through FIFOs in host memory.
-    for (Step& s : part.steps) {
-      const bool send = s.kind == StepKind::kSend, recv = s.kind == StepKind::kRecv;
-      const WaitEnd* w = send || recv ? &wait_end(send ? s.send_peer : s.recv_peer, p2p) : nullptr;
-      s.copied = p2p && w != nullptr && s.bytes >= kCopyEngineMinBytes &&
-                 (send ? w->send_slots : w->recv_slots) != nullptr;
-    }
+    Schedule part = next_kernel(sched.steps, &i, rank_, nranks_, p2p, &messages);
     // The kernel's call counts as begun once the stream reaches its waits: the watchdog's
     // deadline runs from there (Note [Device watchdog]), as for a kernel that polls.
     if (messages) failed = rt_->stream_write_value64(us, &ctl->started, dev_seq_ + 1);
@@ -154,20 +155,7 @@ Status DeviceEngine::launch_fifo_waiting(const char* name, const Schedule& sched
           failed = fifo_wait(us, w.released, w.sent + 1 - w.nslots, peer);
         }
       });
-    for (size_t k = 0; k < part.steps.size() && failed.ok(); ++k) {
-      const Step& s = part.steps[k];
-      if (!s.copied) continue;
-      const bool send = s.kind == StepKind::kSend;
-      const WaitEnd& w = wait_end(send ? s.send_peer : s.recv_peer, p2p);
-      uint8_t* slot = send ? w.send_slots + (w.sent % w.nslots) * w.slot_stride
-                           : w.recv_slots + (w.recvd % w.nslots) * w.slot_stride;
-      failed = send ? rt_->copy_async(CopyKind::kDeviceToHost, slot, reinterpret_cast<const void*>(s.src_off),
-                                      s.bytes, us)
-                    : rt_->copy_async(CopyKind::kHostToDevice, reinterpret_cast<void*>(s.dst_off), slot, s.bytes, us);
-      failed = failed.prefix(format("%s of %zu bytes %s rank %d by a copy engine: ", send ? "a send" : "a receive",
-                                    s.bytes, send ? "to" : "from", send ? s.send_peer : s.recv_peer));
-      if (failed.ok()) ++copied_messages_;
-    }
+    if (failed.ok() && p2p) failed = copy_messages(&part, us);
     if (failed.ok()) {
       dev::DevLaunch l = launch;
       Status st = launch_schedule(name, part, &l, us, user_stream, /*direct=*/false, p2p);
@@ -188,6 +176,29 @@ Status DeviceEngine::launch_fifo_waiting(const char* name, const Schedule& sched
   }
   if (failed.ok()) return failed;
   return queued_in_part(name, failed.prefix(format("rank %d: %s: ", rank_, name)));
+}
+
+// Note [Copy-engine messages]: the sends and receives of a batch's kernel through FIFOs in
+// host memory, of kCopyEngineMinBytes or more, moved on `us` and marked copied; after the
+// stream's waits for their slots, before the kernel.
+Status DeviceEngine::copy_messages(Schedule* part, Stream us) {
+  for (Step& s : part->steps) {
+    const bool send = s.kind == StepKind::kSend;
+    if ((!send && s.kind != StepKind::kRecv) || s.bytes < kCopyEngineMinBytes) continue;
+    const int peer = send ? s.send_peer : s.recv_peer;
+    const WaitEnd& w = wait_end(peer, /*p2p=*/true);
+    if ((send ? w.send_slots : w.recv_slots) == nullptr) continue;  // GPU memory: the kernel moves it
+    uint8_t* slot = send ? w.send_slots + (w.sent % w.nslots) * w.slot_stride
+                         : w.recv_slots + (w.recvd % w.nslots) * w.slot_stride;
+    ACCORD_TRY((send ? rt_->copy_async(CopyKind::kDeviceToHost, slot, reinterpret_cast<const void*>(s.src_off),
+                                       s.bytes, us)
+                     : rt_->copy_async(CopyKind::kHostToDevice, reinterpret_cast<void*>(s.dst_off), slot, s.bytes, us))
+                   .prefix(format("%s of %zu bytes %s rank %d by a copy engine: ", send ? "a send" : "a receive",
+                                  s.bytes, send ? "to" : "from", peer)));
+    s.copied = true;
+    ++copied_messages_;
+  }
+  return Status::success();
 }
 
 Status DeviceEngine::fifo_wait(Stream us, uint32_t* word, uint32_t value, int peer) {
