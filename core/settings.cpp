@@ -125,6 +125,10 @@ const std::vector<Entry>& entries() {
                  "GPU memory of each point-to-point FIFO between two ranks that address each other's GPU memory, in "
                  "the receiver's GPU (0: 8 MiB); sends and receives of device buffers go in messages of a quarter of "
                  "it; other pairs' sends and receives use the collectives' FIFOs"),
+      INT_ENTRY("ACCORD_P2P_COPY_MIN_BYTES", p2p_copy_min_bytes, "65536",
+                "sends and receives of GPU buffers through FIFOs in host memory (host-staged or TCP pairs), where "
+                "GPU hand-offs wait: messages of this many bytes or more are moved by copy engines, smaller ones by "
+                "the kernel's loads and stores (-1: never by copy engines)"),
       STR_ENTRY("ACCORD_SHARED_GPU_SYNC", shared_gpu_sync, "auto",
                 "GPU hand-offs (the direct protocol's, and every FIFO kernel's: sends, receives, collectives of jobs "
                 "on the FIFOs): wait (the stream waits between kernels, which needs no time "
@@ -234,6 +238,11 @@ Status load_settings(Settings* out) {
     bad(error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_INIT_TIMEOUT_MS=%lld must be positive",
               static_cast<long long>(s.init_timeout_ms)));
     s.init_timeout_ms = defaults.init_timeout_ms;
+  }
+  if (s.p2p_copy_min_bytes < -1) {
+    bad(error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_P2P_COPY_MIN_BYTES=%lld: give a size in bytes (0 or more), or -1 "
+              "to keep every message on the kernel", static_cast<long long>(s.p2p_copy_min_bytes)));
+    s.p2p_copy_min_bytes = defaults.p2p_copy_min_bytes;
   }
   *out = std::move(s);
   return first;

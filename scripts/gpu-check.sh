@@ -311,6 +311,9 @@ for s in $steps; do
       for c in all_reduce all_gather reduce_scatter broadcast reduce sendrecv; do
         nt_mpi "t_staged_$c" 2 "$c" -b 8 -e 64M -f 8 -n 20 -w 5
       done
+      # Note [Copy-engine messages]: the same sendrecv with every message on the kernel (the A/B).
+      NT_X=(-x ACCORD_P2P_DISABLE=1 -x ACCORD_P2P_COPY_MIN_BYTES=-1)
+      nt_mpi t_staged_sendrecv_kernel 2 sendrecv -b 64M -e 64M -n 20 -w 5
       NT_X=() ;;
     t_torch) ran_targets=1; mps_on
       step t_torch_p2p_accord 90 torch_p2p env LD_PRELOAD="$build/nccl/libaccord_nccl.so" \

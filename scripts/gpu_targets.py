@@ -127,11 +127,13 @@ def main():
     t.nccl(33, f"all_reduce 8 B, {mps4}", "t_mps4_all_reduce", 8, "time", "<=", 15, "us")
     t.nccl(33, "forced host-staged (ACCORD_P2P_DISABLE=1) all_reduce 64 MiB busbw, 2 processes",
            "t_staged_all_reduce", 64 * MiB, "busbw", ">=", 20, "GB/s")
-    # No target of their own: the figure (sendrecv: Note [Copy-engine messages]).
-    for c in ("all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv"):
+    # No target of their own: the figure (sendrecv: Note [Copy-engine messages], by copy engines,
+    # then on the kernel, ACCORD_P2P_COPY_MIN_BYTES=-1).
+    for c in ("all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "sendrecv_kernel"):
         rows, ok = nccl_rows(os.path.join(a.logs, f"t_staged_{c}.log"))
         r = (rows or {}).get(64 * MiB)
-        t.lines.append(f"| 33 | forced host-staged {c} 64 MiB busbw, 2 processes (reference) | - | "
+        name = "sendrecv, every message on the kernel," if c == "sendrecv_kernel" else c
+        t.lines.append(f"| 33 | forced host-staged {name} 64 MiB busbw, 2 processes (reference) | - | "
                        f"{'%g GB/s' % r['busbw'] if r and r['busbw'] is not None else 'not measured'}"
                        f"{'' if not rows or exact(rows, ok) else '; **not exact**'} | - |")
     t.nccl(33, "1 process, in-place 8 B", "t_one_accord", 8, "ip_time", "<=", 0.5, "us")

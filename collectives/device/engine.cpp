@@ -81,10 +81,15 @@ bool DeviceEngine::job_has_gpus() const {
 std::string DeviceEngine::plan_lines() const {
   std::string out = direct_plan_ + p2p_plan_;
   // Note [Copy-engine messages] (fifo_wait.cpp): where hand-offs wait, and some FIFO is host memory.
+  const size_t least = copy_min_bytes();
   if (hand_offs_wait_ && std::any_of(wait_ends_.begin(), wait_ends_.end(), [](const WaitEnd& w) { return w.send_slots != nullptr; }))
-    out += format("sends and receives through FIFOs in host memory: messages of %zu KiB or more moved by copy "
-                  "engines (%llu so far)\n",
-                  kCopyEngineMinBytes >> 10, static_cast<unsigned long long>(copied_messages_.load()));
+    out += least == SIZE_MAX ? std::string("sends and receives through FIFOs in host memory: by the kernel's loads and "
+                                           "stores (ACCORD_P2P_COPY_MIN_BYTES=-1)\n")
+                             : format("sends and receives through FIFOs in host memory: messages of %s or more moved "
+                                      "by copy engines (%llu so far)\n",
+                                      least % 1024 == 0 ? format("%zu KiB", least >> 10).c_str()
+                                                        : format("%zu bytes", least).c_str(),
+                                      static_cast<unsigned long long>(copied_messages_.load()));
   // Note [User buffers mapped into peers]: what registration has mapped so far.
   if (direct_ != nullptr && users_ != nullptr) out += users_->describe();
   return out;

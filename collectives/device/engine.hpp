@@ -59,9 +59,6 @@ struct CollArgs;
 // header's limit.
 constexpr size_t kDefaultP2pFifoBytes = size_t{8} << 20;
 constexpr size_t kP2pFifoSlots = 4;
-// Note [Copy-engine messages] (fifo_wait.cpp): the least a send or receive through a FIFO in
-// host memory that a copy engine moves.
-constexpr size_t kCopyEngineMinBytes = size_t{64} << 10;
 Status p2p_fifo_shape(int64_t setting, FifoShape* out);
 
 class DeviceEngine {
@@ -216,7 +213,12 @@ class DeviceEngine {
   Status launch_fifo_waiting(const char* name, const Schedule& sched, const dev::DevLaunch& launch, Stream us,
                              void* user_stream, bool p2p);
   Status fifo_wait(Stream us, uint32_t* word, uint32_t value, int peer);
-  Status copy_messages(Schedule* part, Stream us);  // Note [Copy-engine messages]
+  // Note [Copy-engine messages]: the least a send or receive through a FIFO in host memory
+  // that a copy engine moves (ACCORD_P2P_COPY_MIN_BYTES; SIZE_MAX: none).
+  size_t copy_min_bytes() const {
+    return settings_.p2p_copy_min_bytes < 0 ? SIZE_MAX : static_cast<size_t>(settings_.p2p_copy_min_bytes);
+  }
+  Status copy_messages(Schedule* part, Stream us);
   Status queued_in_part(const std::string& what, const Status& failed);  // fifo_wait.cpp
   // The watchdog, after it set DevCtl::abort: ends every stream wait of this rank (the direct
   // engine's and the FIFOs'), so that no stream waits for a peer that will never write.

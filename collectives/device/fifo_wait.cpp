@@ -48,7 +48,7 @@
 // peer's "out" and "in", pinned) is crossed by the kernel's loads and stores over PCIe, one
 // block (engine.cpp, call_blocks: 16 blocks polling host flags halved the bandwidth on an
 // H200). Where the stream already waited for a batch's slots (above), a copy engine moves a
-// message of kCopyEngineMinBytes or more instead, on the same stream: a send's payload from
+// message of ACCORD_P2P_COPY_MIN_BYTES (64 KiB) or more instead, on the same stream: a send's payload from
 // the user's buffer into its slot before the kernel, a receive's from its slot into the user's
 // buffer before the kernel; the kernel's step is marked copied (Step::copied) and only hands
 // the slot off (a send posts the size, tag and seq; a receive checks them and releases the
@@ -58,7 +58,8 @@
 // alone (a slot's bytes are the same however they got there). Not met on hardware: whether a
 // copy engine's writes into host memory are visible to the peer's copy engine once the kernel
 // after it posted the seq (the staged protocol's question, HARDWARE_RISKS.md), and the
-// threshold, which is a guess: below it a copy's launch may cost more than the kernel's stores.
+// threshold, which is a guess: below it a copy's launch may cost more than the kernel's stores
+// (ACCORD_P2P_COPY_MIN_BYTES=-1 keeps every message on the kernel: the A/B of gpu-check.sh).
 #include <cstring>
 
 #include "collectives/communicator.hpp"
@@ -179,12 +180,12 @@ Status DeviceEngine::launch_fifo_waiting(const char* name, const Schedule& sched
 }
 
 // Note [Copy-engine messages]: the sends and receives of a batch's kernel through FIFOs in
-// host memory, of kCopyEngineMinBytes or more, moved on `us` and marked copied; after the
+// host memory, of copy_min_bytes() or more, moved on `us` and marked copied; after the
 // stream's waits for their slots, before the kernel.
 Status DeviceEngine::copy_messages(Schedule* part, Stream us) {
   for (Step& s : part->steps) {
     const bool send = s.kind == StepKind::kSend;
-    if ((!send && s.kind != StepKind::kRecv) || s.bytes < kCopyEngineMinBytes) continue;
+    if ((!send && s.kind != StepKind::kRecv) || s.bytes < copy_min_bytes()) continue;
     const int peer = send ? s.send_peer : s.recv_peer;
     const WaitEnd& w = wait_end(peer, /*p2p=*/true);
     if ((send ? w.send_slots : w.recv_slots) == nullptr) continue;  // GPU memory: the kernel moves it

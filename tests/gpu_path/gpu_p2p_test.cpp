@@ -689,34 +689,38 @@ TEST_F(GpuP2pThreads, PlanNamesPointToPointFifos) {
 // Note [Copy-engine messages]: with every pair host-staged (ACCORD_P2P_DISABLE=1: the staged
 // protocol, whose hand-offs wait at stream level), sends and receives of 64 KiB or more through
 // the FIFOs in shared memory are moved by copy engines, every pattern exact, and the plan
-// counts them; a job that spins on the FIFOs (ACCORD_DEVICE_PROTO=fifo,
-// ACCORD_SHARED_GPU_SYNC=spin) keeps the kernel's loads and stores and has no such line.
-uint64_t copied_so_far(const std::string& plan, bool* found) {
-  const std::string head = "sends and receives through FIFOs in host memory: messages of 64 KiB or more moved by "
-                           "copy engines (";
-  const size_t at = plan.find(head);
-  *found = at != std::string::npos;
-  return *found ? std::strtoull(plan.c_str() + at + head.size(), nullptr, 10) : 0;
-}
-
+// counts them; with ACCORD_P2P_COPY_MIN_BYTES=-1 the kernel moves them, as the plan says; a
+// job that spins on the FIFOs (ACCORD_DEVICE_PROTO=fifo, ACCORD_SHARED_GPU_SYNC=spin) keeps
+// the kernel's loads and stores and has no such line.
 TEST_F(GpuP2pThreads, HostMemoryFifosCopiedByCopyEngines) {
   ScopedEnv off("ACCORD_P2P_DISABLE", "1");
-  for (bool spin : {false, true}) {
-    std::unique_ptr<ScopedEnv> fifo(spin ? new ScopedEnv("ACCORD_DEVICE_PROTO", "fifo") : nullptr);
-    std::unique_ptr<ScopedEnv> sync(spin ? new ScopedEnv("ACCORD_SHARED_GPU_SYNC", "spin") : nullptr);
+  const std::string head = "sends and receives through FIFOs in host memory: ";
+  const std::string copied = head + "messages of 64 KiB or more moved by copy engines (";
+  const std::string kernel = head + "by the kernel's loads and stores (ACCORD_P2P_COPY_MIN_BYTES=-1)";
+  enum Form { kCopies, kKernel, kSpin };
+  for (Form form : {kCopies, kKernel, kSpin}) {
+    std::unique_ptr<ScopedEnv> fifo(form == kSpin ? new ScopedEnv("ACCORD_DEVICE_PROTO", "fifo") : nullptr);
+    std::unique_ptr<ScopedEnv> sync(form == kSpin ? new ScopedEnv("ACCORD_SHARED_GPU_SYNC", "spin") : nullptr);
+    std::unique_ptr<ScopedEnv> never(form == kKernel ? new ScopedEnv("ACCORD_P2P_COPY_MIN_BYTES", "-1") : nullptr);
+    // The count of copied messages in the plan's line (0 without it).
+    auto count = [&](const std::string& plan) -> uint64_t {
+      const size_t at = plan.find(copied);
+      return at == std::string::npos ? 0 : std::strtoull(plan.c_str() + at + copied.size(), nullptr, 10);
+    };
     for (const auto& f : run_threads(2, [&](accord_comm_t comm, int rank, int n) -> std::string {
-           bool found = false;
-           const uint64_t before = copied_so_far(plan_of(comm), &found);
-           if (found == spin || before != 0)
-             return std::string("before any call, the plan should ") + (spin ? "have no" : "have a") +
-                    " copy-engine line counting 0; plan:\n" + plan_of(comm);
+           std::string plan = plan_of(comm);
+           const bool has_head = plan.find(head) != std::string::npos;
+           if ((form == kSpin && has_head) || (form == kCopies && plan.find(copied + "0 so far)") == std::string::npos) ||
+               (form == kKernel && plan.find(kernel) == std::string::npos))
+             return "before any call, the plan's line on FIFOs in host memory is wrong; plan:\n" + plan;
            std::string failure = every_pattern(comm, rank, n);
-           const uint64_t after = copied_so_far(plan_of(comm), &found);
-           if (failure.empty() && !spin && after == 0)
-             failure = "no send or receive was moved by a copy engine; plan:\n" + plan_of(comm);
+           plan = plan_of(comm);
+           if (failure.empty() && (form == kCopies) != (count(plan) > 0))
+             failure = std::string(form == kCopies ? "no" : "some") + " send or receive was moved by a copy engine; plan:\n" + plan;
            return failure;
          }))
-      ADD_FAILURE() << (spin ? "spinning on the FIFOs: " : "staged: ") << f;
+      ADD_FAILURE() << (form == kCopies ? "staged: " : form == kKernel ? "ACCORD_P2P_COPY_MIN_BYTES=-1: " : "spinning: ")
+                    << f;
   }
 }
 
