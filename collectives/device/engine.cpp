@@ -82,7 +82,9 @@ std::string DeviceEngine::plan_lines() const {
   std::string out = direct_plan_ + p2p_plan_;
   // Note [Copy-engine messages] (fifo_wait.cpp): where hand-offs wait, and some FIFO is host memory.
   const size_t least = copy_min_bytes();
-  if (hand_offs_wait_ && std::any_of(wait_ends_.begin(), wait_ends_.end(), [](const WaitEnd& w) { return w.send_slots != nullptr; }))
+  const bool host_fifos =
+      std::any_of(wait_ends_.begin(), wait_ends_.end(), [](const WaitEnd& w) { return w.send_slots != nullptr; });
+  if (hand_offs_wait_ && host_fifos)
     out += least == SIZE_MAX ? std::string("sends and receives through FIFOs in host memory: by the kernel's loads and "
                                            "stores (ACCORD_P2P_COPY_MIN_BYTES=-1)\n")
                              : format("sends and receives through FIFOs in host memory: messages of %s or more moved "

@@ -48,9 +48,9 @@
 // peer's "out" and "in", pinned) is crossed by the kernel's loads and stores over PCIe, one
 // block (engine.cpp, call_blocks: 16 blocks polling host flags halved the bandwidth on an
 // H200). Where the stream already waited for a batch's slots (above), a copy engine moves a
-// message of ACCORD_P2P_COPY_MIN_BYTES (64 KiB) or more instead, on the same stream: a send's payload from
-// the user's buffer into its slot before the kernel, a receive's from its slot into the user's
-// buffer before the kernel; the kernel's step is marked copied (Step::copied) and only hands
+// message of ACCORD_P2P_COPY_MIN_BYTES (64 KiB) or more instead, on the same stream: a send's
+// payload from the user's buffer into its slot before the kernel, a receive's from its slot
+// into the user's buffer before the kernel; the kernel's step is marked copied (Step::copied) and only hands
 // the slot off (a send posts the size, tag and seq; a receive checks them and releases the
 // slot), so counts, tags and sizes are checked as before. A message of the wrong size or tag
 // is still an error naming the peer (the receive's copy has then moved bytes of a call that
