@@ -42,8 +42,9 @@
 // kernel is the FIFO kernel, unchanged: DevCall::peers points at the sends' table, whose
 // FIFOs have counts and arrival counters of their own (DevFifo::count, ::arrive), so the
 // collectives' FIFO counts never see a point-to-point message (nor the host's counts of the
-// waiting form, Note [Waiting FIFOs], which keeps them per FIFO). Pairs without one (host-staged, TCP) send and receive on the collectives' FIFOs, as before, and
-// their entries of the sends' table are the collectives' FIFOs. The progress argument of Note
+// waiting form, Note [Waiting FIFOs], which keeps them per FIFO). Pairs without one
+// (host-staged, TCP) send and receive on the collectives' FIFOs, as before, and their entries
+// of the sends' table are the collectives' FIFOs. The progress argument of Note
 // [Point-to-point progress] is about messages and rounds, not their sizes, and needs 4 slots
 // or more (Note [FIFO depth]): it holds unchanged. Memory: 8 MiB of GPU memory per peer that
 // can address this GPU (7 peers: 56 MiB). Not measured on a GPU yet (issue 35's 200 GB/s).
