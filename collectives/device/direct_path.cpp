@@ -11,6 +11,21 @@
 
 namespace accord {
 
+// The plan's "GPU hand-offs" line (Note [Shared GPU sync]): `covered`, the kernels a wait
+// covers; `why`, the choice's reason.
+static std::string hand_offs_line(bool wait, const char* covered, const std::string& why) {
+  return format("GPU hand-offs: %s (%s)\n",
+                wait ? format("wait: kernels never wait on a peer, the stream waits between them (%s)", covered).c_str()
+                     : "spin: the kernel polls its peers' flags",
+                why.c_str());
+}
+
+// Each line of the plan's `text` into the log, at info.
+static void log_plan(int rank, const std::string& text) {
+  for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1)
+    LOG_INFO(kGpu, "rank %d: %s", rank, text.substr(at, nl - at).c_str());
+}
+
 // Note [Direct or FIFO]: a job uses the direct protocol only where every pair of its ranks can
 // load and store the other's GPU memory (one GPU, or GPUs that peer: device_route p2p or ipc),
 // all ranks on one host with a GPU each; a job on one host with a host-staged pair stages its
@@ -61,11 +76,7 @@ Status DeviceEngine::setup_direct(StoreClient* store, Deadline deadline) {
     ACCORD_TRY(choose_gpu_sync(store, deadline, &wait, &sync_why));
     ACCORD_TRY(hand_offs(wait));
     direct_plan_ = format("device protocol: fifo for every collective (%s)\n", why_not.c_str());
-    direct_plan_ += format("GPU hand-offs: %s (%s)\n",
-                           wait ? "wait: kernels never wait on a peer, the stream waits between them (a kernel "
-                                  "per FIFO hand-off: collectives, sends and receives)"
-                                : "spin: the kernel polls its peers' flags",
-                           sync_why.c_str());
+    direct_plan_ += hand_offs_line(wait, "a kernel per FIFO hand-off: collectives, sends and receives", sync_why);
     if (mode == dev::ProtoMode::kDirect || mode == dev::ProtoMode::kOneShot || mode == dev::ProtoMode::kTwoShot ||
         mode == dev::ProtoMode::kStaged) {
       if (rank_ == 0)
@@ -73,8 +84,7 @@ Status DeviceEngine::setup_direct(StoreClient* store, Deadline deadline) {
                  "collective uses the FIFOs", settings_.device_proto.c_str(),
                  mode == dev::ProtoMode::kStaged ? "staged" : "direct", why_not.c_str());
     }
-    for (size_t at = 0, nl; (nl = direct_plan_.find('\n', at)) != std::string::npos; at = nl + 1)
-      LOG_INFO(kGpu, "rank %d: %s", rank_, direct_plan_.substr(at, nl - at).c_str());
+    log_plan(rank_, direct_plan_);
     return Status::success();
   }
   return setup_engine(store, deadline, mode, {}, "");
@@ -120,13 +130,8 @@ Status DeviceEngine::setup_engine(StoreClient* store, Deadline deadline, dev::Pr
   direct_plan_ += s.staged ? std::string("GPU hand-offs: staged: the collectives' kernels never wait on a peer, the "
                                          "stream copies and waits between them; sends and receives on the FIFOs wait "
                                          "at stream level too\n")
-                           : format("GPU hand-offs: %s (%s)\n",
-                                    s.wait ? "wait: kernels never wait on a peer, the stream waits between them "
-                                             "(collectives, and sends and receives on the FIFOs)"
-                                           : "spin: the kernel polls its peers' flags",
-                                    s.sync_why.c_str());
-  for (size_t at = 0, nl; (nl = direct_plan_.find('\n', at)) != std::string::npos; at = nl + 1)
-    LOG_INFO(kGpu, "rank %d: %s", rank_, direct_plan_.substr(at, nl - at).c_str());
+                           : hand_offs_line(s.wait, "collectives, and sends and receives on the FIFOs", s.sync_why);
+  log_plan(rank_, direct_plan_);
   // Note [User buffers mapped into peers]: the plan's line, with nothing registered yet.
   const std::string users = user_buffers()->describe();
   LOG_INFO(kGpu, "rank %d: %s", rank_, users.substr(0, users.size() - 1).c_str());

@@ -50,9 +50,9 @@
 // H200). Where the stream already waited for a batch's slots (above), a copy engine moves a
 // message of ACCORD_P2P_COPY_MIN_BYTES (64 KiB) or more instead, on the same stream: a send's
 // payload from the user's buffer into its slot before the kernel, a receive's from its slot
-// into the user's buffer before the kernel; the kernel's step is marked copied (Step::copied) and only hands
-// the slot off (a send posts the size, tag and seq; a receive checks them and releases the
-// slot), so counts, tags and sizes are checked as before. A message of the wrong size or tag
+// into the user's buffer before the kernel; the kernel's step is marked copied (Step::copied)
+// and only hands the slot off (a send posts the size, tag and seq; a receive checks them and
+// releases the slot), so counts, tags and sizes are checked as before. A message of the wrong size or tag
 // is still an error naming the peer (the receive's copy has then moved bytes of a call that
 // fails anyway). Collectives keep the kernel: their steps reduce as they move. Both ends choose
 // alone (a slot's bytes are the same however they got there). Not met on hardware: whether a
