@@ -709,14 +709,15 @@ TEST_F(GpuP2pThreads, HostMemoryFifosCopiedByCopyEngines) {
     };
     for (const auto& f : run_threads(2, [&](accord_comm_t comm, int rank, int n) -> std::string {
            std::string plan = plan_of(comm);
-           const bool has_head = plan.find(head) != std::string::npos;
-           if ((form == kSpin && has_head) || (form == kCopies && plan.find(copied + "0 so far)") == std::string::npos) ||
-               (form == kKernel && plan.find(kernel) == std::string::npos))
-             return "before any call, the plan's line on FIFOs in host memory is wrong; plan:\n" + plan;
+           const bool right = form == kSpin     ? plan.find(head) == std::string::npos
+                              : form == kCopies ? plan.find(copied + "0 so far)") != std::string::npos
+                                                : plan.find(kernel) != std::string::npos;
+           if (!right) return "before any call, the plan's line on FIFOs in host memory is wrong; plan:\n" + plan;
            std::string failure = every_pattern(comm, rank, n);
            plan = plan_of(comm);
            if (failure.empty() && (form == kCopies) != (count(plan) > 0))
-             failure = std::string(form == kCopies ? "no" : "some") + " send or receive was moved by a copy engine; plan:\n" + plan;
+             failure = std::string(form == kCopies ? "no" : "some") +
+                       " send or receive was moved by a copy engine; plan:\n" + plan;
            return failure;
          }))
       ADD_FAILURE() << (form == kCopies ? "staged: " : form == kKernel ? "ACCORD_P2P_COPY_MIN_BYTES=-1: " : "spinning: ")

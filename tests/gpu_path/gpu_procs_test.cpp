@@ -1607,6 +1607,24 @@ std::string sliced_job(accord_comm_t c, int r, int n, int gpus, int calls, const
   return every_collective(c, r, n, gpus, cases);
 }
 
+// What a run did to GPU 0's time slices and the log, printed and checked: the processes'
+// kernels took turns; spinning, at least `spin_expiries` slice expiries and exactly
+// `spin_warnings` time-slice warnings (Note [Shared GPU warnings]: one from the lowest rank on
+// the GPU of each host); waiting, neither.
+void expect_slices(const std::string& where, const sim::SliceCounts& before, const sim::SliceCounts& after,
+                   bool spin, uint64_t spin_expiries, size_t spin_warnings, const std::string& log) {
+  const uint64_t expiries = after.expiries - before.expiries, switches = after.switches - before.switches;
+  std::cout << where << ": " << expiries << " slice expiries, " << switches << " switches, "
+            << after.yields - before.yields << " early yields\n";
+  EXPECT_GT(switches, 0u) << where << ": the processes' kernels should have taken turns on GPU 0";
+  if (spin)
+    EXPECT_GE(expiries, spin_expiries) << where << ": spinning kernels should pay slice expiries (is the model on?)";
+  else
+    EXPECT_EQ(expiries, 0u) << where << ": a kernel waited for a peer inside its time slice";
+  EXPECT_EQ(occurrences(log, "time-sliced as a GPU without MPS"), spin ? spin_warnings : 0u)
+      << where << ": the log:\n" << log;
+}
+
 TEST_F(GpuProcsProcesses, SlicedSharedGpuHandOffsWithoutExpiries) {
   if (!all_direct(m_, 4, true)) GTEST_SKIP() << "the job would not use the direct protocol";
   std::string why;
@@ -1627,20 +1645,10 @@ TEST_F(GpuProcsProcesses, SlicedSharedGpuHandOffsWithoutExpiries) {
       auto job = [&](accord_comm_t c, int r, int nr) { return sliced_job(c, r, nr, m_.gpus(), kCalls, run.want); };
       for (const auto& f : run_processes(n, job, kTimeoutS))
         ADD_FAILURE() << n << " processes, ACCORD_SHARED_GPU_SYNC=" << run.setting << ": " << f;
-      const sim::SliceCounts after = table->counts(0);
-      const uint64_t expiries = after.expiries - before.expiries, switches = after.switches - before.switches;
-      std::cout << n << " processes, ACCORD_SHARED_GPU_SYNC=" << run.setting << ": " << kCalls
-                << " all-reduces per rank, " << expiries << " slice expiries, " << switches << " switches, "
-                << after.yields - before.yields << " early yields\n";
-      EXPECT_GT(switches, 0u) << run.setting << ": the processes' kernels should have taken turns on GPU 0";
-      if (std::string(run.want) == "spin")
-        EXPECT_GE(expiries, static_cast<uint64_t>(kCalls))
-            << "the spinning protocol should pay a slice expiry per all-reduce (is the time-slice model on?)";
-      else
-        EXPECT_EQ(expiries, 0u) << run.setting << ": a kernel waited for a peer inside its time slice";
-      // Note [Shared GPU warnings]: the time-slice warning only where the job spins.
-      const size_t warned = occurrences(log.text(), "time-sliced as a GPU without MPS");
-      EXPECT_EQ(warned, std::string(run.want) == "spin" ? 1u : 0u) << run.setting << ": the log:\n" << log.text();
+      // The spinning protocol pays a slice expiry per all-reduce.
+      expect_slices(std::to_string(n) + " processes, ACCORD_SHARED_GPU_SYNC=" + run.setting + ", " +
+                        std::to_string(kCalls) + " all-reduces per rank",
+                    before, table->counts(0), std::string(run.want) == "spin", kCalls, 1, log.text());
     }
   }
 }
@@ -1685,20 +1693,8 @@ TEST_F(GpuProcsProcesses, SlicedFifoJobsHandOffsWithoutExpiries) {
              if (form.two_hosts) setenv("ACCORD_HOST_ID", r < 2 ? "host-a" : "host-b", 1);
            }))
         ADD_FAILURE() << where << ": " << f;
-      const sim::SliceCounts after = table->counts(0);
-      const uint64_t expiries = after.expiries - before.expiries;
-      std::cout << where << ": " << cases.size() << " collectives per rank, " << expiries << " slice expiries, "
-                << after.switches - before.switches << " switches\n";
-      EXPECT_GT(after.switches - before.switches, 0u) << where << ": the processes' kernels should have taken turns";
-      if (want == "spin")
-        EXPECT_GT(expiries, 0u) << where << ": spinning FIFO kernels should pay slice expiries (is the model on?)";
-      else
-        EXPECT_EQ(expiries, 0u) << where << ": a FIFO kernel waited for a peer inside its time slice";
-      const size_t warned = occurrences(log.text(), "time-sliced as a GPU without MPS");
-      if (want == "spin")
-        EXPECT_GE(warned, 1u) << where << ": the log:\n" << log.text();
-      else
-        EXPECT_EQ(warned, 0u) << where << ": the log:\n" << log.text();
+      expect_slices(where + ", " + std::to_string(cases.size()) + " collectives per rank", before, table->counts(0),
+                    want == "spin", 1, form.two_hosts ? 2 : 1, log.text());
     }
   }
 }
