@@ -226,7 +226,9 @@ static_assert(sizeof(DevLaunch) <= 4096, "a kernel parameter");
 //   void publish();                       every thread's writes visible to the peers (before
 //                                         the leader's store of a flag)
 //   void pause(uint32_t spins);           between two polls of a flag
-//   void move(const MoveArgs&);           dst0 (, dst1) = a op b, or a; then / divisor
+//   void move(const MoveArgs&);           dst0 (, dst1) = a op b, or a; then / divisor; every
+//                                         source of an element is read before dst0's element
+//                                         is written (dst0 may be a source, element for element)
 //   DevStep step(const DevStep*);         a step, read once and shared
 //   uint32_t block();                     this block's index (Note [Blocks])
 //   uint32_t fetch_add(uint32_t*, uint32_t);  atomic add on this GPU's memory, the old value

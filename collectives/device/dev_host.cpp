@@ -49,7 +49,7 @@ struct HostLanes {
   kernels::ReduceFn reduce = nullptr;
   kernels::ReduceFn prod = nullptr;  // Note [Pre-multiplied sum]
   size_t elem_bytes = 1;
-  std::vector<uint8_t> scaled[2], scalars;
+  std::vector<uint8_t> scaled[2], scalars, folded;
   uint32_t block_index = 0;
   std::vector<uint32_t> delta;  // 2 * nranks (Note [Blocks])
 
@@ -111,18 +111,37 @@ struct HostLanes {
     }
     k.count = m.count;
     k.divisor = m.nmore == 0 ? m.divisor : 0;
-    if (m.nmore > 0) k.dst1 = nullptr;
+    // Note [Folding in one pass]: the same bits, fold by fold through dst0; through a buffer of
+    // its own where dst0 is one of the later sources (a reduce-scatter or reduce whose output is
+    // its input, Note [Registered inputs]), as the GPU reads every source of an element before
+    // it writes it.
+    const size_t bytes = m.count * elem_bytes;
+    const auto* d = static_cast<const uint8_t*>(m.dst0);
+    bool aliased = false;
+    for (uint32_t j = 0; j < m.nmore; ++j) {
+      const auto* x = static_cast<const uint8_t*>(m.more[j]);
+      aliased = aliased || (x < d + bytes && d < x + bytes);
+    }
+    if (aliased) folded.resize(bytes);
+    void* acc = aliased ? static_cast<void*>(folded.data()) : m.dst0;
+    if (m.nmore > 0) {
+      k.dst0 = acc;
+      k.dst1 = nullptr;
+    }
     reduce(k);
-    // Note [Folding in one pass]: the same bits, fold by fold through dst0.
     for (uint32_t j = 0; j < m.nmore; ++j) {
       kernels::ReduceArgs r;
-      r.dst0 = m.dst0;
-      r.dst1 = j + 1 == m.nmore ? m.dst1 : nullptr;
-      r.a = m.dst0;
+      r.dst0 = acc;
+      r.dst1 = j + 1 == m.nmore && !aliased ? m.dst1 : nullptr;
+      r.a = acc;
       r.b = m.more[j];
       r.count = m.count;
       r.divisor = j + 1 == m.nmore ? m.divisor : 0;
       reduce(r);
+    }
+    if (aliased) {
+      std::memcpy(m.dst0, acc, bytes);
+      if (m.dst1 != nullptr) std::memcpy(m.dst1, acc, bytes);
     }
   }
   DevStep step(const DevStep* p) { return *p; }
