@@ -129,6 +129,11 @@ const std::vector<Entry>& entries() {
                 "sends and receives of GPU buffers through FIFOs in host memory (host-staged or TCP pairs), where "
                 "GPU hand-offs wait: messages of this many bytes or more are moved by copy engines, smaller ones by "
                 "the kernel's loads and stores (-1: never by copy engines)"),
+      INT_ENTRY("ACCORD_DIRECT_POINTER_MIN_BYTES", direct_pointer_min_bytes, "4194304",
+                "ranks that are threads of one process on one GPU (the direct protocol): the peers read a rank's "
+                "input where it lies (not from a copy in its scratch) in every two-shot all-reduce, and in the "
+                "one-shot all-reduce and the other collectives from this many bytes of input, where one "
+                "synchronization more a call costs less than the copy (-1: never; 0: every call)"),
       STR_ENTRY("ACCORD_SHARED_GPU_SYNC", shared_gpu_sync, "auto",
                 "GPU hand-offs (the direct protocol's, and every FIFO kernel's: sends, receives, collectives of jobs "
                 "on the FIFOs): wait (the stream waits between kernels, which needs no time "
@@ -243,6 +248,11 @@ Status load_settings(Settings* out) {
     bad(error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_P2P_COPY_MIN_BYTES=%lld: give a size in bytes (0 or more), or -1 "
               "to keep every message on the kernel", static_cast<long long>(s.p2p_copy_min_bytes)));
     s.p2p_copy_min_bytes = defaults.p2p_copy_min_bytes;
+  }
+  if (s.direct_pointer_min_bytes < -1) {
+    bad(error(ACCORD_ERR_INVALID_ARGUMENT, "ACCORD_DIRECT_POINTER_MIN_BYTES=%lld: give a size in bytes (0 or more), "
+              "or -1 to copy every input into the scratch", static_cast<long long>(s.direct_pointer_min_bytes)));
+    s.direct_pointer_min_bytes = defaults.direct_pointer_min_bytes;
   }
   *out = std::move(s);
   return first;

@@ -51,6 +51,8 @@ struct Settings {
   int64_t staged_bytes = 0;          // ACCORD_STAGED_BYTES (0 = built-in)
   int64_t device_p2p_bytes = 0;      // ACCORD_DEVICE_P2P_BYTES (0 = built-in; Note [Point-to-point FIFOs])
   int64_t p2p_copy_min_bytes = 65536;  // ACCORD_P2P_COPY_MIN_BYTES (-1 = never; Note [Copy-engine messages])
+  // ACCORD_DIRECT_POINTER_MIN_BYTES (-1 = never; Note [Inputs read where they lie])
+  int64_t direct_pointer_min_bytes = int64_t{4} << 20;
   std::string shared_gpu_sync;       // ACCORD_SHARED_GPU_SYNC (empty = auto; Note [Shared GPU sync])
   bool sim_throttle = false;         // ACCORD_SIM_THROTTLE
   int64_t sim_stall_ms = 60000;      // ACCORD_SIM_STALL_MS (Note [Simulated CUDA rules])

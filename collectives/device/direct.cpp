@@ -148,6 +148,10 @@ Status DirectEngine::upload_table(const std::vector<uint8_t*>& table, const Dire
   const size_t ubytes = sizeof(uint8_t*) * static_cast<size_t>(kDirectUserSlots) * table.size();
   if (st.ok() && !wait_ && !staged_) st = rt_->alloc_device(s.device, ubytes, &user_table_);
   if (st.ok() && !wait_ && !staged_) st = rt_->memset_async(user_table_, 0, ubytes, s.stream);
+  // Note [Inputs read where they lie]: ranks that are threads of one process on one GPU describe
+  // their inputs from the first call (every rank of the job alike).
+  pointer_inputs_ = user_table_ != nullptr && s.one_gpu &&
+                    std::none_of(s.ipc.begin(), s.ipc.end(), [](bool b) { return b; });
   if (st.ok()) st = rt_->synchronize_stream(s.stream);
   (void)rt_->free_host_pinned(staging);
   return st.prefix("peer table: ");
@@ -274,7 +278,7 @@ void DirectEngine::prepare(Collective coll, int root, uint32_t proto, size_t cou
   // once some registration has had a slot (the caller says when this rank's lies in a
   // registered buffer); before that, no descriptor is written (registration is collective:
   // every rank agrees).
-  d->user = any_user_slot_ ? static_cast<const uint8_t* const*>(user_table_) : nullptr;
+  d->user = any_user_slot_ || pointer_inputs_ ? static_cast<const uint8_t* const*>(user_table_) : nullptr;
   d->my_slot = -1;
   d->my_offset = 0;
   *nblocks = std::max(1u, std::min<uint32_t>(d->nslices, max_blocks));

@@ -61,6 +61,7 @@ struct DirectSetup {
   int nranks = 0;
   Stream stream;                  // the communicator's own stream (zeroing the scratch)
   std::vector<bool> ipc;          // per rank: the peer is another process (IPC), else a pointer
+  bool one_gpu = true;            // every rank is on this rank's GPU
   size_t scratch_bytes = kDefaultDirectScratchBytes;
   ProtoMode mode = ProtoMode::kAuto;
   StoreClient* store = nullptr;
@@ -105,6 +106,9 @@ class DirectEngine {
   // receives keep the FIFOs), and the launch of one such call (direct_staged.cpp), as
   // launch_waiting.
   bool staged() const { return staged_; }
+  // Note [Inputs read where they lie] (direct_path.cpp): every rank is a thread of this process
+  // on this GPU and the job spins, so any input may be described by its own address.
+  bool pointer_inputs() const { return pointer_inputs_; }
   Status launch_staged(const DevLaunch& launch, Stream stream, bool* partial);
   // The watchdog, after it set DevCtl::abort (a dead peer, a timeout, an abort): writes every
   // word this rank's stream may wait on past the last round waited for, so that no stream
@@ -150,6 +154,7 @@ class DirectEngine {
   void* table_ = nullptr;                // DevDirect::scratch, in GPU memory
   void* user_table_ = nullptr;           // DevDirect::user (Note [Registered inputs]); null: waiting protocol
   bool any_user_slot_ = false;           // some registration has had a slot (every rank alike)
+  bool pointer_inputs_ = false;          // Note [Inputs read where they lie]: every rank in this process, on this GPU
   uint32_t round_ = 1;                   // the next call's first round
   std::shared_ptr<ProcessHold> held_;  // this process's ranks' memory, freed by the last to let go
   bool let_go_ = false;

@@ -85,27 +85,40 @@
 // kernels a rank's next kernel starts after its whole previous one, which waited for every
 // slice of the round before.
 //
-// Note [Registered inputs]: an all-reduce whose input lies in a buffer this rank registered
-// (Note [User buffers mapped into peers], user_buffers.cpp) skips A: the peers fold straight
-// from its buffer (one-shot: all of the round; two-shot: each its own part, in B), which every
-// peer has mapped since the (collective) registration.
+// Note [Registered inputs]: a call whose input lies in a buffer this rank registered (Note
+// [User buffers mapped into peers], user_buffers.cpp), or any input in a job of threads (Note
+// [Inputs read where they lie], direct_path.cpp), skips A: the peers read it straight from its
+// buffer (one-shot all-reduce and reduce: all of the round; two-shot: each its own part, in B;
+// reduce-scatter: each its own segment; all-gather: every rank's; broadcast: the root's),
+// which every peer has mapped since the (collective) registration.
 // Registrations have slots, the same on every rank (collective and in the same order), and
-// DevDirect::user holds every rank's buffer of every slot as this GPU addresses it. Which rank
-// took which way is agreed per round and slice on the device: with its flag 0, each rank's
-// leader stores a descriptor (slot + 1, or 0 for "in my scratch"; the input's offset in the
-// registered buffer) into every peer's scratch, at (round parity, slice, rank), before the
-// flag (store64 fences first, so a peer that sees the flag sees the descriptor). B reads them
-// after the wait. Since the owner may overwrite its input once its own kernel ends, a round in
-// which any rank's input was read from its own buffer ends with one more exchange (flag 1,
-// which one-shot does not otherwise use): a rank leaves the round only after every peer has
-// folded it. Every rank reads the same descriptors, so every rank takes that exchange or none.
-// A descriptor of parity e % 2 is rewritten in round e + 2 only after its reader's flag 0 of
-// round e + 1, stored after it left round e (per slice, as the flags). Two-shot needs no
-// exchange more: its flag 1 of a slice, which every rank stores after its B, already says that
-// every peer has folded its part of that slice from this rank's input; so two-shot may also
-// run in place, as its C (the only write of the output) comes after that flag and writes only
-// the slice's elements. A one-shot call in place (the output would overwrite the input while
-// the peers read it) and the waiting protocol keep the scratch (DeviceEngine::prepare_direct).
+// DevDirect::user holds every rank's buffer of every slot as this GPU addresses it (slot
+// kDirectPointerSlot: the offset is the input's own address). Which rank took which way is
+// agreed per round and slice on the device: with its flag 0, each rank's leader stores a
+// descriptor (slot + 1, or 0 for "in my scratch"; the input's offset in the registered
+// buffer) into every peer's scratch, at (round parity, slice, rank), before the flag (store64
+// fences first, so a peer that sees the flag sees the descriptor). B reads them after the wait.
+// A rank describes its input the same way in every round of a call. Since the owner may
+// overwrite its input once its own kernel ends, a call in which some rank's input was read
+// from its own buffer ends with one more exchange (flag 1, which the forms of one
+// synchronization a round do not otherwise use) after its last round: a rank leaves the call
+// only after every peer has read it. Not after every round: within a call no rank writes its
+// input where a peer reads it (below), and a peer's flag 0 of round e + 1 (stored after its B
+// of round e, per slice) already says it is done with round e. Every rank reads the same
+// descriptors, so every rank takes that exchange or none. A descriptor of parity e % 2 is
+// rewritten in round e + 2 only after its reader's flag 0 of round e + 1, stored after it left
+// round e (per slice, as the flags). Two-shot needs no exchange more: its flag 1 of a slice,
+// which every rank stores after its B, already says that every peer has folded its part of
+// that slice from this rank's input; so two-shot may also run in place, as its C (the only
+// write of the output) comes after that flag and writes only the slice's elements.
+// In place, the output is written where a peer reads only in a one-shot all-reduce, which so
+// keeps the scratch (the same traffic: the copy A saves would be a copy of the output after
+// the exchange); an all-gather's own segment is not copied, a broadcast root's not either; a
+// reduce-scatter's output is its own segment, which only this rank folds, and a reduce's is
+// read by its root only, but a fold of more than 2 + kMoveMoreSources ranks reads its output
+// back (Note [Folding in one pass]), so there only a rank folded in the first pass reads in
+// place (DeviceEngine::reads_input_in_place). A pre-multiplied sum and the waiting protocol
+// keep the scratch (DeviceEngine::prepare_direct).
 #pragma once
 
 #include <cstddef>
@@ -119,6 +132,9 @@ constexpr uint32_t kDirectMaxSlices = 16;
 constexpr uint64_t kDirectSliceBytes = 32 << 10;  // the least a slice carries, when the round can
 // Note [Registered inputs]: registrations a call may read directly (slots of DevDirect::user).
 constexpr int32_t kDirectUserSlots = 32;
+// Note [Inputs read where they lie]: the slot of a descriptor whose offset is the input's own
+// address (ranks that are threads of one process address each other's pointers).
+constexpr int32_t kDirectPointerSlot = kDirectUserSlots;
 
 // Bytes of a scratch's flags for `nranks` ranks, padded to 256 (the data halves follow): the
 // flags of Note [Direct protocol] (2 x kDirectMaxSlices words per rank), then the descriptors
@@ -184,7 +200,7 @@ class DirectRunner {
       const uint64_t n = d_.count - base < d_.chunk_elems ? d_.count - base : d_.chunk_elems;
       round_index_ = static_cast<uint32_t>(k);
       const uint32_t e = d_.round + static_cast<uint32_t>(k);
-      for (uint32_t s = L_.block(); ok && s < d_.nslices; s += c_.nblocks) ok = run_slice(e, base, n, s);
+      for (uint32_t s = L_.block(); ok && s < d_.nslices; s += c_.nblocks) ok = run_slice(e, base, n, s, k + 1 == rounds);
     }
     end_call(L_, c_, /*fold_deltas=*/false);  // no FIFO counts move
     return ok;
@@ -226,12 +242,9 @@ class DirectRunner {
     return reinterpret_cast<uint64_t*>(d_.scratch[at]) + 2ull * kDirectMaxSlices * c_.nranks +
            ((h * kDirectMaxSlices + s) * c_.nranks + from) * 2;
   }
-  // Whether this round's ranks tell each other where their inputs are (the spinning all-reduce,
-  // one-shot or two-shot: the only forms that may read a registered input).
-  ACCORD_HD bool described() const {
-    return d_.coll == kCollAllReduce && (d_.proto == kProtoOneShot || d_.proto == kProtoTwoShot) && d_.phase == 0 &&
-           d_.user != nullptr;
-  }
+  // Whether this round's ranks tell each other where their inputs are (every spinning form;
+  // the waiting protocol keeps the scratch).
+  ACCORD_HD bool described() const { return d_.phase == 0 && d_.user != nullptr; }
   ACCORD_HD const uint8_t* in(uint64_t elem) const {
     return static_cast<const uint8_t*>(c_.input) + elem * c_.elem_bytes;
   }
@@ -290,38 +303,39 @@ class DirectRunner {
     }
   }
 
-  // Note [Registered inputs]: where rank p's elements [at, at + elems) of round e's slice s
-  // (call elements base + at...) are: its registered buffer, as its descriptor says, or its
-  // scratch half. *user: whether it is a registered buffer.
-  ACCORD_HD const uint8_t* source(int32_t p, uint32_t h, uint32_t s, uint64_t base, uint64_t at, bool* user) {
+  // Note [Registered inputs]: where rank p's input element `elem` (of the call) of round e's
+  // slice s is, as its descriptor says: its registered buffer (or, Note [Inputs read where they
+  // lie], its own pointer), or its scratch half h at element `at`. *user: not the scratch.
+  ACCORD_HD const uint8_t* source(int32_t p, uint32_t h, uint32_t s, uint64_t elem, uint64_t at, bool* user) {
     const uint8_t* scratch = half(p, h) + at * c_.elem_bytes;
     if (p == c_.rank) {
       *user = d_.my_slot >= 0;
-      return *user ? in(base + at) : scratch;
+      return *user ? in(elem) : scratch;
     }
     const uint64_t slot = L_.share(L_.leader() ? L_.load64(desc(c_.rank, h, s, p)) : 0);
     const uint64_t offset = L_.share(L_.leader() ? L_.load64(desc(c_.rank, h, s, p) + 1) : 0);
-    *user = slot != 0 && slot <= static_cast<uint64_t>(kDirectUserSlots);
+    *user = slot != 0 && slot <= static_cast<uint64_t>(kDirectUserSlots) + 1;
     if (!*user) return scratch;
-    return d_.user[(slot - 1) * static_cast<uint64_t>(c_.nranks) + static_cast<uint64_t>(p)] + offset +
-           (base + at) * c_.elem_bytes;
+    const uint8_t* buffer = slot == kDirectPointerSlot + 1
+                                ? nullptr
+                                : d_.user[(slot - 1) * static_cast<uint64_t>(c_.nranks) + static_cast<uint64_t>(p)];
+    return buffer + offset + elem * c_.elem_bytes;
   }
-  // fold, from each rank's source(); true when some rank's registered buffer was read.
-  ACCORD_HD bool fold_described(void* dst, uint32_t h, uint32_t s, uint64_t base, uint64_t at, uint64_t elems) {
-    bool any = false, user = false;
-    const uint8_t* a = source(0, h, s, base, at, &user);
-    any = any || user;
-    const uint8_t* b = source(1, h, s, base, at, &user);
-    any = any || user;
-    for (int32_t p = 2; p < c_.nranks; ++p) {  // every descriptor is read, whatever elems is
-      source(p, h, s, base, at, &user);
-      any = any || user;
-    }
-    if (elems == 0) return any;
-    fold_sources(dst, elems, [&](int32_t p) -> const void* {
-      return p == 0 ? a : p == 1 ? b : source(p, h, s, base, at, &user);
-    });
-    return any;
+  // dst = the fold of every rank's input at call element `elem` (scratch: at `at` of half h)
+  // from where each lies: the one fold of described sources (one instantiation: registers).
+  ACCORD_HD void fold_described(void* dst, uint64_t elems, uint32_t h, uint32_t s, uint64_t elem, uint64_t at) {
+    if (elems == 0) return;
+    bool user = false;
+    fold_sources(dst, elems, [&](int32_t p) -> const void* { return source(p, h, s, elem, at, &user); });
+  }
+  // Whether some rank's input of round e's slice s is read where it lies (its descriptor, read
+  // after flag 0): then the call's last round ends with one more exchange.
+  ACCORD_HD bool any_described(uint32_t h, uint32_t s) {
+    uint64_t any = d_.my_slot >= 0 ? 1 : 0;
+    if (L_.leader())
+      for (int32_t p = 0; p < c_.nranks; ++p)
+        if (p != c_.rank && L_.load64(desc(c_.rank, h, s, p)) != 0) any = 1;
+    return L_.share(any) != 0;
   }
 
   // Once every thread of the block has written its part (the barrier), the leader tells every
@@ -413,9 +427,7 @@ class DirectRunner {
       const Range mine = owned(n, c_.rank, s);
       uint8_t* res = results(c_.rank, h_in) + mine.lo * c_.elem_bytes;
       if (described() && mine.hi > mine.lo) {  // Note [Registered inputs]: from where each rank's input is
-        bool user = false;
-        fold_sources(res, mine.hi - mine.lo,
-                     [&](int32_t p) -> const void* { return source(p, h_in, s, base, mine.lo, &user); });
+        fold_described(res, mine.hi - mine.lo, h_in, s, base + mine.lo, mine.lo);
       } else {
         fold(res, h_in, mine.lo, mine.hi - mine.lo);
       }
@@ -441,6 +453,7 @@ class DirectRunner {
     const uint64_t len = r.hi - r.lo;
     const int32_t R = c_.nranks;
     if (which == 0) {
+      if (described() && d_.my_slot >= 0) return;  // Note [Registered inputs]: the peers read it where it is
       switch (d_.coll) {  // A
         case kCollReduceScatter:  // every rank's segment of the round, segment k at k * n
           for (int32_t k = 0; k < R; ++k)
@@ -471,14 +484,43 @@ class DirectRunner {
     }
   }
 
-  // The spinning protocol: every phase of the slice, the flags exchanged between them.
-  ACCORD_HD bool run_slice(uint32_t e, uint64_t base, uint64_t n, uint32_t s) {
-    if (described() && d_.proto == kProtoOneShot) {  // Note [Registered inputs]: A, flag 0, B from the described sources
+  // Note [Registered inputs]: B of a round of one synchronization (the one-shot all-reduce and
+  // the other collectives), from where each rank's input is.
+  ACCORD_HD void described_b(uint32_t h, uint64_t base, uint64_t n, uint32_t s) {
+    const Range r = split(n, d_.nslices, s);
+    const uint64_t len = r.hi - r.lo;
+    if (len == 0) return;
+    bool user = false;
+    const uint64_t at = base + r.lo;
+    switch (d_.coll) {
+      case kCollReduceScatter: {  // this rank's segment of every rank's input
+        const uint64_t k = static_cast<uint64_t>(c_.rank);
+        fold_described(out(at), len, h, s, k * d_.count + at, k * n + r.lo);
+        return;
+      }
+      case kCollAllGather:
+        for (int32_t p = 0; p < c_.nranks; ++p)
+          copy(out(static_cast<uint64_t>(p) * d_.count + at), source(p, h, s, at, r.lo, &user), len);
+        return;
+      case kCollBroadcast:
+        copy(out(at), source(d_.root, h, s, at, r.lo, &user), len);
+        return;
+      default:  // all-reduce (one-shot), reduce (its root)
+        if (d_.coll == kCollAllReduce || c_.rank == d_.root)
+          fold_described(out(at), len, h, s, at, r.lo);
+    }
+  }
+
+  // The spinning protocol: every phase of the slice, the flags exchanged between them. `last`:
+  // round e is the call's last.
+  ACCORD_HD bool run_slice(uint32_t e, uint64_t base, uint64_t n, uint32_t s, bool last) {
+    if (described() && phases() == 2) {  // Note [Registered inputs]: A, flag 0, B from the described sources
       phase(0, e, base, n, s);
       if (!exchange(0, s, e)) return false;
-      const Range r = owned(n, 0, s);
-      if (!fold_described(out(base + r.lo), e & 1u, s, base, r.lo, r.hi - r.lo)) return true;
-      return exchange(1, s, e);  // a rank's own buffer was read: every peer is done with it
+      const bool any = any_described(e & 1u, s);
+      described_b(e & 1u, base, n, s);
+      // Some rank's own buffer was read: at the call's end, every peer is done with it.
+      return !any || !last || exchange(1, s, e);
     }
     const uint32_t np = phases();
     for (uint32_t p = 0; p < np; ++p) {

@@ -7,6 +7,7 @@
 
 #include "collectives/communicator.hpp"
 #include "collectives/device/direct.hpp"
+#include "collectives/device/direct_call.hpp"
 #include "core/log.hpp"
 
 namespace accord {
@@ -108,8 +109,10 @@ Status DeviceEngine::setup_engine(StoreClient* store, Deadline deadline, dev::Pr
   s.nranks = nranks_;
   s.stream = stream_;
   s.ipc.assign(static_cast<size_t>(nranks_), false);
-  for (int r = 0; r < nranks_; ++r)
+  for (int r = 0; r < nranks_; ++r) {
     s.ipc[static_cast<size_t>(r)] = pid_of_[static_cast<size_t>(r)] != pid_of_[static_cast<size_t>(rank_)];
+    s.one_gpu = s.one_gpu && same_gpu(rank_, r);
+  }
   s.scratch_bytes = settings_.direct_scratch_bytes > 0 ? static_cast<size_t>(settings_.direct_scratch_bytes)
                                                        : dev::kDefaultDirectScratchBytes;
   s.mode = mode;
@@ -138,6 +141,61 @@ Status DeviceEngine::setup_engine(StoreClient* store, Deadline deadline, dev::Pr
   return Status::success();
 }
 
+// Note [Inputs read where they lie]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Ranks that are threads of one process on one GPU address each other's pointers, whatever
+// allocated them, so a peer may read a rank's input where it lies with no registration: its
+// descriptor (Note [Registered inputs], direct_call.hpp) names slot kDirectPointerSlot and the
+// input's address. Every rank of such a job describes its inputs from the first call
+// (DirectEngine::pointer_inputs: the same on every rank); each rank then chooses per call
+// whether to describe its own. Threads on GPUs that peer keep the scratch: peer access covers
+// cudaMalloc's memory, but memory of cuMemCreate (PyTorch's expandable segments) is readable
+// from another GPU only where its owner granted it (cuMemSetAccess), which a pointer does not
+// say. It does where that pays: every
+// two-shot all-reduce (its flag 1 is already the end-of-round exchange, so the copy into the
+// scratch is saved for nothing), and the one-shot all-reduce and the other collectives from
+// ACCORD_DIRECT_POINTER_MIN_BYTES (4 MiB) of input, as they end the call with one exchange
+// more. 4 MiB is arithmetic, not a measurement: the copy saved reads and writes the input (8
+// MiB, about 3 us at an H200's 3 TB/s), an exchange costs a few microseconds; gpu-check's
+// A/B (=-1 against the default) is to set it. Processes need a registration (Note [User
+// buffers mapped into peers]): a buffer mapped into the peers without one would stay mapped
+// after the user frees it (CUDA's IPC gives the owner no say over the peers' mappings, and the
+// simulation makes such a free an error: Note [Simulated IPC importers]), so there is no
+// cache of unregistered buffers between processes.
+
+// Note [Registered inputs] (direct_call.hpp): whether this rank's input of call `a` may be read
+// by the peers where it lies: a spinning direct job that describes inputs (launch.user), the
+// input used at all (a broadcast's only at its root), not a pre-multiplied sum (its scaling
+// is done as A copies the input into the scratch). An all-reduce in place only two-shot
+// (one-shot's output would overwrite the input while the peers read it); a reduce-scatter or
+// reduce whose output is its input only where this rank's own input is folded in the first
+// pass (Note [Folding in one pass]: later passes read the output back).
+bool DeviceEngine::reads_input_in_place(const CollArgs& a, uint32_t proto, size_t bytes,
+                                        const dev::DevDirect& launch) const {
+  if (launch.user == nullptr || direct_->staged() || bytes == 0 || a.send == nullptr) return false;
+  const bool reduces = a.coll != Collective::kAllGather && a.coll != Collective::kBroadcast;
+  if (reduces && a.op >= ACCORD_NUM_OPS) return false;
+  const auto* in = static_cast<const uint8_t*>(a.send);
+  const auto* out = static_cast<const uint8_t*>(a.recv);
+  switch (a.coll) {
+    case Collective::kAllReduce:
+      return proto == dev::kProtoTwoShot || (proto == dev::kProtoOneShot && a.send != a.recv);
+    case Collective::kBroadcast:
+      return a.root == rank_;
+    case Collective::kAllGather:  // in place, its own segment is not copied
+      return true;
+    case Collective::kReduceScatter:
+    case Collective::kReduce: {
+      const size_t in_bytes = a.coll == Collective::kReduceScatter ? bytes * static_cast<size_t>(nranks_) : bytes;
+      const bool overlaps = out != nullptr && out < in + in_bytes && in < out + bytes &&
+                            (a.coll == Collective::kReduceScatter || a.root == rank_);
+      return !overlaps || rank_ < 2 + static_cast<int>(dev::kMoveMoreSources);
+    }
+    default:
+      return false;
+  }
+}
+
 bool DeviceEngine::prepare_direct(const CollArgs& a, size_t elem_bytes, dev::DevLaunch* launch) {
   if (direct_ == nullptr) return false;
   const size_t bytes = a.count * elem_bytes;
@@ -146,19 +204,23 @@ bool DeviceEngine::prepare_direct(const CollArgs& a, size_t elem_bytes, dev::Dev
   direct_->log_choice(a.coll, bytes, proto, why);
   if (proto == dev::kProtoFifo) return false;
   direct_->prepare(a.coll, a.root, proto, a.count, elem_bytes, max_blocks_, &launch->direct, &launch->call.nblocks);
-  // Note [Registered inputs]: an all-reduce whose input this rank registered is read by the
-  // peers where it lies: one-shot out of place, two-shot in place too. Not a pre-multiplied
-  // sum: its scaling is done as A copies the input into the scratch (Note [Pre-multiplied
-  // sum]). The other collectives copy their input into the scratch: reading it in place was
-  // written and exact, but it pushed the kernel past its 128 registers (ptxas for sm_90: 28
-  // bytes of spills), so it waits for a measurement that says it pays.
+  // Note [Registered inputs]: an input that lies in a buffer this rank registered is read by
+  // the peers where it lies, and so (Note [Inputs read where they lie]) is any input of a job
+  // whose ranks are threads of one process, where the form pays for it.
   int slot = -1;
   uint64_t offset = 0;
-  if (launch->direct.user != nullptr && (proto == dev::kProtoTwoShot || (proto == dev::kProtoOneShot && a.send != a.recv)) &&
-      a.coll == Collective::kAllReduce && !direct_->staged() && a.op < ACCORD_NUM_OPS && users_ != nullptr &&
-      users_->find_mine(a.send, bytes, &slot, &offset)) {
-    launch->direct.my_slot = slot;
-    launch->direct.my_offset = offset;
+  if (reads_input_in_place(a, proto, bytes, launch->direct)) {
+    const size_t in_bytes = a.coll == Collective::kReduceScatter ? bytes * static_cast<size_t>(nranks_) : bytes;
+    if (users_ != nullptr && users_->find_mine(a.send, in_bytes, &slot, &offset)) {
+      launch->direct.my_slot = slot;
+      launch->direct.my_offset = offset;
+    } else if (direct_->pointer_inputs() && settings_.direct_pointer_min_bytes >= 0 &&
+               ((a.coll == Collective::kAllReduce && proto == dev::kProtoTwoShot) ||
+                in_bytes >= static_cast<uint64_t>(settings_.direct_pointer_min_bytes))) {
+      launch->direct.my_slot = dev::kDirectPointerSlot;
+      launch->direct.my_offset = reinterpret_cast<uintptr_t>(a.send);
+      ++pointer_calls_;
+    }
   }
   launch->call.nsteps = 0;
   launch->call.steps = nullptr;

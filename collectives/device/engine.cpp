@@ -94,6 +94,13 @@ std::string DeviceEngine::plan_lines() const {
                                       static_cast<unsigned long long>(copied_messages_.load()));
   // Note [User buffers mapped into peers]: what registration has mapped so far.
   if (direct_ != nullptr && users_ != nullptr) out += users_->describe();
+  if (direct_ != nullptr && direct_->pointer_inputs())  // Note [Inputs read where they lie]
+    out += settings_.direct_pointer_min_bytes < 0
+               ? std::string("inputs read where they lie: none (ACCORD_DIRECT_POINTER_MIN_BYTES=-1)\n")
+               : format("inputs read where they lie: ranks of one process, every two-shot all-reduce and the other "
+                        "direct forms from %lld bytes of input (%zu calls so far)\n",
+                        static_cast<long long>(settings_.direct_pointer_min_bytes),
+                        pointer_calls_.load(std::memory_order_relaxed));
   return out;
 }
 

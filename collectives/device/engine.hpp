@@ -201,6 +201,7 @@ class DeviceEngine {
   bool gpu_time_sliced() const;  // this rank's GPU is shared by processes without MPS
   Status hand_offs(bool wait);    // Note [Waiting FIFOs] (direct_path.cpp)
   bool prepare_direct(const CollArgs& a, size_t elem_bytes, dev::DevLaunch* launch);
+  bool reads_input_in_place(const CollArgs& a, uint32_t proto, size_t bytes, const dev::DevDirect& launch) const;
   Status wrap_stream(void* user_stream, Stream* out);
   Status check_device_call(void* user_stream, const char* name);
   Status reserve_steps(size_t bytes, uint64_t seq, size_t* offset);
@@ -306,6 +307,7 @@ class DeviceEngine {
   std::unique_ptr<dev::UserBuffers> users_;     // Note [User buffers mapped into peers]
   uint64_t user_seq_ = 0;                       // registration exchanges so far (the next handle - 1)
   std::mutex users_mu_;                         // register/deregister from several threads
+  std::atomic<size_t> pointer_calls_{0};        // Note [Inputs read where they lie]: calls so described
   void* peers_dev_ = nullptr;
   void* counts_dev_ = nullptr;
   // Note [Kernels on the caller's stream]: the kernels' control block (pinned; host and device

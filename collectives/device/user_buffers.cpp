@@ -303,10 +303,12 @@ std::string UserBuffers::describe() const {
   return format("user buffers: %zu registered, %zu peer allocations opened, %zu found open, %zu calls read by the "
                 "peers from a registered input (%s; Note [User buffers mapped into peers])\n",
                 c.live, c.opened, c.reused, c.direct_calls,
-                !exchanges_ ? "ranks of one process: nothing exchanged; inputs go through the scratch"
+                !exchanges_ ? direct_reads_ ? "ranks of one process: nothing exchanged; the peers read inputs by "
+                                              "their address (the plan's next line)"
+                                            : "ranks of one process: nothing exchanged; inputs go through the scratch"
                 : direct_reads_
-                    ? "registration is collective: every rank registers at the same point; all-reduces (one-shot "
-                      "out of place, two-shot) read a registered input where it lies"
+                    ? "registration is collective: every rank registers at the same point; every collective reads "
+                      "a registered input where it lies (an all-reduce in place: two-shot only)"
                     : "registration is collective: every rank registers at the same point; the waiting protocol's "
                       "inputs go through the scratch");
 }

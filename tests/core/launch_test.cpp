@@ -261,6 +261,7 @@ TEST(Launch, RankWithABadSettingFailsEveryRankAtOnceNamingIt) {
       {1, {"ACCORD_DEVICE_P2P_BYTES", "8192"}, "ACCORD_DEVICE_P2P_BYTES=8192 gives point-to-point FIFO slots of 0 bytes", kNo},
       {1, {"ACCORD_SHARED_GPU_SYNC", "sometimes"}, "ACCORD_SHARED_GPU_SYNC='sometimes' is not a hand-off mode", kNo},
       {2, {"ACCORD_P2P_COPY_MIN_BYTES", "-2"}, "ACCORD_P2P_COPY_MIN_BYTES=-2: give a size in bytes", kNo},
+      {2, {"ACCORD_DIRECT_POINTER_MIN_BYTES", "-3"}, "ACCORD_DIRECT_POINTER_MIN_BYTES=-3: give a size in bytes", kNo},
   };
   const std::string warning = "waits (at most";
   auto read_file = [](const std::string& path) {

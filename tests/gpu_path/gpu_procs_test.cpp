@@ -1382,25 +1382,36 @@ std::string registered_inputs_job(accord_comm_t c, int r, int n) {
   return f;
 }
 
+// Note [Registered inputs]: whether the peers read rank r's input of case k where it lies (where
+// it may: registered, or any input of a job of threads), in a spinning direct job of n <= 8
+// ranks whose plan is `plan`: an all-reduce two-shot (which form, as DirectEngine::choose
+// decides) or out of place; a broadcast at its root; every other collective, in place too.
+bool read_where_it_lies(const Case& k, int r, int n, const std::string& plan) {
+  const bool one_shot = plan.find("one-shot at every size") != std::string::npos;
+  const bool two_shot = plan.find("two-shot at every size") != std::string::npos;
+  const size_t bytes = k.count * accord_dtype_size(k.dtype);
+  switch (k.coll) {
+    case Coll::kAllReduce:
+      return two_shot || (!one_shot && n > 2 && bytes > (n <= 4 ? 512u << 10 : 256u << 10)) || !k.in_place;
+    case Coll::kBroadcast:
+      return r == k.root;
+    default:
+      return true;
+  }
+}
+
 // Note [Registered inputs], every collective: every case of every_case (each collective, in
 // place and out, unaligned, 1 element to more than a round) with both of the rank's buffers
-// registered, exact; and the plan counts exactly the calls the peers read from this rank's
-// registered input: all-reduces, one-shot out of place, two-shot in place too (which form, as
-// DirectEngine::choose decides). The other collectives, and the waiting protocol's calls, go
-// through the scratch.
+// registered, exact (out of place, the input unchanged); and the plan counts exactly the calls
+// the peers read from this rank's registered input (read_where_it_lies), so a silent fallback
+// to the scratch copy fails. The waiting protocol's calls go through the scratch.
 std::string registered_collectives_job(accord_comm_t c, int r, int n) {
   int dev = -1;
   accord_status_t s = accord_comm_device(c, &dev);
   if (s != ACCORD_SUCCESS) return api_error("accord_comm_device", c, s);
   const std::string plan = plan_of(c);
-  const bool one_shot = plan.find("one-shot at every size") != std::string::npos;
-  const bool two_shot = plan.find("two-shot at every size") != std::string::npos;
   const bool waiting = plan.find("GPU hand-offs: wait") != std::string::npos;  // keeps the scratch
-  auto read_here = [&](const Case& k) {
-    const size_t bytes = k.count * accord_dtype_size(k.dtype);
-    if (k.coll != Coll::kAllReduce || waiting) return false;
-    return two_shot || (!one_shot && n > 2 && bytes > (n <= 4 ? 512u << 10 : 256u << 10)) || !k.in_place;
-  };
+  auto read_here = [&](const Case& k) { return !waiting && read_where_it_lies(k, r, n, plan); };
   accord_stream_t stream = nullptr;
   if ((s = accord_stream_create(&stream, dev)) != ACCORD_SUCCESS) return api_error("accord_stream_create", c, s);
   std::string f;
@@ -1866,6 +1877,95 @@ TEST_F(GpuProcsThreads, DirectRegisteredBuffersAsPointers) {
            return failure;
          }))
       ADD_FAILURE() << n << " ranks on GPU 0: " << f;
+}
+
+// The count of calls the plan says the peers read where they lie by address (-1: no such line).
+long pointer_calls(accord_comm_t c) {
+  const std::string plan = plan_of(c);
+  const size_t at = plan.find("inputs read where they lie: ");
+  if (at == std::string::npos) return -1;
+  const size_t open = plan.find(" (", plan.find("bytes of input", at));
+  return open == std::string::npos ? -1 : std::atol(plan.c_str() + open + 2);
+}
+
+// Note [Inputs read where they lie]: threads of one process on one GPU read each other's inputs
+// by address, with no registration. With ACCORD_DIRECT_POINTER_MIN_BYTES=0 every case of
+// every_case is exact (out of place, the input unchanged) and the plan counts exactly the
+// calls read where they lie (read_where_it_lies), so a fallback to the scratch fails; with -1
+// the plan says none; on GPUs of their own (`apart`), the plan has no such line.
+std::string pointer_inputs_job(accord_comm_t c, int r, int n, bool never, bool apart) {
+  int dev = -1;
+  accord_status_t s = accord_comm_device(c, &dev);
+  if (s != ACCORD_SUCCESS) return api_error("accord_comm_device", c, s);
+  const std::string plan = plan_of(c);
+  if (plan.find("GPU hand-offs: wait") != std::string::npos)  // keeps the scratch
+    return plan.find("inputs read where they lie") == std::string::npos
+               ? ""
+               : "the waiting protocol keeps the scratch, but the plan says otherwise:\n" + plan;
+  if (apart)
+    return plan.find("inputs read where they lie") != std::string::npos
+               ? "ranks on GPUs of their own keep the scratch, but the plan says otherwise:\n" + plan
+               : "";
+  if (never)
+    return plan.find("inputs read where they lie: none (ACCORD_DIRECT_POINTER_MIN_BYTES=-1)") == std::string::npos
+               ? "the plan should say that no input is read where it lies:\n" + plan
+               : "";
+  accord_stream_t stream = nullptr;
+  if ((s = accord_stream_create(&stream, dev)) != ACCORD_SUCCESS) return api_error("accord_stream_create", c, s);
+  std::string f;
+  const std::vector<Case> cases = every_case(n);
+  {
+    DeviceBuffers bufs;
+    for (const Case& k : cases) {
+      bufs.out_bytes = std::max(bufs.out_bytes, out_bytes_of(k, n));
+      bufs.in_bytes = std::max(bufs.in_bytes, in_bytes_of(k, n));
+    }
+    // Every rank allocates before any collective (threads: cudaMalloc waits for the device).
+    if ((s = accord_device_alloc(&bufs.out, bufs.out_bytes, dev)) != ACCORD_SUCCESS ||
+        (s = accord_device_alloc(&bufs.in, bufs.in_bytes, dev)) != ACCORD_SUCCESS ||
+        (s = accord_barrier(c, nullptr)) != ACCORD_SUCCESS)
+      f = api_error("allocating", c, s);
+    long want = pointer_calls(c);
+    if (f.empty() && want != 0) f = "before any call, the plan should count 0 calls read where they lie:\n" + plan;
+    for (size_t i = 0; i < cases.size() && f.empty(); ++i) {
+      f = run_case(c, stream, bufs, r, n, cases[i], i);
+      if (read_where_it_lies(cases[i], r, n, plan)) ++want;
+    }
+    const long have = pointer_calls(c);
+    if (f.empty() && have != want)
+      f = "the plan counts " + std::to_string(have) + " calls read where they lie, expected " + std::to_string(want) +
+          ":\n" + plan_of(c);
+    if (f.empty() && (s = accord_barrier(c, nullptr)) != ACCORD_SUCCESS) f = api_error("final barrier", c, s);
+  }
+  (void)accord_stream_destroy(stream);
+  return f;
+}
+
+TEST_F(GpuProcsThreads, DirectInputsReadWhereTheyLie) {
+  if (const std::string why = not_direct(m_); !why.empty()) GTEST_SKIP() << why;
+  for (const char* least : {"0", "-1"}) {
+    ScopedEnv env_least("ACCORD_DIRECT_POINTER_MIN_BYTES", least);
+    const bool never = std::string(least) == "-1";
+    for (const char* scratch : {"8388608", "65536"}) {
+      ScopedEnv bytes("ACCORD_DIRECT_SCRATCH_BYTES", scratch);
+      {
+        SharedGpuEnv env;
+        auto job = [&](accord_comm_t c, int r, int nr) { return pointer_inputs_job(c, r, nr, never, false); };
+        for (int n : {2, 3, 4})
+          for (const auto& f : run_threads(n, job))
+            ADD_FAILURE() << n << " ranks on GPU 0, ACCORD_DIRECT_POINTER_MIN_BYTES=" << least
+                          << ", ACCORD_DIRECT_SCRATCH_BYTES=" << scratch << ": " << f;
+      }
+      // One rank a GPU, where every GPU peers with every other: the scratch (the plan's line).
+      const int gpus = std::min(m_.gpus(), 4);
+      auto apart = [&](accord_comm_t c, int r, int nr) { return pointer_inputs_job(c, r, nr, never, true); };
+      if (gpus >= 2 && all_direct(m_, gpus, false) && std::string(scratch) == "65536")
+        for (const auto& f : run_threads(gpus, apart))
+          ADD_FAILURE() << gpus << " ranks a GPU each, ACCORD_DIRECT_POINTER_MIN_BYTES=" << least
+                        << ", ACCORD_DIRECT_SCRATCH_BYTES=" << scratch << ": " << f;
+      if (never) break;  // -1: the plan's line is all it checks
+    }
+  }
 }
 
 TEST_F(GpuProcsThreads, RingAvoidsSlowHops) {
