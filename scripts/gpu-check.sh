@@ -54,7 +54,8 @@
 #             t_one     1 process, all_reduce 8 B, Accord then the real NCCL (PyTorch's wheel)
 #             t_mps2    2 processes on GPU 0 (MPS): all_reduce 8 B-128 MiB (also with -R 1: the
 #                       buffers registered, Note [User buffers mapped into peers]), sendrecv, alltoall,
-#                       all_gather, reduce_scatter, broadcast, reduce 8 B-64 MiB
+#                       all_gather, reduce_scatter, broadcast, reduce 8 B-64 MiB (all_gather and
+#                       reduce_scatter 64 MiB also with -R 1)
 #                       (and sendrecv 64 MiB with ACCORD_DEVICE_P2P_BYTES=1M: 256 KiB slots)
 #             t_mps4    4 processes (MPS): all_reduce, sendrecv, alltoall 8 B-64 MiB
 #             t_staged  ACCORD_P2P_DISABLE=1, 2 processes (MPS): all_reduce, all_gather,
@@ -300,6 +301,8 @@ for s in $steps; do
       for c in sendrecv alltoall all_gather reduce_scatter broadcast reduce; do
         nt_mpi "t_mps2_$c" 2 "$c" -b 8 -e 64M -f 8 -n 20 -w 5
       done
+      # Note [Registered inputs]: the other collectives read registered inputs where they lie.
+      for c in all_gather reduce_scatter; do nt_mpi "t_mps2_${c}_registered" 2 "$c" -b 64M -e 64M -n 20 -w 5 -R 1; done
       # Note [Point-to-point FIFOs]: the same sendrecv with the collectives' slot size (256 KiB).
       NT_X=(-x ACCORD_DEVICE_P2P_BYTES=1M)
       nt_mpi t_mps2_sendrecv_1m 2 sendrecv -b 64M -e 64M -n 20 -w 5

@@ -123,6 +123,9 @@ def main():
            128 * MiB, "busbw", ">=", 400, "GB/s")
     for c in ("all_gather", "reduce_scatter", "broadcast", "reduce"):
         t.nccl(33, f"{c} 64 MiB busbw, {mps2}", f"t_mps2_{c}", 64 * MiB, "busbw", ">=", 300, "GB/s")
+    for c in ("all_gather", "reduce_scatter"):  # Note [Registered inputs]: read where they lie
+        t.nccl(33, f"{c} 64 MiB busbw, {mps2}, buffers registered (-R 1)", f"t_mps2_{c}_registered", 64 * MiB,
+               "busbw", ">=", 300, "GB/s")
     t.nccl(33, f"all_reduce 64 MiB busbw, {mps4}", "t_mps4_all_reduce", 64 * MiB, "busbw", ">=", 250, "GB/s")
     t.nccl(33, f"all_reduce 8 B, {mps4}", "t_mps4_all_reduce", 8, "time", "<=", 15, "us")
     t.nccl(33, "forced host-staged (ACCORD_P2P_DISABLE=1) all_reduce 64 MiB busbw, 2 processes",
