@@ -81,9 +81,18 @@
 // round's size alone), slice s handled by block s % nblocks, so a slice is always the same
 // block's within a kernel. Ranks may launch different numbers of blocks (each GPU's share of
 // multiprocessors); every block of every rank must be resident at once, as for the FIFO
-// kernel (Note [Blocks]). The safety argument above holds per slice within a kernel; between
-// kernels a rank's next kernel starts after its whole previous one, which waited for every
-// slice of the round before.
+// kernel (Note [Blocks]). The safety argument above holds per slice within a kernel, and only
+// because slice s is the same elements of the halves in every round of a call: slices, two-shot's
+// parts and a reduce-scatter's segments are cut from the call's full round (span(),
+// min(count, chunk_elems)) and clipped to the round's n, so a shorter last round uses a prefix of
+// each. They were cut from each round's own n: then slice s of a short last round e covered
+// elements of other slices of round e - 2, which another block of a peer could still be reading
+// (its flag 0 of round e - 1 speaks for slice s only), and all-reduce, reduce-scatter,
+// broadcast and reduce of three or more rounds with a short last one came out wrong on
+// simulated GPUs in most runs (bench/: *_perf_gpus_rounds). Powers of two fill every round, so
+// nccl-tests on the H200 never met it. Calls may cut differently (their spans differ): a
+// peer's flag of the next call comes from its next kernel, which started after its whole
+// previous one, so after it read every slice of the call before.
 //
 // Note [Registered inputs]: a call whose input lies in a buffer this rank registered (Note
 // [User buffers mapped into peers], user_buffers.cpp), or any input in a job of threads (Note
@@ -222,11 +231,18 @@ class DirectRunner {
     const Range r = split(part.hi - part.lo, d_.nslices, s);
     return Range{part.lo + r.lo, part.lo + r.hi};
   }
+  // Note [Direct slices]: the elements of the call's full round (every round but a shorter
+  // last one), from which every round of the call cuts its slices and parts: a slice is the
+  // same elements of the halves in every round, clipped to the round's n.
+  ACCORD_HD uint64_t span() const { return d_.count < d_.chunk_elems ? d_.count : d_.chunk_elems; }
+  ACCORD_HD static Range clip(Range r, uint64_t n) { return Range{r.lo < n ? r.lo : n, r.hi < n ? r.hi : n}; }
+  // Slice s of a round of n elements.
+  ACCORD_HD Range slice(uint64_t n, uint32_t s) const { return clip(split(span(), d_.nslices, s), n); }
   // The elements of slice s that rank `owner` folds: all of the round (one-shot), or slice s of
   // part `owner` (two-shot).
   ACCORD_HD Range owned(uint64_t n, int32_t owner, uint32_t s) const {
-    if (d_.proto == kProtoOneShot) return split(n, d_.nslices, s);
-    return sub(split(n, static_cast<uint64_t>(c_.nranks), static_cast<uint64_t>(owner)), s);
+    if (d_.proto == kProtoOneShot) return slice(n, s);
+    return clip(sub(split(span(), static_cast<uint64_t>(c_.nranks), static_cast<uint64_t>(owner)), s), n);
   }
   ACCORD_HD uint8_t* half(int32_t rank, uint32_t h) const {
     return d_.scratch[rank] + d_.data_offset + h * d_.half_bytes;
@@ -449,15 +465,16 @@ class DirectRunner {
   ACCORD_HD void other_phase(uint32_t which, uint32_t e, uint64_t base, uint64_t n, uint32_t s) {
     const uint32_t h = e & 1u;
     const uint64_t es = c_.elem_bytes;
-    const Range r = split(n, d_.nslices, s);
+    const Range r = slice(n, s);
     const uint64_t len = r.hi - r.lo;
+    const uint64_t seg = span();  // a reduce-scatter round's segment k is at k * seg of the half
     const int32_t R = c_.nranks;
     if (which == 0) {
       if (described() && d_.my_slot >= 0) return;  // Note [Registered inputs]: the peers read it where it is
       switch (d_.coll) {  // A
-        case kCollReduceScatter:  // every rank's segment of the round, segment k at k * n
+        case kCollReduceScatter:  // every rank's segment of the round, segment k at k * seg
           for (int32_t k = 0; k < R; ++k)
-            copy_in(half(c_.rank, h) + (static_cast<uint64_t>(k) * n + r.lo) * es,
+            copy_in(half(c_.rank, h) + (static_cast<uint64_t>(k) * seg + r.lo) * es,
                     in(static_cast<uint64_t>(k) * d_.count + base + r.lo), len);
           break;
         case kCollBroadcast:
@@ -470,7 +487,7 @@ class DirectRunner {
     }
     switch (d_.coll) {  // B
       case kCollReduceScatter:
-        fold(out(base + r.lo), h, static_cast<uint64_t>(c_.rank) * n + r.lo, len);
+        fold(out(base + r.lo), h, static_cast<uint64_t>(c_.rank) * seg + r.lo, len);
         break;
       case kCollAllGather:
         for (int32_t p = 0; p < R; ++p)
@@ -487,7 +504,7 @@ class DirectRunner {
   // Note [Registered inputs]: B of a round of one synchronization (the one-shot all-reduce and
   // the other collectives), from where each rank's input is.
   ACCORD_HD void described_b(uint32_t h, uint64_t base, uint64_t n, uint32_t s) {
-    const Range r = split(n, d_.nslices, s);
+    const Range r = slice(n, s);
     const uint64_t len = r.hi - r.lo;
     if (len == 0) return;
     bool user = false;
@@ -495,7 +512,7 @@ class DirectRunner {
     switch (d_.coll) {
       case kCollReduceScatter: {  // this rank's segment of every rank's input
         const uint64_t k = static_cast<uint64_t>(c_.rank);
-        fold_described(out(at), len, h, s, k * d_.count + at, k * n + r.lo);
+        fold_described(out(at), len, h, s, k * d_.count + at, k * span() + r.lo);
         return;
       }
       case kCollAllGather:

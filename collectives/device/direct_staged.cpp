@@ -45,8 +45,8 @@
 // What moves (in: from each peer p != rank):
 //   all-reduce, all-gather: out all n; in all n of every peer.
 //   reduce-scatter: out every segment but the rank's own (which no peer reads: up to two
-//     copies); in only segment `rank` of every peer (n elements at rank * n, 1 / nranks of the
-//     peer's round), the one B folds.
+//     copies); in only segment `rank` of every peer (n elements at rank * the full round's n,
+//     Note [Direct slices]; 1 / nranks of the peer's round), the one B folds.
 //   broadcast: out the root only; in the root's n, by every other rank; the root copies in
 //     nothing (its B reads its own device half).
 //   reduce: out every rank but the root (no peer reads the root's half); in the root only,
@@ -97,13 +97,14 @@ struct StagedPiece {
   size_t at, bytes;
 };
 // What rank `me` copies in from rank `from`'s host half in a round of `bytes` per rank (a
-// reduce-scatter: per segment): what its kernel B reads of `from`'s half (Note [Direct
-// collectives]). At most one piece; returns how many.
-int staged_in(uint32_t coll, int root, int from, int me, size_t bytes, StagedPiece* out) {
+// reduce-scatter: per segment, segment k at k * stride, the bytes of the call's full round:
+// Note [Direct slices]): what its kernel B reads of `from`'s half (Note [Direct collectives]).
+// At most one piece; returns how many.
+int staged_in(uint32_t coll, int root, int from, int me, size_t bytes, size_t stride, StagedPiece* out) {
   if (bytes == 0) return 0;
   switch (coll) {
     case kCollReduceScatter:  // its own segment of every rank's round
-      *out = {static_cast<size_t>(me) * bytes, bytes};
+      *out = {static_cast<size_t>(me) * stride, bytes};
       return 1;
     case kCollBroadcast:  // the root's, which the root itself reads in its own device half
       *out = {0, bytes};
@@ -117,15 +118,16 @@ int staged_in(uint32_t coll, int root, int from, int me, size_t bytes, StagedPie
   }
 }
 // What rank `me` stages out of its device half: every byte some peer copies in (staged_in's
-// union over the peers). At most two pieces; returns how many.
-int staged_out(uint32_t coll, int root, int me, int nranks, size_t bytes, StagedPiece* out) {
+// union over the peers; in a short last round of a reduce-scatter, the gaps between its
+// segments too). At most two pieces; returns how many.
+int staged_out(uint32_t coll, int root, int me, int nranks, size_t bytes, size_t stride, StagedPiece* out) {
   if (bytes == 0) return 0;
   switch (coll) {
     case kCollReduceScatter: {  // every segment but its own
       int k = 0;
-      const size_t mine = static_cast<size_t>(me) * bytes;
-      if (me > 0) out[k++] = {0, mine};
-      if (me + 1 < nranks) out[k++] = {mine + bytes, static_cast<size_t>(nranks - me - 1) * bytes};
+      const size_t mine = static_cast<size_t>(me) * stride;
+      if (me > 0) out[k++] = {0, mine - stride + bytes};
+      if (me + 1 < nranks) out[k++] = {mine + stride, static_cast<size_t>(nranks - me - 2) * stride + bytes};
       return k;
     }
     case kCollBroadcast:
@@ -202,6 +204,7 @@ Status DirectEngine::launch_staged(const DevLaunch& launch, Stream stream, bool*
   auto host_half = [&](int r, uint32_t h) { return staging_[static_cast<size_t>(r)] + kStagedWordBytes + h * half_bytes_; };
   auto read = [&](int at, int from) { return word(at, kStagedReadWord + from); };
   auto round_bytes = [&](uint64_t k) { return std::min<uint64_t>(d.chunk_elems, d.count - k * d.chunk_elems) * es; };
+  const size_t stride = round_bytes(0);  // Note [Direct slices]: the full round's, the segments' stride
   // Note [Staged pipeline]. A of round k (phase 0 alone), then what it wrote staged out on the
   // side stream: the host half waits until every peer has read its round k - 2, then the copy
   // out, the tags and the words; recorded as round k's staging out.
@@ -225,7 +228,7 @@ Status DirectEngine::launch_staged(const DevLaunch& launch, Stream stream, bool*
     const size_t bytes = round_bytes(k);
     uint8_t* own = scratch_[static_cast<size_t>(rank_)] + h * half_bytes_;
     StagedPiece out[2];
-    const int nout = staged_out(d.coll, d.root, rank_, nranks_, bytes, out);
+    const int nout = staged_out(d.coll, d.root, rank_, nranks_, bytes, stride, out);
     for (int i = 0; i < nout; ++i)
       ACCORD_TRY(rt_->copy_async(CopyKind::kDeviceToHost, host_half(rank_, h) + out[i].at, own + out[i].at,
                                  out[i].bytes, side_)
@@ -254,7 +257,7 @@ Status DirectEngine::launch_staged(const DevLaunch& launch, Stream stream, bool*
                      .prefix(format("round %u: ", e)));
       ACCORD_TRY(rt_->stream_wait_value32(stream, word(rank_, r), e, DeviceRuntime::WaitCondition::kGeq)
                      .prefix(format("round %u: waiting for rank %d: ", e, r)));
-      const int nin = staged_in(d.coll, d.root, r, rank_, bytes, in);
+      const int nin = staged_in(d.coll, d.root, r, rank_, bytes, stride, in);
       for (int i = 0; i < nin; ++i)
         ACCORD_TRY(rt_->copy_async(CopyKind::kHostToDevice, scratch_[static_cast<size_t>(r)] + h * half_bytes_ + in[i].at,
                                    host_half(r, h) + in[i].at, in[i].bytes, stream)
