@@ -41,6 +41,7 @@ struct Options {
   std::vector<accord_red_op_t> ops = {ACCORD_SUM};
   bool compare_mpi = false, backend_mpi = false, show_plan = false;
   bool device = false;  // -g given: device buffers (accord_device.h), one stream per rank
+  bool share_gpus = false;  // --share-gpus: -g N's ranks take GPUs r % (the GPUs there are)
 };
 
 const char* kCollNames[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"};
@@ -73,7 +74,9 @@ void usage(const char* prog) {
       "  -c 0|1    check results (1)                     -r R     root for broadcast/reduce (0)\n"
       "  -d TYPE   int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double, or all\n"
       "  -o OP     sum prod max min avg, or all          -t N     N ranks as threads of this process\n"
-      "  -g N      devices per thread (only 1: host memory in this build)   -z  accepted, ignored\n"
+      "  -g N      device buffers: N ranks of this process on GPUs 0..N-1 (1: one GPU a process)\n"
+      "  --share-gpus        -g N with more ranks than GPUs: rank r on GPU r %% (GPUs there are)\n"
+      "  -z        accepted, ignored\n"
       "  -M, --compare-mpi   also time MPI's collective on the same buffers (under mpirun)\n"
       "  --backend mpi       time MPI's collective instead of Accord's\n"
       "  --show-plan         print how every pair of ranks is connected\n"
@@ -96,6 +99,7 @@ bool parse_args(int argc, char** argv, Options* o) {
     if (a == "-h" || a == "--help") return usage(argv[0]), std::exit(0), true;
     if (a == "-M" || a == "--compare-mpi") { o->compare_mpi = true; continue; }
     if (a == "--show-plan") { o->show_plan = true; continue; }
+    if (a == "--share-gpus") { o->share_gpus = true; continue; }
     if (a == "--min-ms") {
       if (!next(&v) || (o->min_ms = std::atof(v)) <= 0) return false;
       continue;
@@ -246,6 +250,11 @@ struct Rank {
   int rank, n;
   bool use_mpi;  // MPI is initialised and spans the same ranks
   int device = -1;                  // -g: this rank's GPU; buffers are device memory
+  // --share-gpus: another rank of this process is on this GPU, so this rank's allocations and
+  // synchronous copies (which wait for the GPU, as cudaMalloc and cudaMemcpy do) must not
+  // overlap a collective of the other rank that waits for this one: quiet() runs them while
+  // every rank is between calls.
+  bool shared_gpu = false;
   accord_stream_t stream = nullptr;
   // Device mode: device copies of the host buffers `in` and `out` (same sizes), so that a
   // pointer into a host buffer maps to the same offset of its device twin.
@@ -260,6 +269,10 @@ struct Rank {
   // (Re)allocates the device twins of in and out and uploads both.
   bool upload(const std::vector<char>& in, const std::vector<char>& out) {
     if (!on_device()) return true;
+    if (shared_gpu) return quiet([&] { return upload_now(in, out); });
+    return upload_now(in, out);
+  }
+  bool upload_now(const std::vector<char>& in, const std::vector<char>& out) {
     if (d_bytes < in.size() || d_bytes < out.size()) {
       // Allocated once, for the largest size: freeing device memory waits for every stream
       // (as cudaFree), and other ranks' streams wait for collectives this rank has not
@@ -280,6 +293,10 @@ struct Rank {
   bool download(std::vector<char>& in, std::vector<char>& out) {
     if (!on_device()) return true;
     if (!sync()) return false;
+    if (shared_gpu) return quiet([&] { return download_now(in, out); });
+    return download_now(in, out);
+  }
+  bool download_now(std::vector<char>& in, std::vector<char>& out) {
     return (accord_device_memcpy(in.data(), d_in, in.size()) == ACCORD_SUCCESS &&
             accord_device_memcpy(out.data(), d_out, out.size()) == ACCORD_SUCCESS) ||
            fail("accord_device_memcpy");
@@ -293,6 +310,14 @@ struct Rank {
   }
   // Device mode: waits for the rank's stream (before any host-memory call on the communicator).
   bool sync() { return !on_device() || accord_stream_synchronize(stream) == ACCORD_SUCCESS || fail("stream"); }
+  // Runs `fn` (this rank's calls that wait for the GPU) when every rank's stream is idle, and
+  // lets no rank go on to a collective before every rank has run its own.
+  template <class Fn>
+  bool quiet(Fn fn) {
+    if (!sync() || !barrier()) return false;
+    const bool ok = fn();
+    return barrier() && ok;
+  }
 
   bool fail(const char* what) {
     std::fprintf(stderr, "rank %d: %s failed: %s\n", rank, what, accord_last_error(comm));
@@ -675,6 +700,10 @@ struct Rank {
 int run_main(Coll coll, int argc, char** argv) {
   Options o;
   if (!parse_args(argc, argv, &o)) return 2;
+  if (o.share_gpus && !(o.device && o.gpus > 1)) {
+    std::fprintf(stderr, "--share-gpus puts -g N's ranks on fewer GPUs: give -g N with N > 1\n");
+    return 2;
+  }
   if (o.device && o.threads > 1) {
     std::fprintf(stderr, "-g N runs N GPUs as ranks of this process; -t N runs host-memory ranks: pick one\n");
     return 2;
@@ -699,14 +728,15 @@ int run_main(Coll coll, int argc, char** argv) {
     // One process, one rank per GPU (accord_comm_init_all), each driven by its own thread.
     int ngpus = 0;
     accord_device_count(&ngpus);
-    if (ngpus < o.gpus) {
-      std::fprintf(stderr, "-g %d: only %d GPUs (%s); set ACCORD_SIM_TOPO=FILE for simulated ones\n", o.gpus, ngpus,
+    if (ngpus == 0 || (ngpus < o.gpus && !o.share_gpus)) {
+      std::fprintf(stderr, "-g %d: only %d GPUs (%s); --share-gpus puts several ranks on one, or set "
+                   "ACCORD_SIM_TOPO=FILE for simulated ones\n", o.gpus, ngpus,
                    ngpus ? "fewer than asked" : accord_last_error(nullptr));
       return 2;
     }
     std::vector<accord_comm_t> comms(static_cast<size_t>(o.gpus));
     std::vector<int> devs(static_cast<size_t>(o.gpus));
-    for (int g = 0; g < o.gpus; ++g) devs[static_cast<size_t>(g)] = g;
+    for (int g = 0; g < o.gpus; ++g) devs[static_cast<size_t>(g)] = g % ngpus;
     if (accord_comm_init_all(comms.data(), o.gpus, devs.data()) != ACCORD_SUCCESS) {
       std::fprintf(stderr, "accord_comm_init_all: %s\n", accord_last_error(nullptr));
       return 2;
@@ -716,8 +746,9 @@ int run_main(Coll coll, int argc, char** argv) {
     for (int r = 0; r < o.gpus; ++r)
       threads.emplace_back([&, r] {
         Rank rk{coll, o, comms[static_cast<size_t>(r)], r, o.gpus, false};
-        rk.device = r;
-        if (accord_stream_create(&rk.stream, r) != ACCORD_SUCCESS) {
+        rk.device = devs[static_cast<size_t>(r)];
+        rk.shared_gpu = std::count(devs.begin(), devs.end(), rk.device) > 1;
+        if (accord_stream_create(&rk.stream, rk.device) != ACCORD_SUCCESS) {
           std::fprintf(stderr, "rank %d: accord_stream_create: %s\n", r, accord_last_error(nullptr));
           codes[static_cast<size_t>(r)] = 2;
           return;
