@@ -40,6 +40,11 @@
 #   fifoslice a job on the FIFOs without MPS (2 processes on GPU 0, TCP between them:
 #             ACCORD_SHM_DISABLE=1), all_reduce 8 B-16 MiB with ACCORD_SHARED_GPU_SYNC=wait, then
 #             spin (Note [Waiting FIFOs]; not in the default list; never run on a GPU yet)
+#   threads   2 and 3 ranks as threads of one process on GPU 0 (all_reduce_perf -g N --share-gpus),
+#             1 MB to 81 MB by 3 (no power of two: calls of several rounds, the last one short, Note
+#             [Direct slices]), inputs read where they lie and (ACCORD_DIRECT_POINTER_MIN_BYTES=-1)
+#             copied into the scratch: the A/B that sets that setting's default; the other four
+#             collectives with 3 threads (not in the default list; never run on a GPU yet)
 #   gpusuite3 the gpu suite 3 times over, 4 at once (not in the default list)
 #   all12     the whole suite 3 times over, 12 at once (issue 20 item 3; not in the default list;
 #             ALL_LIMIT seconds, 570 by default; one pass took 130-200 s on the H200, its
@@ -286,6 +291,17 @@ for s in $steps; do
       step tcp2p2p 150 gpu_p2p_test env ACCORD_DEVICE=0 "$build/tests/gpu_path/gpu_p2p_test" \
         --gtest_filter='GpuP2pProcesses.*Tcp*' ;;
     kill) mps_on; step kill 60 all_reduce_perf kill_check 29533 6 ;;
+    threads)  # Note [Inputs read where they lie] and Note [Direct slices]: ranks as threads on GPU 0
+      for n in 2 3; do
+        step "threads$n" 60 all_reduce_perf env CUDA_MODULE_LOADING=EAGER "$perf" -g $n --share-gpus -b 1000003 \
+          -e 81M -f 3 -n 10 -w 2 --show-plan
+        step "threads${n}copy" 60 all_reduce_perf env CUDA_MODULE_LOADING=EAGER ACCORD_DIRECT_POINTER_MIN_BYTES=-1 \
+          "$perf" -g $n --share-gpus -b 1000003 -e 81M -f 3 -n 10 -w 2
+      done
+      for c in reduce_scatter all_gather broadcast reduce; do
+        step "threads3$c" 45 "${c}_perf" env CUDA_MODULE_LOADING=EAGER "$build/bench/${c}_perf" -g 3 --share-gpus \
+          -b 1000003 -e 81M -f 3 -n 10 -w 2 -r 1
+      done ;;
     gpusuite3) step gpusuite3 120 "build/(tests|trainer)" "${plain[@]}" meson test -C "$build" --suite gpu \
              --num-processes 4 --repeat 3 --no-rebuild ;;
     all12|all2) step "$s" ${ALL_LIMIT:-570} "build/(tests|trainer|bench)" "${plain[@]}" meson test -C "$build" \

@@ -148,20 +148,20 @@ Status DeviceEngine::setup_engine(StoreClient* store, Deadline deadline, dev::Pr
 // descriptor (Note [Registered inputs], direct_call.hpp) names slot kDirectPointerSlot and the
 // input's address. Every rank of such a job describes its inputs from the first call
 // (DirectEngine::pointer_inputs: the same on every rank); each rank then chooses per call
-// whether to describe its own. Threads on GPUs that peer keep the scratch: peer access covers
-// cudaMalloc's memory, but memory of cuMemCreate (PyTorch's expandable segments) is readable
-// from another GPU only where its owner granted it (cuMemSetAccess), which a pointer does not
-// say. It does where that pays: every
-// two-shot all-reduce (its flag 1 is already the end-of-round exchange, so the copy into the
-// scratch is saved for nothing), and the one-shot all-reduce and the other collectives from
-// ACCORD_DIRECT_POINTER_MIN_BYTES (4 MiB) of input, as they end the call with one exchange
-// more. 4 MiB is arithmetic, not a measurement: the copy saved reads and writes the input (8
-// MiB, about 3 us at an H200's 3 TB/s), an exchange costs a few microseconds; gpu-check's
-// A/B (=-1 against the default) is to set it. Processes need a registration (Note [User
-// buffers mapped into peers]): a buffer mapped into the peers without one would stay mapped
-// after the user frees it (CUDA's IPC gives the owner no say over the peers' mappings, and the
-// simulation makes such a free an error: Note [Simulated IPC importers]), so there is no
-// cache of unregistered buffers between processes.
+// whether to describe its own, where that pays: every two-shot all-reduce (its flag 1 is
+// already the end-of-round exchange, so the copy into the scratch is saved for nothing), and
+// the one-shot all-reduce and the other collectives from ACCORD_DIRECT_POINTER_MIN_BYTES (4 MiB)
+// of input, as they end the call with one exchange more. 4 MiB is arithmetic, not a
+// measurement: the copy saved reads and writes the input (8 MiB, about 3 us at an H200's 3
+// TB/s), an exchange costs a few microseconds; gpu-check's `threads` step (the default against
+// =-1, with bench's --share-gpus) is the A/B to set it.
+// Threads on GPUs that peer keep the scratch: peer access covers cudaMalloc's memory, but memory
+// of cuMemCreate (PyTorch's expandable segments) is readable from another GPU only where its
+// owner granted it (cuMemSetAccess), which a pointer does not say. Processes need a
+// registration (Note [User buffers mapped into peers]): a buffer mapped into the peers without
+// one would stay mapped after the user frees it (CUDA's IPC gives the owner no say over the
+// peers' mappings, and the simulation makes such a free an error: Note [Simulated IPC
+// importers]), so there is no cache of unregistered buffers between processes.
 
 // Note [Registered inputs] (direct_call.hpp): whether this rank's input of call `a` may be read
 // by the peers where it lies: a spinning direct job that describes inputs (launch.user), the
