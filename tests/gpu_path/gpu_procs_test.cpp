@@ -189,6 +189,27 @@ size_t out_bytes_of(const Case& c, int nranks) {
   const size_t n = c.coll == Coll::kAllGather ? static_cast<size_t>(nranks) : 1;
   return kLead + std::max(in_bytes_of(c, nranks), c.count * n * accord_dtype_size(c.dtype)) + kTail;
 }
+// Sizes `bufs` for the largest of `cases` (allocated once: freeing waits for the device).
+void size_for(DeviceBuffers* bufs, const std::vector<Case>& cases, int nranks) {
+  for (const Case& c : cases) {
+    bufs->out_bytes = std::max(bufs->out_bytes, out_bytes_of(c, nranks));
+    bufs->in_bytes = std::max(bufs->in_bytes, in_bytes_of(c, nranks));
+  }
+}
+// A stream on GPU `dev` and `bufs` for the largest of `cases`, then a barrier: every rank has
+// its memory before any launches a collective (cudaMalloc waits for the device, which a rank
+// whose kernel waits for this one keeps busy). "" or what failed.
+std::string stream_and_buffers(accord_comm_t c, int dev, const std::vector<Case>& cases, int n, accord_stream_t* stream,
+                               DeviceBuffers* bufs) {
+  accord_status_t s = accord_stream_create(stream, dev);
+  if (s != ACCORD_SUCCESS) return api_error("accord_stream_create", c, s);
+  size_for(bufs, cases, n);
+  if ((s = accord_device_alloc(&bufs->out, bufs->out_bytes, dev)) != ACCORD_SUCCESS ||
+      (s = accord_device_alloc(&bufs->in, bufs->in_bytes, dev)) != ACCORD_SUCCESS ||
+      (s = accord_barrier(c, nullptr)) != ACCORD_SUCCESS)
+    return api_error("allocating", c, s);
+  return "";
+}
 
 // One rank's part of one case. The recv region starts poisoned; the buffers start one element
 // (in place) or three (out of place: recv; send is aligned) into their allocations, so that
@@ -322,10 +343,7 @@ std::string some_collectives(accord_comm_t comm, int rank, int nranks, int want_
   }
   {
     DeviceBuffers bufs;
-    for (const Case& c : cases) {
-      bufs.out_bytes = std::max(bufs.out_bytes, out_bytes_of(c, nranks));
-      bufs.in_bytes = std::max(bufs.in_bytes, in_bytes_of(c, nranks));
-    }
+    size_for(&bufs, cases, nranks);
     s = accord_device_alloc(&bufs.out, bufs.out_bytes, dev);
     if (s == ACCORD_SUCCESS) s = accord_device_alloc(&bufs.in, bufs.in_bytes, dev);
     if (s != ACCORD_SUCCESS)
@@ -1413,22 +1431,15 @@ std::string registered_collectives_job(accord_comm_t c, int r, int n) {
   const bool waiting = plan.find("GPU hand-offs: wait") != std::string::npos;  // keeps the scratch
   auto read_here = [&](const Case& k) { return !waiting && read_where_it_lies(k, r, n, plan); };
   accord_stream_t stream = nullptr;
-  if ((s = accord_stream_create(&stream, dev)) != ACCORD_SUCCESS) return api_error("accord_stream_create", c, s);
-  std::string f;
   const std::vector<Case> cases = every_case(n);
+  std::string f;
   {
     DeviceBuffers bufs;
-    for (const Case& k : cases) {
-      bufs.out_bytes = std::max(bufs.out_bytes, out_bytes_of(k, n));
-      bufs.in_bytes = std::max(bufs.in_bytes, in_bytes_of(k, n));
-    }
+    f = stream_and_buffers(c, dev, cases, n, &stream, &bufs);
     void *hin = nullptr, *hout = nullptr;
-    if ((s = accord_device_alloc(&bufs.out, bufs.out_bytes, dev)) != ACCORD_SUCCESS ||
-        (s = accord_device_alloc(&bufs.in, bufs.in_bytes, dev)) != ACCORD_SUCCESS ||
-        (s = accord_barrier(c, nullptr)) != ACCORD_SUCCESS ||
-        (s = accord_comm_register(c, bufs.in, bufs.in_bytes, &hin)) != ACCORD_SUCCESS ||
-        (s = accord_comm_register(c, bufs.out, bufs.out_bytes, &hout)) != ACCORD_SUCCESS)
-      f = api_error("allocating and registering", c, s);
+    if (f.empty() && ((s = accord_comm_register(c, bufs.in, bufs.in_bytes, &hin)) != ACCORD_SUCCESS ||
+                      (s = accord_comm_register(c, bufs.out, bufs.out_bytes, &hout)) != ACCORD_SUCCESS))
+      f = api_error("registering", c, s);
     long want = direct_calls(c);
     for (size_t i = 0; i < cases.size() && f.empty(); ++i) {
       f = run_case(c, stream, bufs, r, n, cases[i], i);
@@ -1911,20 +1922,11 @@ std::string pointer_inputs_job(accord_comm_t c, int r, int n, bool never, bool a
                ? "the plan should say that no input is read where it lies:\n" + plan
                : "";
   accord_stream_t stream = nullptr;
-  if ((s = accord_stream_create(&stream, dev)) != ACCORD_SUCCESS) return api_error("accord_stream_create", c, s);
-  std::string f;
   const std::vector<Case> cases = every_case(n);
+  std::string f;
   {
     DeviceBuffers bufs;
-    for (const Case& k : cases) {
-      bufs.out_bytes = std::max(bufs.out_bytes, out_bytes_of(k, n));
-      bufs.in_bytes = std::max(bufs.in_bytes, in_bytes_of(k, n));
-    }
-    // Every rank allocates before any collective (threads: cudaMalloc waits for the device).
-    if ((s = accord_device_alloc(&bufs.out, bufs.out_bytes, dev)) != ACCORD_SUCCESS ||
-        (s = accord_device_alloc(&bufs.in, bufs.in_bytes, dev)) != ACCORD_SUCCESS ||
-        (s = accord_barrier(c, nullptr)) != ACCORD_SUCCESS)
-      f = api_error("allocating", c, s);
+    f = stream_and_buffers(c, dev, cases, n, &stream, &bufs);
     long want = pointer_calls(c);
     if (f.empty() && want != 0) f = "before any call, the plan should count 0 calls read where they lie:\n" + plan;
     for (size_t i = 0; i < cases.size() && f.empty(); ++i) {
