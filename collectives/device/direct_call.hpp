@@ -39,12 +39,13 @@
 //
 // Note [Direct collectives]: the other collectives in the same rounds and halves, one
 // synchronization a round (the one-shot shape): a round carries n of the call's count elements
-// per rank (reduce-scatter: per segment, so a round's half holds the nranks segments of n, each
-// at k * n); A puts this rank's part into its half (reduce-scatter: every segment; all-gather
-// and reduce: its input; broadcast: the root only), flag 0 as above (every rank, the root's
-// peers too: a flag also says "done reading the round before"), then B: reduce-scatter folds
-// its own segment from every rank's half, all-gather copies every rank's half to its place in
-// the output, broadcast copies the root's, reduce's root folds all. The argument above holds
+// per rank (reduce-scatter: per segment, so a round's half holds the nranks segments of n,
+// segment k at k times the call's full round, Note [Direct slices]); A puts this rank's part
+// into its half (reduce-scatter: every segment; all-gather and reduce: its input; broadcast:
+// the root only), flag 0 as above (every rank, the root's peers too: a flag also says "done
+// reading the round before"), then B: reduce-scatter folds its own segment from every rank's
+// half, all-gather copies every rank's half to its place in the output, broadcast copies the
+// root's, reduce's root folds all. The argument above holds
 // unchanged: a round writes only halves e % 2.
 //
 // Note [Waiting protocol]: processes that share a GPU without MPS never run kernels at the
