@@ -269,8 +269,7 @@ struct Rank {
   // (Re)allocates the device twins of in and out and uploads both.
   bool upload(const std::vector<char>& in, const std::vector<char>& out) {
     if (!on_device()) return true;
-    if (shared_gpu) return quiet([&] { return upload_now(in, out); });
-    return upload_now(in, out);
+    return quiet([&] { return upload_now(in, out); });
   }
   bool upload_now(const std::vector<char>& in, const std::vector<char>& out) {
     if (d_bytes < in.size() || d_bytes < out.size()) {
@@ -293,8 +292,7 @@ struct Rank {
   bool download(std::vector<char>& in, std::vector<char>& out) {
     if (!on_device()) return true;
     if (!sync()) return false;
-    if (shared_gpu) return quiet([&] { return download_now(in, out); });
-    return download_now(in, out);
+    return quiet([&] { return download_now(in, out); });
   }
   bool download_now(std::vector<char>& in, std::vector<char>& out) {
     return (accord_device_memcpy(in.data(), d_in, in.size()) == ACCORD_SUCCESS &&
@@ -310,10 +308,11 @@ struct Rank {
   }
   // Device mode: waits for the rank's stream (before any host-memory call on the communicator).
   bool sync() { return !on_device() || accord_stream_synchronize(stream) == ACCORD_SUCCESS || fail("stream"); }
-  // Runs `fn` (this rank's calls that wait for the GPU) when every rank's stream is idle, and
-  // lets no rank go on to a collective before every rank has run its own.
+  // Runs `fn` (this rank's calls that wait for the GPU); on a shared GPU only when every rank's
+  // stream is idle, and no rank goes on to a collective before every rank has run its own.
   template <class Fn>
   bool quiet(Fn fn) {
+    if (!shared_gpu) return fn();
     if (!sync() || !barrier()) return false;
     const bool ok = fn();
     return barrier() && ok;

@@ -189,25 +189,23 @@ size_t out_bytes_of(const Case& c, int nranks) {
   const size_t n = c.coll == Coll::kAllGather ? static_cast<size_t>(nranks) : 1;
   return kLead + std::max(in_bytes_of(c, nranks), c.count * n * accord_dtype_size(c.dtype)) + kTail;
 }
-// Sizes `bufs` for the largest of `cases` (allocated once: freeing waits for the device).
-void size_for(DeviceBuffers* bufs, const std::vector<Case>& cases, int nranks) {
-  for (const Case& c : cases) {
-    bufs->out_bytes = std::max(bufs->out_bytes, out_bytes_of(c, nranks));
-    bufs->in_bytes = std::max(bufs->in_bytes, in_bytes_of(c, nranks));
-  }
-}
-// A stream on GPU `dev` and `bufs` for the largest of `cases`, then a barrier: every rank has
-// its memory before any launches a collective (cudaMalloc waits for the device, which a rank
-// whose kernel waits for this one keeps busy). "" or what failed.
+// A stream on GPU `dev` and `bufs` for the largest of `cases` (allocated once: freeing waits
+// for the device), then a barrier: every rank has its memory before any launches a collective,
+// as allocating may wait for the device to go idle (cudaMalloc), which a GPU shared with a rank
+// whose kernel waits for this one never does (Note [Simulated CUDA rules]; NCCL documents the
+// same hazard). "" or what failed.
 std::string stream_and_buffers(accord_comm_t c, int dev, const std::vector<Case>& cases, int n, accord_stream_t* stream,
                                DeviceBuffers* bufs) {
   accord_status_t s = accord_stream_create(stream, dev);
   if (s != ACCORD_SUCCESS) return api_error("accord_stream_create", c, s);
-  size_for(bufs, cases, n);
+  for (const Case& k : cases) {
+    bufs->out_bytes = std::max(bufs->out_bytes, out_bytes_of(k, n));
+    bufs->in_bytes = std::max(bufs->in_bytes, in_bytes_of(k, n));
+  }
   if ((s = accord_device_alloc(&bufs->out, bufs->out_bytes, dev)) != ACCORD_SUCCESS ||
-      (s = accord_device_alloc(&bufs->in, bufs->in_bytes, dev)) != ACCORD_SUCCESS ||
-      (s = accord_barrier(c, nullptr)) != ACCORD_SUCCESS)
-    return api_error("allocating", c, s);
+      (s = accord_device_alloc(&bufs->in, bufs->in_bytes, dev)) != ACCORD_SUCCESS)
+    return api_error("accord_device_alloc on GPU " + std::to_string(dev), nullptr, s);
+  if ((s = accord_barrier(c, nullptr)) != ACCORD_SUCCESS) return api_error("barrier after allocating", c, s);
   return "";
 }
 
@@ -333,26 +331,15 @@ std::string some_collectives(accord_comm_t comm, int rank, int nranks, int want_
     return "accord_device_count says " + std::to_string(count) + " GPUs, expected " +
            std::to_string(want_gpus);
   accord_stream_t stream = nullptr;
-  s = accord_stream_create(&stream, dev);
-  if (s != ACCORD_SUCCESS) return api_error("accord_stream_create", comm, s);
-  std::string failure;
   std::vector<Case> cases = only;
   if (cases.empty()) {
     const std::vector<Case> all = every_case(nranks);
     for (size_t i = 0; i < all.size(); i += stride) cases.push_back(all[i]);
   }
+  std::string failure;
   {
     DeviceBuffers bufs;
-    size_for(&bufs, cases, nranks);
-    s = accord_device_alloc(&bufs.out, bufs.out_bytes, dev);
-    if (s == ACCORD_SUCCESS) s = accord_device_alloc(&bufs.in, bufs.in_bytes, dev);
-    if (s != ACCORD_SUCCESS)
-      failure = api_error("accord_device_alloc on GPU " + std::to_string(dev), nullptr, s);
-    // Every rank has its memory before any launches a collective: allocating may wait for the
-    // device to go idle (cudaMalloc), which a GPU shared with a rank whose kernel waits for
-    // this one never does (Note [Simulated CUDA rules]; NCCL documents the same hazard).
-    if (failure.empty() && (s = accord_barrier(comm, nullptr)) != ACCORD_SUCCESS)
-      failure = api_error("barrier after allocating", comm, s);
+    failure = stream_and_buffers(comm, dev, cases, nranks, &stream, &bufs);
     for (size_t i = 0; i < cases.size() && failure.empty(); ++i) {
       failure = run_case(comm, stream, bufs, rank, nranks, cases[i], i);
       if (failure.empty() && i % 16 == 15) {
@@ -369,8 +356,10 @@ std::string some_collectives(accord_comm_t comm, int rank, int nranks, int want_
       if (s != ACCORD_SUCCESS) failure = api_error("final barrier", comm, s);
     }
   }
-  s = accord_stream_destroy(stream);
-  if (failure.empty() && s != ACCORD_SUCCESS) failure = api_error("accord_stream_destroy", comm, s);
+  if (stream != nullptr) {
+    s = accord_stream_destroy(stream);
+    if (failure.empty() && s != ACCORD_SUCCESS) failure = api_error("accord_stream_destroy", comm, s);
+  }
   return failure;
 }
 
